@@ -1,0 +1,38 @@
+# The two commands a new user needs: `make demo` and `make test`. Both set up .venv first.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+export MODELCD_HOME ?= $(CURDIR)/.modelcd
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install demo test test-fast ui bench bench-gates clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/modelcd demo
+
+test: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+
+ui: install
+	$(BIN)/modelcd ui
+
+bench: install
+	$(BIN)/python bench/bench_int8.py
+
+bench-gates: install
+	$(BIN)/python bench/bench_false_block.py
+
+clean:
+	rm -rf $(MODELCD_HOME)

@@ -1,0 +1,58 @@
+"""False-block rate: a byte-identical re-registration of production must pass every gate, every time.
+
+Run after `make demo`: python bench/bench_false_block.py [--runs 20]
+Each run registers the production artifact again as a new version and runs the full gated job
+on this machine, so throughput noise, bootstrap and drift are all exercised for real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from modelcd_assets.launch import PROMOTED, run_gate
+from modelcd_assets.lib.settings import apply_local_defaults
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--name", default="ticket-intent")
+    args = ap.parse_args()
+    apply_local_defaults()
+    from modelcd_assets.lib.registry import Registry
+
+    reg = Registry(os.environ["MLFLOW_TRACKING_URI"], os.environ["MODELCD_MLFLOW_ARTIFACTS"])
+    prod = reg.production(args.name)
+    if prod is None:
+        print(f"no production version of {args.name}; run 'make demo' first", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        artifact = reg.fetch(prod, Path(tmp) / "artifact")
+        outcomes, failures, ratios = Counter(), Counter(), []
+        started = time.perf_counter()
+        for i in range(args.runs):
+            ref = reg.register(artifact, args.name)
+            run = run_gate(ref)
+            outcomes[run.outcome] += 1
+            for row in run.rows:
+                if row.status != "pass":
+                    failures[f"{row.gate}={row.status}"] += 1
+            tp = next(r for r in run.rows if r.gate == "throughput_within_tolerance")
+            ratios.append(tp.measured)
+            print(f"run {i + 1}/{args.runs}: {ref.uri} {run.outcome}; throughput {tp.measured}", flush=True)
+    elapsed = time.perf_counter() - started
+    print()
+    print(f"byte-identical re-registrations of {prod.uri}: {outcomes[PROMOTED]}/{args.runs} passed every gate "
+          f"({elapsed / args.runs:.0f} s per gated run)")
+    print(f"gate failures: {dict(failures) or 'none'}")
+    return 0 if outcomes[PROMOTED] == args.runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

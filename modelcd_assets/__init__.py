@@ -1,0 +1,1 @@
+"""modelcd: gated continuous delivery for fine-tuned models."""

@@ -1,0 +1,114 @@
+"""The `modelcd` command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.settings import apply_local_defaults
+
+EXIT_PROMOTED, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BLOCKED = 0, 1, 2, 3
+
+
+def _registry():
+    from modelcd_assets.lib.registry import Registry
+
+    return Registry(os.environ["MLFLOW_TRACKING_URI"], os.environ["MODELCD_MLFLOW_ARTIFACTS"])
+
+
+def cmd_register(args) -> int:
+    ref = _registry().register(Path(args.path), args.name, base=args.base)
+    print(f"registered {ref.uri} (candidate key {ref.key})")
+    return 0
+
+
+def cmd_gate(args) -> int:
+    from modelcd_assets.demo import print_gate_table
+    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, run_gate
+    from modelcd_assets.lib.registry import CandidateRef
+
+    ref = CandidateRef(args.name, str(args.version))
+    _registry().version(ref)  # a clear error before any run is launched
+    run = run_gate(ref, traffic_sample=args.traffic)
+    print_gate_table([("candidate", run)])
+    print(f"run {run.run_id}")
+    return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(run.outcome, EXIT_ERROR)
+
+
+def cmd_status(args) -> int:
+    import dagster as dg
+
+    from modelcd_assets.launch import latest_gate_rows
+    from modelcd_assets.lib.report import table
+
+    reg = _registry()
+    names = [args.name] if args.name else reg.candidate_models()
+    if not names:
+        print("no candidate models registered yet; use 'modelcd register PATH --name NAME'")
+        return 0
+    instance = dg.DagsterInstance.get()
+    for name in names:
+        prod = reg.production(name)
+        print(f"{name}: production = {prod.version if prod else 'none'}")
+        rows = []
+        for ref in reg.versions(name):
+            gates = latest_gate_rows(instance, ref)
+            summary = ", ".join(f"{g.gate}={g.status}" for g in gates)
+            rows.append([ref.version, "production" if prod == ref else "", summary])
+        print(table(["version", "alias", "last gate results"], rows, max_width=200))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from modelcd_assets.demo import main as demo_main
+
+    return demo_main()
+
+
+def cmd_ui(args) -> int:
+    workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
+    os.execvp("dagster", ["dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.port)])
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="modelcd", description="Gated continuous delivery for fine-tuned models.")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("register", help="register a peft adapter folder or a Hugging Face model folder as a new version")
+    r.add_argument("path")
+    r.add_argument("--name", required=True, help="registered model name")
+    r.add_argument("--base", help="models:/NAME/VERSION of the base, when the adapter does not declare it")
+    r.set_defaults(func=cmd_register)
+    g = sub.add_parser("gate", help="run the gated pipeline for one version; exit 0 promoted, 3 blocked, 2 bad input")
+    g.add_argument("name")
+    g.add_argument("version", type=int)
+    g.add_argument("--traffic", default="traffic_current", help="traffic split to judge drift on (default traffic_current)")
+    g.set_defaults(func=cmd_gate)
+    s = sub.add_parser("status", help="production version, candidates and their last gate results")
+    s.add_argument("name", nargs="?")
+    s.set_defaults(func=cmd_status)
+    d = sub.add_parser("demo", help="train two adapters on MiniLM and gate both")
+    d.set_defaults(func=cmd_demo)
+    u = sub.add_parser("ui", help="the Dagster UI on this instance")
+    u.add_argument("--port", type=int, default=3000)
+    u.set_defaults(func=cmd_ui)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    apply_local_defaults()
+    try:
+        return args.func(args)
+    except (ModelcdError, FileNotFoundError, ValueError) as e:
+        print(f"modelcd: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""benchmark_results: candidate vs production throughput and latency, interleaved in one run."""
+
+import dagster as dg
+
+from modelcd_assets.defs.assets.quantized_model import quantized_model
+from modelcd_assets.defs.partitions import candidates
+from modelcd_assets.lib.benchmark import merge_runs, paired_throughput, summarize
+from modelcd_assets.lib.builds import write_json
+from modelcd_assets.lib.candidate import CandidateRecord, production_record
+from modelcd_assets.lib.data import read_split
+from modelcd_assets.lib.plots import latency_plot_md
+from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.runtime import session
+from modelcd_assets.lib.tokens import encode
+from modelcd_assets.resources.policy import PolicyResource
+from modelcd_assets.resources.registry import MlflowRegistryResource
+from modelcd_assets.resources.state import LocalStateResource
+
+REPORT_FILE = "benchmark.json"
+SEQUENCE_LENGTH = 128
+# Calls per trial: enough work that one trial takes tens of milliseconds or more.
+CALLS = {1: 20, 32: 2}
+
+
+@dg.asset(partitions_def=candidates, deps=[quantized_model], group_name="evaluation", kinds={"onnx"})
+def benchmark_results(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource, policy: PolicyResource) -> dg.MaterializeResult:
+    """A B A B ... trials at batch 1 and 32; a second round only when the first is inconclusive."""
+    ref = CandidateRef.parse(context.partition_key)
+    record = CandidateRecord.load(state.candidate_dir(ref))
+    prod_record = production_record(registry.registry(), state.candidate_dir, ref.name)
+    tp = policy.for_model(ref.name).throughput
+    texts = [ex.text for ex in read_split(state.split("evaluation"))[:64]]
+    feeds = encode(record.build.merged, texts, SEQUENCE_LENGTH, state.cache_dir("tokens"))
+    cand = session(record.build.chosen_int8())
+    # With nothing in production the candidate is paired with itself: the ratio then shows the noise floor.
+    prod = session(prod_record.build.chosen_int8()) if prod_record else session(record.build.chosen_int8())
+    results, plots = {}, {}
+    for batch in (1, 32):
+        run = paired_throughput(cand, prod, feeds, batch, tp.pairs, CALLS[batch])
+        summary = summarize(run, tp.confidence)
+        while summary["ratio_ci_low"] < tp.min_ratio <= summary["ratio_ci_high"] and len(run.ratios) < tp.max_pairs:
+            run = merge_runs(run, paired_throughput(cand, prod, feeds, batch, min(tp.pairs, tp.max_pairs - len(run.ratios)), CALLS[batch], warmup=0))
+            summary = summarize(run, tp.confidence)
+        results[str(batch)] = summary
+        if batch == 1:
+            plots = {f"candidate {ref.key}": run.candidate_latency_ms, f"production {prod_record.ref.key if prod_record else '(self)'}": run.production_latency_ms}
+    report = {"sequence_length": SEQUENCE_LENGTH, "production": prod_record.ref.key if prod_record else None, "batches": results}
+    write_json(state.candidate_dir(ref) / REPORT_FILE, report)
+    rows = "\n".join(
+        f"| {b} | {r['pairs']} | {r['candidate_items_per_s']:.0f} | {r['production_items_per_s']:.0f} | {r['ratio_median']:.3f} [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}] "
+        f"| {r['candidate_p50_ms']:.2f} / {r['candidate_p99_ms']:.2f} | {r['production_p50_ms']:.2f} / {r['production_p99_ms']:.2f} |"
+        for b, r in results.items())
+    table = ("| batch | pairs | candidate items/s | production items/s | ratio median [CI] | candidate p50/p99 ms | production p50/p99 ms |\n"
+             "|---|---|---|---|---|---|---|\n" + rows)
+    return dg.MaterializeResult(
+        metadata={
+            "throughput_ratio_b32": results["32"]["ratio_median"],
+            "throughput_ratio_b1": results["1"]["ratio_median"],
+            "p99_ms_b1": results["1"]["candidate_p99_ms"],
+            "p50_ms_b1": results["1"]["candidate_p50_ms"],
+            "production_version": prod_record.ref.key if prod_record else "none (self-paired)",
+            "results": dg.MetadataValue.md(table),
+            "latency_b1": dg.MetadataValue.md(latency_plot_md(plots, f"batch 1, seq {SEQUENCE_LENGTH}")),
+        }
+    )

@@ -1,0 +1,90 @@
+"""evaluation: FP32 and INT8 accuracy on the evaluation split, for the candidate and for production."""
+
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+
+from modelcd_assets.defs.assets.onnx_model import MAX_LENGTH
+from modelcd_assets.defs.assets.quantized_model import quantized_model
+from modelcd_assets.defs.partitions import candidates
+from modelcd_assets.lib.builds import Build, read_json, write_json
+from modelcd_assets.lib.candidate import CandidateRecord, production_record
+from modelcd_assets.lib.data import read_split
+from modelcd_assets.lib.evaluate import label_ids, predict
+from modelcd_assets.lib.hashing import file_sha256
+from modelcd_assets.lib.model_io import labels_of
+from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.tokens import encode
+from modelcd_assets.resources.policy import PolicyResource
+from modelcd_assets.resources.registry import MlflowRegistryResource
+from modelcd_assets.resources.state import LocalStateResource
+
+CORRECTNESS_FILE = "evaluation_correct.npz"
+REPORT_FILE = "evaluation.json"
+
+
+def _correct(build: Build, eval_hash: str, truth: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-example correctness of a build's FP32 and chosen INT8 model."""
+    if read_json(build.dir / "quantization_report.json").get("evaluation_sha256") != eval_hash:
+        raise FileNotFoundError(f"build {build.key} was evaluated on another evaluation split; re-materialize its quantized_model")
+    chosen = read_json(build.chosen_file)["chosen"]
+    with np.load(build.dir / "eval_predictions.npz") as preds:
+        return {"fp32": preds["fp32"] == truth, "int8": preds[chosen] == truth}
+
+
+@dg.asset(partitions_def=candidates, deps=[quantized_model], group_name="evaluation", kinds={"onnx"})
+def evaluation(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource, policy: PolicyResource) -> dg.MaterializeResult:
+    """Paired per-example correctness, so the accuracy gate can test candidate vs production on the same examples."""
+    ref = CandidateRef.parse(context.partition_key)
+    record = CandidateRecord.load(state.candidate_dir(ref))
+    build = record.build
+    eval_file = state.split("evaluation")
+    examples = read_split(eval_file)
+    labels = labels_of(build.merged)
+    truth = label_ids([ex.label for ex in examples], labels)
+    cand = _correct(build, file_sha256(eval_file), truth)
+    prod_record = production_record(registry.registry(), state.candidate_dir, ref.name)
+    prod = _correct(prod_record.build, file_sha256(eval_file), truth) if prod_record else None
+    golden = policy.for_model(ref.name).golden
+    golden_pred = []
+    if golden:
+        feeds = encode(build.merged, [g.text for g in golden], MAX_LENGTH)
+        golden_pred = [labels[i] for i in predict(build.chosen_int8(), feeds)]
+    arrays = {"candidate_int8": cand["int8"], "candidate_fp32": cand["fp32"]}
+    if prod:
+        arrays |= {"production_int8": prod["int8"], "production_fp32": prod["fp32"]}
+    out = state.candidate_dir(ref)
+    np.savez(out / CORRECTNESS_FILE, **arrays)
+    report = {
+        "examples": len(examples),
+        "candidate_fp32_accuracy": float(cand["fp32"].mean()),
+        "candidate_int8_accuracy": float(cand["int8"].mean()),
+        "production": prod_record.ref.key if prod_record else None,
+        "production_fp32_accuracy": float(prod["fp32"].mean()) if prod else None,
+        "production_int8_accuracy": float(prod["int8"].mean()) if prod else None,
+        "golden": [{"text": g.text, "expected": g.label, "predicted": p} for g, p in zip(golden, golden_pred)],
+    }
+    write_json(out / REPORT_FILE, report)
+    rows = [f"| candidate {ref.key} | {report['candidate_fp32_accuracy']:.2%} | {report['candidate_int8_accuracy']:.2%} |"]
+    if prod:
+        rows.append(f"| production {prod_record.ref.key} | {report['production_fp32_accuracy']:.2%} | {report['production_int8_accuracy']:.2%} |")
+    else:
+        rows.append("| production | none yet | none yet |")
+    return dg.MaterializeResult(
+        metadata={
+            "examples": len(examples),
+            "candidate_fp32_accuracy": report["candidate_fp32_accuracy"],
+            "candidate_int8_accuracy": report["candidate_int8_accuracy"],
+            **({"production_int8_accuracy": report["production_int8_accuracy"]} if prod else {}),
+            "production_version": prod_record.ref.key if prod_record else "none",
+            "summary": dg.MetadataValue.md("| model | FP32 accuracy | INT8 accuracy |\n|---|---|---|\n" + "\n".join(rows)),
+        }
+    )
+
+
+def load_evaluation(candidate_dir: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """The evaluation report and correctness arrays of a partition, for the gates."""
+    with np.load(Path(candidate_dir) / CORRECTNESS_FILE) as z:
+        arrays = {k: z[k] for k in z.files}
+    return read_json(Path(candidate_dir) / REPORT_FILE), arrays

@@ -1,0 +1,63 @@
+"""production_model: moves the MLflow alias `production` to the candidate, after re-reading every gate."""
+
+import json
+
+import dagster as dg
+from dagster._core.event_api import PartitionKeyFilter
+
+from modelcd_assets.defs.assets.benchmark_results import benchmark_results
+from modelcd_assets.defs.assets.drift_report import drift_report
+from modelcd_assets.defs.assets.evaluation import evaluation
+from modelcd_assets.defs.partitions import candidates
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.promotion import GateRecord, gate_problems
+from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.resources.registry import MlflowRegistryResource
+
+
+def required_gates(context: dg.AssetExecutionContext) -> list[dg.AssetCheckKey]:
+    """Every blocking check on an asset upstream of production_model."""
+    graph = context.repository_def.asset_graph
+    upstream = graph.get_ancestor_asset_keys(context.asset_key)
+    return sorted((k for k in graph.asset_check_keys if k.asset_key in upstream and graph.get_check_spec(k).blocking), key=lambda k: k.to_user_string())
+
+
+def gate_records(instance: dg.DagsterInstance, keys: list[dg.AssetCheckKey], partition: str) -> list[GateRecord]:
+    """The latest stored result of each gate for one partition."""
+    storage = instance.event_log_storage
+    latest = storage.get_latest_asset_check_execution_by_key(keys, partition_filter=PartitionKeyFilter(key=partition))
+    out = []
+    for key in keys:
+        rec = latest.get(key)
+        if rec is None:
+            out.append(GateRecord(key.name, None, None, False))
+            continue
+        evaluation_ = rec.evaluation
+        target = evaluation_.target_materialization_data if evaluation_ else None
+        mat = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key.asset_key, asset_partitions=[partition]), limit=1).records
+        current = bool(target and mat and target.storage_id == mat[0].storage_id)
+        out.append(GateRecord(key.name, rec.status.value, evaluation_.passed if evaluation_ else None, current))
+    return out
+
+
+@dg.asset(partitions_def=candidates, deps=[evaluation, drift_report, benchmark_results], group_name="release", kinds={"mlflow"})
+def production_model(context: dg.AssetExecutionContext, registry: MlflowRegistryResource) -> dg.MaterializeResult:
+    """Refuses unless every gate's latest result for this candidate passed on current data."""
+    ref = CandidateRef.parse(context.partition_key)
+    keys = required_gates(context)
+    records = gate_records(context.instance, keys, context.partition_key)
+    problems = gate_problems(records)
+    if problems:
+        raise ModelcdError(f"refusing to promote {ref.uri}: " + "; ".join(problems))
+    reg = registry.registry()
+    reason = {"run_id": context.run_id, "gates": {r.gate: "passed" for r in records}}
+    previous = reg.move_production(ref, reason)
+    context.log.info(f"production alias of {ref.name} moved from {previous.version if previous else 'nothing'} to {ref.version}")
+    return dg.MaterializeResult(
+        metadata={
+            "production_version": ref.version,
+            "previous_version": previous.version if previous else "none",
+            "gates_verified": dg.MetadataValue.md("\n".join(f"- `{r.gate}`: passed" for r in records)),
+            "reason": dg.MetadataValue.json(json.loads(json.dumps(reason))),
+        }
+    )

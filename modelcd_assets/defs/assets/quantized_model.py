@@ -1,0 +1,103 @@
+"""quantized_model: INT8 by ONNX Runtime, static (fed by calibration_set) and dynamic; the best passing variant is chosen."""
+
+import time
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+
+from modelcd_assets.defs.assets.calibration_set import calibration_set
+from modelcd_assets.defs.assets.onnx_model import MAX_LENGTH, onnx_model
+from modelcd_assets.defs.partitions import candidates
+from modelcd_assets.lib.benchmark import batch_feed
+from modelcd_assets.lib.builds import read_json, write_json
+from modelcd_assets.lib.candidate import CandidateRecord
+from modelcd_assets.lib.data import read_split
+from modelcd_assets.lib.evaluate import predict
+from modelcd_assets.lib.hashing import file_sha256
+from modelcd_assets.lib.quantize import DYNAMIC, STATIC, choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
+from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.runtime import feeds_for, session
+from modelcd_assets.lib.tokens import encode
+from modelcd_assets.resources.policy import PolicyResource
+from modelcd_assets.resources.state import LocalStateResource
+
+SPEED_BATCH, SPEED_LENGTH, SPEED_TRIALS = 32, 128, 3
+
+
+def _items_per_s(path: Path, feeds: dict) -> float:
+    sess = session(path)
+    feed = feeds_for(sess, batch_feed(feeds, SPEED_BATCH))
+    sess.run(["logits"], feed)
+    best = min(_timed(sess, feed) for _ in range(SPEED_TRIALS))
+    return SPEED_BATCH / best
+
+
+def _timed(sess, feed) -> float:
+    t = time.perf_counter()
+    sess.run(["logits"], feed)
+    return time.perf_counter() - t
+
+
+def calibration_path(context: dg.AssetExecutionContext, state: LocalStateResource) -> tuple[Path, str]:
+    """The calibration file of calibration_set's latest materialization, by its content hash."""
+    event = context.instance.get_latest_materialization_event(calibration_set.key)
+    if event is None or event.asset_materialization is None:
+        raise FileNotFoundError("calibration_set has never been materialized; materialize it before quantized_model")
+    digest = event.asset_materialization.metadata["sha256"].value
+    return state.root / "calibration" / f"{digest}.jsonl", digest
+
+
+@dg.asset(partitions_def=candidates, deps=[onnx_model, calibration_set], group_name="build", kinds={"onnx"})
+def quantized_model(context: dg.AssetExecutionContext, state: LocalStateResource, policy: PolicyResource) -> dg.MaterializeResult:
+    """Static and dynamic INT8 of the fused graph; fidelity on the evaluation split, speed at batch 32."""
+    ref = CandidateRef.parse(context.partition_key)
+    record = CandidateRecord.load(state.candidate_dir(ref))
+    build = record.build
+    calib_file, calib_hash = calibration_path(context, state)
+    eval_file = state.split("evaluation")
+    eval_hash = file_sha256(eval_file)
+    report_path = build.dir / "quantization_report.json"
+    report = read_json(report_path) if report_path.is_file() else {}
+    cached = report.get("calibration_sha256") == calib_hash and report.get("evaluation_sha256") == eval_hash
+    if not cached:
+        fused = optimize_transformer(build.onnx, build.optimized, build.merged / "config.json")
+        calib = encode(build.merged, [ex.text for ex in read_split(calib_file)], MAX_LENGTH, state.cache_dir("tokens"))
+        quantize_static_int8(build.optimized, build.int8(STATIC), calib)
+        quantize_dynamic_int8(build.optimized, build.int8(DYNAMIC))
+        feeds = encode(build.merged, [ex.text for ex in read_split(eval_file)], MAX_LENGTH, state.cache_dir("tokens"))
+        speed_feeds = encode(build.merged, [ex.text for ex in read_split(eval_file)[:SPEED_BATCH]], SPEED_LENGTH, state.cache_dir("tokens"))
+        preds = {"fp32": predict(build.onnx, feeds)}
+        variants = {}
+        for variant in (STATIC, DYNAMIC):
+            preds[variant] = predict(build.int8(variant), feeds)
+            variants[variant] = {
+                "top1_agreement": float(np.mean(preds[variant] == preds["fp32"])),
+                "items_per_s": _items_per_s(build.int8(variant), speed_feeds),
+                "size_mb": build.int8(variant).stat().st_size / 2**20,
+            }
+        np.savez(build.dir / "eval_predictions.npz", **preds)
+        report = {"calibration_sha256": calib_hash, "evaluation_sha256": eval_hash, "fused_ops": fused, "variants": variants,
+                  "fp32_items_per_s": _items_per_s(build.onnx, speed_feeds)}
+        write_json(report_path, report)
+    min_agreement = policy.for_model(ref.name).int8_fidelity.min_top1_agreement
+    chosen, why = choose_variant(report["variants"], min_agreement)
+    write_json(build.chosen_file, {"chosen": chosen, "why": why})
+    rows = "\n".join(f"| {k} | {v['top1_agreement']:.2%} | {v['items_per_s']:.0f} | {v['size_mb']:.1f} |" for k, v in report["variants"].items())
+    table = f"| variant | top-1 agreement vs FP32 | items/s (batch {SPEED_BATCH}, seq {SPEED_LENGTH}) | MB |\n|---|---|---|---|\n| fp32 | 100% | {report['fp32_items_per_s']:.0f} | {build.onnx.stat().st_size / 2**20:.1f} |\n{rows}"
+    return dg.MaterializeResult(
+        metadata={
+            "chosen_variant": chosen,
+            "why": why,
+            "top1_agreement": report["variants"][chosen]["top1_agreement"],
+            "static_top1_agreement": report["variants"][STATIC]["top1_agreement"],
+            "dynamic_top1_agreement": report["variants"][DYNAMIC]["top1_agreement"],
+            "static_items_per_s": report["variants"][STATIC]["items_per_s"],
+            "dynamic_items_per_s": report["variants"][DYNAMIC]["items_per_s"],
+            "calibration_sha256": calib_hash,
+            "fused_ops": dg.MetadataValue.json(report["fused_ops"]),
+            "variants": dg.MetadataValue.md(table),
+            "reused_from_cache": cached,
+        },
+        data_version=dg.DataVersion(f"{build.key}-{chosen}"),
+    )

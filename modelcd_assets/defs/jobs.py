@@ -1,0 +1,22 @@
+"""The gated delivery job that the registry sensor and `modelcd gate` both launch."""
+
+import dagster as dg
+
+from modelcd_assets.defs.partitions import candidates
+
+GATE_JOB = "gate_candidate"
+
+gate_candidate = dg.define_asset_job(
+    GATE_JOB,
+    selection=dg.AssetSelection.groups("data", "candidate", "build", "evaluation", "release"),
+    partitions_def=candidates,
+    description="Fetch, build, quantize, evaluate and benchmark one candidate; promote it only if every gate passes.",
+)
+
+CALIBRATION_JOB = "refresh_calibration_set"
+
+refresh_calibration_set = dg.define_asset_job(
+    CALIBRATION_JOB,
+    selection=dg.AssetSelection.groups("data"),
+    description="Version the calibration split under its content hash; gated runs quantize with the latest version.",
+)

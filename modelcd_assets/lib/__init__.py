@@ -1,0 +1,1 @@
+"""Framework-free core of modelcd: nothing in here imports Dagster."""

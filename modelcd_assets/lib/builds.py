@@ -1,0 +1,62 @@
+"""Content-addressed builds: the merged model, its ONNX exports and INT8 variants for one (base, candidate) pair."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelcd_assets.lib.hashing import text_hash
+
+# Bump when the way builds are made changes, so stale cached builds are not reused.
+BUILD_RECIPE = "modelcd-build-1"
+
+
+@dataclass(frozen=True)
+class Build:
+    dir: Path
+
+    @classmethod
+    def for_content(cls, builds_root: Path, base_hash: str | None, candidate_hash: str) -> "Build":
+        return cls(Path(builds_root) / text_hash(BUILD_RECIPE, base_hash or "", candidate_hash)[:24])
+
+    @property
+    def key(self) -> str:
+        return self.dir.name
+
+    @property
+    def merged(self) -> Path:
+        return self.dir / "merged"
+
+    @property
+    def onnx(self) -> Path:
+        return self.dir / "model.onnx"
+
+    @property
+    def optimized(self) -> Path:
+        return self.dir / "optimized.onnx"
+
+    def int8(self, variant: str) -> Path:
+        return self.dir / f"int8_{variant}.onnx"
+
+    @property
+    def chosen_file(self) -> Path:
+        return self.dir / "quantization.json"
+
+    def chosen_int8(self) -> Path:
+        """The INT8 variant that quantized_model selected for this build."""
+        if not self.chosen_file.is_file():
+            raise FileNotFoundError(f"build {self.key} has no quantized model yet; materialize quantized_model for it first")
+        return self.int8(json.loads(self.chosen_file.read_text())["chosen"])
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """Write JSON atomically, so a crashed step never leaves a half-written report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=float))
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())

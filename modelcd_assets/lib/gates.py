@@ -1,0 +1,120 @@
+"""Gate verdicts: pure functions from measurements and policy to pass, fail or inconclusive."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from modelcd_assets.lib.policy import AccuracyPolicy, DriftPolicy, FidelityPolicy, ThroughputPolicy
+from modelcd_assets.lib.stats import mcnemar_worse_pvalue, paired_bootstrap_ci
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    gate: str
+    status: str
+    measured: str  # human-readable measured value
+    threshold: str  # human-readable threshold
+    reason: str
+    numbers: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def judge_accuracy(candidate_correct: np.ndarray, production_correct: np.ndarray | None, policy: AccuracyPolicy) -> Verdict:
+    """INT8 accuracy against production's, paired on the same examples, and against the floor."""
+    cand = np.asarray(candidate_correct, bool)
+    acc = float(cand.mean())
+    numbers: dict = {"candidate_accuracy": acc, "absolute_floor": policy.absolute_floor, "examples": int(len(cand))}
+    floor_ok = acc >= policy.absolute_floor
+    if production_correct is None:
+        status = PASS if floor_ok else FAIL
+        reason = (f"first candidate, no production model: judged against the absolute floor only; "
+                  f"accuracy {acc:.2%} {'>=' if floor_ok else '<'} floor {policy.absolute_floor:.2%}")
+        return Verdict("accuracy", status, f"{acc:.2%}", f">= {policy.absolute_floor:.2%} (floor only)", reason, numbers)
+    prod = np.asarray(production_correct, bool)
+    if prod.shape != cand.shape:
+        raise ValueError(f"paired accuracy needs the same examples: {cand.shape} vs {prod.shape}")
+    diff_points = 100 * (acc - float(prod.mean()))
+    lo, hi = paired_bootstrap_ci(cand, prod, policy.bootstrap_samples)
+    p_worse = mcnemar_worse_pvalue(cand, prod)
+    numbers |= {"production_accuracy": float(prod.mean()), "diff_points": diff_points, "ci_low_points": 100 * lo,
+                "ci_high_points": 100 * hi, "p_worse": p_worse, "tolerance_points": policy.tolerance_points, "alpha": policy.alpha}
+    problems = []
+    if not floor_ok:
+        problems.append(f"accuracy {acc:.2%} is below the floor {policy.absolute_floor:.2%}")
+    if diff_points < -policy.tolerance_points:
+        problems.append(f"accuracy is {-diff_points:.2f} points below production, more than the {policy.tolerance_points} point tolerance")
+    if p_worse < policy.alpha:
+        problems.append(f"significantly worse than production (McNemar one-sided p={p_worse:.3g} < alpha {policy.alpha})")
+    status = FAIL if problems else PASS
+    reason = "; ".join(problems) or f"within {policy.tolerance_points} points of production and not significantly worse (p={p_worse:.3g})"
+    measured = f"{acc:.2%} (Δ {diff_points:+.2f} pt, 95% CI [{100 * lo:+.2f}, {100 * hi:+.2f}], p_worse={p_worse:.3g})"
+    return Verdict("accuracy", status, measured, f"Δ >= -{policy.tolerance_points} pt, p >= {policy.alpha}, >= {policy.absolute_floor:.0%}", reason, numbers)
+
+
+def judge_fidelity(int8_pred: np.ndarray, fp32_pred: np.ndarray, policy: FidelityPolicy) -> Verdict:
+    """Top-1 agreement of the INT8 model with its own FP32 export."""
+    agreement = float(np.mean(np.asarray(int8_pred) == np.asarray(fp32_pred)))
+    ok = agreement >= policy.min_top1_agreement
+    reason = f"INT8 agrees with FP32 on {agreement:.2%} of the evaluation split ({'>=' if ok else '<'} {policy.min_top1_agreement:.2%})"
+    return Verdict("int8_fidelity", PASS if ok else FAIL, f"{agreement:.2%}", f">= {policy.min_top1_agreement:.2%}", reason,
+                   {"top1_agreement": agreement, "threshold": policy.min_top1_agreement})
+
+
+def judge_drift(prediction_drift: float | None, input_drift: dict[str, float], policy: DriftPolicy) -> Verdict:
+    """Prediction drift vs production on the same traffic, and input drift of traffic vs reference."""
+    drifted = sorted(k for k, v in input_drift.items() if v >= policy.input_numeric_threshold)
+    share = len(drifted) / max(1, len(input_drift))
+    numbers = {"prediction_drift": prediction_drift, "input_drift": input_drift, "input_drifted_share": share,
+               "prediction_threshold": policy.prediction_threshold, "input_threshold": policy.input_numeric_threshold}
+    problems = []
+    if prediction_drift is not None and prediction_drift >= policy.prediction_threshold:
+        problems.append(f"candidate predictions drift from production's on the same traffic (JS distance {prediction_drift:.3f} >= {policy.prediction_threshold})")
+    if share >= policy.input_drift_share:
+        problems.append(f"traffic has drifted from the reference data in {', '.join(drifted)} ({share:.0%} of descriptors); re-validate on current data before promoting")
+    pd_text = "n/a (no production)" if prediction_drift is None else f"{prediction_drift:.3f}"
+    measured = f"pred JS {pd_text}; input drifted {share:.0%}"
+    reason = "; ".join(problems) or "no prediction or input drift above threshold" + (" (no production model: input drift only)" if prediction_drift is None else "")
+    return Verdict("drift", FAIL if problems else PASS, measured, f"JS < {policy.prediction_threshold}, drifted < {policy.input_drift_share:.0%}", reason, numbers)
+
+
+def judge_throughput(ratio_median: float, ratio_lo: float, ratio_hi: float, p99_ms: float, has_production: bool, policy: ThroughputPolicy) -> Verdict:
+    """Median paired throughput ratio with its CI, plus the p99 latency SLO."""
+    numbers = {"ratio_median": ratio_median, "ratio_ci_low": ratio_lo, "ratio_ci_high": ratio_hi, "p99_ms": p99_ms,
+               "min_ratio": policy.min_ratio, "p99_slo_ms": policy.p99_slo_ms}
+    slo_ok = p99_ms <= policy.p99_slo_ms
+    if not has_production:
+        status = PASS if slo_ok else FAIL
+        return Verdict("throughput", status, f"p99 {p99_ms:.1f} ms", f"p99 <= {policy.p99_slo_ms} ms (no production to compare)",
+                       f"first candidate: p99 {p99_ms:.1f} ms {'within' if slo_ok else 'over'} the {policy.p99_slo_ms} ms SLO", numbers)
+    if not slo_ok:
+        status, reason = FAIL, f"p99 latency {p99_ms:.1f} ms exceeds the {policy.p99_slo_ms} ms SLO"
+    elif ratio_hi < policy.min_ratio:
+        status, reason = FAIL, f"throughput is {ratio_median:.2f}x production's, CI [{ratio_lo:.2f}, {ratio_hi:.2f}] entirely below {policy.min_ratio}"
+    elif ratio_lo >= policy.min_ratio:
+        status, reason = PASS, f"throughput {ratio_median:.2f}x production's, CI [{ratio_lo:.2f}, {ratio_hi:.2f}] above {policy.min_ratio}"
+    else:
+        status = INCONCLUSIVE if policy.on_inconclusive == "block" else PASS
+        reason = (f"inconclusive: median ratio {ratio_median:.2f}, CI [{ratio_lo:.2f}, {ratio_hi:.2f}] straddles {policy.min_ratio} after the maximum "
+                  f"number of pairs; re-run on a quieter machine (policy on_inconclusive={policy.on_inconclusive})")
+    return Verdict("throughput", status, f"{ratio_median:.2f}x [{ratio_lo:.2f}, {ratio_hi:.2f}], p99 {p99_ms:.1f} ms",
+                   f">= {policy.min_ratio}x, p99 <= {policy.p99_slo_ms} ms", reason, numbers)
+
+
+def judge_golden(predicted: list[str], expected: list[str], texts: list[str]) -> Verdict:
+    """Every golden inference test from the policy predicts its expected label."""
+    misses = [(t, e, p) for t, e, p in zip(texts, expected, predicted) if e != p]
+    n = len(expected)
+    reason = "no golden cases declared" if n == 0 else (
+        f"all {n} golden cases predicted correctly" if not misses
+        else "; ".join(f"{t!r}: expected {e}, got {p}" for t, e, p in misses[:3]) + (f" (+{len(misses) - 3} more)" if len(misses) > 3 else ""))
+    return Verdict("golden", FAIL if misses else PASS, f"{n - len(misses)}/{n} correct", "all", reason, {"cases": n, "misses": len(misses)})

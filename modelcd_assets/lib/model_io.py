@@ -1,0 +1,62 @@
+"""Loading classifiers and tokenizers from local folders, and merging LoRA adapters into them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from modelcd_assets.lib.errors import BadCandidate
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+
+
+def load_classifier(folder: Path, eager_attention: bool = False):
+    """A sequence classifier in eval mode; eager attention exports to a graph ORT can fuse."""
+    from transformers import AutoModelForSequenceClassification
+
+    kwargs = {"attn_implementation": "eager"} if eager_attention else {}
+    model = AutoModelForSequenceClassification.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False, **kwargs)
+    return model.eval()
+
+
+def load_tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+
+
+def labels_of(folder: Path) -> list[str]:
+    """id2label of a model folder, in id order."""
+    cfg = json.loads((Path(folder) / "config.json").read_text())
+    id2label = cfg.get("id2label") or {}
+    if not id2label:
+        raise BadCandidate(f"{folder}/config.json has no id2label; a classifier must name its labels")
+    return [id2label[str(i)] for i in range(len(id2label))]
+
+
+def copy_tokenizer(src: Path, dst: Path) -> None:
+    for name in TOKENIZER_FILES:
+        if (Path(src) / name).is_file():
+            shutil.copy2(Path(src) / name, Path(dst) / name)
+
+
+def merge_adapter(base_dir: Path, adapter_dir: Path, out_dir: Path) -> None:
+    """Fold a LoRA adapter into its base classifier and save the result as safetensors."""
+    from peft import PeftModel
+
+    torch.manual_seed(0)  # the head is replaced by the adapter's saved copy; seed what it overwrites
+    base = load_classifier(base_dir)
+    try:
+        model = PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=False)
+    except (ValueError, RuntimeError, KeyError) as e:
+        raise BadCandidate(f"adapter {adapter_dir} does not fit base {base_dir}: {e}") from e
+    merged = model.merge_and_unload()
+    tmp = Path(str(out_dir) + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    merged.save_pretrained(str(tmp), safe_serialization=True)
+    copy_tokenizer(base_dir, tmp)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)

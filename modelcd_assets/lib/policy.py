@@ -1,0 +1,79 @@
+"""The per-model gate policy: a YAML file validated into typed thresholds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from modelcd_assets.lib.errors import ModelcdError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AccuracyPolicy(_Strict):
+    tolerance_points: float = Field(0.3, ge=0, le=100, description="How far INT8 accuracy may fall below production's, in percentage points.")
+    absolute_floor: float = Field(0.75, ge=0, le=1, description="Minimum INT8 accuracy on the evaluation split, as a fraction.")
+    alpha: float = Field(0.05, gt=0, lt=0.5, description="One-sided significance level for 'candidate is worse than production'.")
+    bootstrap_samples: int = Field(2000, ge=200, le=100_000, description="Paired bootstrap resamples for the confidence interval.")
+
+
+class FidelityPolicy(_Strict):
+    min_top1_agreement: float = Field(0.99, ge=0, le=1, description="INT8 vs FP32 top-1 agreement on the evaluation split.")
+
+
+class DriftPolicy(_Strict):
+    prediction_threshold: float = Field(0.1, gt=0, le=1, description="Jensen-Shannon distance between candidate and production predicted labels on the same traffic.")
+    input_numeric_threshold: float = Field(0.1, gt=0, description="Normed Wasserstein distance per numeric input descriptor, traffic vs reference.")
+    input_drift_share: float = Field(0.5, gt=0, le=1, description="The gate fails when at least this share of input descriptors drifted.")
+
+
+class ThroughputPolicy(_Strict):
+    min_ratio: float = Field(0.88, gt=0, description="Candidate throughput / production throughput, judged on the median of paired ratios.")
+    p99_slo_ms: float = Field(100.0, gt=0, description="p99 latency SLO at batch 1, milliseconds.")
+    pairs: int = Field(12, ge=4, le=200, description="Interleaved A/B trial pairs per batch size in the first round.")
+    max_pairs: int = Field(36, ge=4, le=1000, description="Pairs allowed in total before the verdict is 'inconclusive'.")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence of the interval on the median ratio.")
+    on_inconclusive: str = Field("block", pattern="^(block|pass)$", description="What an inconclusive throughput verdict does.")
+
+    @model_validator(mode="after")
+    def _pairs_fit(self) -> "ThroughputPolicy":
+        if self.max_pairs < self.pairs:
+            raise ValueError(f"max_pairs ({self.max_pairs}) must be at least pairs ({self.pairs})")
+        return self
+
+
+class GoldenCase(_Strict):
+    text: str = Field(min_length=1)
+    label: str = Field(min_length=1)
+
+
+class Policy(_Strict):
+    accuracy: AccuracyPolicy = AccuracyPolicy()
+    int8_fidelity: FidelityPolicy = FidelityPolicy()
+    drift: DriftPolicy = DriftPolicy()
+    throughput: ThroughputPolicy = ThroughputPolicy()
+    golden: list[GoldenCase] = Field(default_factory=list, description="Inference tests: inputs with the label the candidate must predict.")
+
+
+def load_policy(path: Path | None) -> Policy:
+    """Read and validate a policy file; a missing path means the defaults."""
+    if path is None:
+        return Policy()
+    path = Path(path)
+    if not path.is_file():
+        raise ModelcdError(f"policy file {path} does not exist; create it or remove the reference to use the defaults")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ModelcdError(f"policy file {path} is not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, drift, throughput, golden)")
+    try:
+        return Policy.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+        raise ModelcdError(f"policy file {path} is invalid: {problems}") from e

@@ -1,0 +1,174 @@
+"""The MLflow model registry as modelcd uses it: versions, content manifests, the production alias."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+from modelcd_assets.lib.artifact import ADAPTER, inspect_artifact
+from modelcd_assets.lib.errors import BadCandidate, ModelcdError
+from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
+
+PRODUCTION = "production"
+EXPERIMENT = "modelcd-registrations"
+# Tag names on registered models and versions.
+ROLE = "modelcd.role"  # "base" or "candidate" on a registered model
+KIND = "modelcd.kind"  # "adapter", "full" or "base" on a version
+BASE = "modelcd.base"  # models:/NAME/VERSION of an adapter's base
+CONTENT = "modelcd.content_sha256"
+MANIFEST_FILE = "modelcd_manifest.json"
+
+
+@dataclass(frozen=True)
+class CandidateRef:
+    """A registered model version, and its Dagster partition key NAME:VERSION."""
+
+    name: str
+    version: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}:{self.version}"
+
+    @property
+    def uri(self) -> str:
+        return f"models:/{self.name}/{self.version}"
+
+    @classmethod
+    def parse(cls, key: str) -> "CandidateRef":
+        name, sep, version = key.rpartition(":")
+        if not sep or not name or not version.isdigit():
+            raise ModelcdError(f"{key!r} is not a candidate key; expected NAME:VERSION, e.g. ticket-intent:3")
+        return cls(name, version)
+
+    @classmethod
+    def from_uri(cls, uri: str) -> "CandidateRef":
+        if not uri.startswith("models:/"):
+            raise ModelcdError(f"{uri!r} is not a registry reference; expected models:/NAME/VERSION")
+        name, sep, version = uri[len("models:/"):].rpartition("/")
+        if not sep or not version.isdigit():
+            raise ModelcdError(f"{uri!r} is not a registry reference; expected models:/NAME/VERSION")
+        return cls(name, version)
+
+
+class Registry:
+    """A thin client over one MLflow tracking/registry URI."""
+
+    def __init__(self, tracking_uri: str, artifact_location: str):
+        self.tracking_uri = tracking_uri
+        self.artifact_location = artifact_location
+        self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+    def _experiment_id(self) -> str:
+        exp = self.client.get_experiment_by_name(EXPERIMENT)
+        if exp is not None:
+            return exp.experiment_id
+        Path(self.artifact_location).mkdir(parents=True, exist_ok=True)
+        return self.client.create_experiment(EXPERIMENT, artifact_location=Path(self.artifact_location).resolve().as_uri())
+
+    def _ensure_registered(self, name: str, role: str) -> None:
+        try:
+            rm = self.client.get_registered_model(name)
+        except MlflowException:
+            self.client.create_registered_model(name, tags={ROLE: role})
+            return
+        if rm.tags.get(ROLE) != role:
+            raise ModelcdError(f"registered model {name!r} is a {rm.tags.get(ROLE, 'non-modelcd')} model, not a {role}; pick another --name")
+
+    def register(self, folder: Path, name: str, *, role: str = "candidate", base: str | None = None, tags: dict[str, str] | None = None) -> CandidateRef:
+        """Upload folder as a new version of name, with a sha256 manifest of its files."""
+        folder = Path(folder)
+        info = inspect_artifact(folder)
+        kind = "base" if role == "base" else info.kind
+        version_tags = {KIND: kind, **(tags or {})}
+        if info.kind == ADAPTER and role != "base":
+            base_uri = base or info.declared_base
+            if not base_uri or not str(base_uri).startswith("models:/"):
+                raise BadCandidate(
+                    f"adapter in {folder} declares base {info.declared_base!r}, which is not a registry reference; "
+                    "pass --base models:/NAME/VERSION of a registered base model"
+                )
+            base_ref = CandidateRef.from_uri(base_uri)
+            self.version(base_ref)  # raises when the base is not registered
+            version_tags[BASE] = base_ref.uri
+        manifest = folder_manifest(folder)
+        version_tags[CONTENT] = manifest_hash(manifest)
+        self._ensure_registered(name, role)
+        run = self.client.create_run(self._experiment_id(), run_name=f"register {name}", tags={"modelcd.registered_model": name})
+        try:
+            self.client.log_artifacts(run.info.run_id, str(folder), artifact_path="model")
+            self.client.log_dict(run.info.run_id, manifest, MANIFEST_FILE)
+            self.client.set_terminated(run.info.run_id)
+        except Exception:
+            self.client.set_terminated(run.info.run_id, status="FAILED")
+            raise
+        mv = self.client.create_model_version(name, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id, tags=version_tags)
+        return CandidateRef(name, str(mv.version))
+
+    def version(self, ref: CandidateRef):
+        """The MLflow ModelVersion, or a ModelcdError naming what is missing."""
+        try:
+            return self.client.get_model_version(ref.name, ref.version)
+        except MlflowException as e:
+            raise ModelcdError(f"{ref.uri} is not in the registry at {self.tracking_uri}; check the name and version with 'modelcd status'") from e
+
+    def fetch(self, ref: CandidateRef, dst: Path) -> Path:
+        """Download a version's files into dst and verify them against the registered manifest."""
+        mv = self.version(ref)
+        dst = Path(dst)
+        if dst.exists():
+            shutil.rmtree(dst)
+        with tempfile.TemporaryDirectory(dir=dst.parent if dst.parent.exists() else None) as tmp:
+            got = Path(mlflow.artifacts.download_artifacts(artifact_uri=mv.source, dst_path=tmp, tracking_uri=self.tracking_uri))
+            expected = mv.tags.get(CONTENT)
+            actual = manifest_hash(folder_manifest(got))
+            if expected != actual:
+                raise BadCandidate(f"{ref.uri}: downloaded files do not match the manifest recorded at registration (sha256 {actual[:12]} != {str(expected)[:12]}); re-register the artifact")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(got), dst)
+        return dst
+
+    def tags(self, ref: CandidateRef) -> dict[str, str]:
+        return dict(self.version(ref).tags)
+
+    def set_tags(self, ref: CandidateRef, tags: dict[str, str]) -> None:
+        for k, v in tags.items():
+            self.client.set_model_version_tag(ref.name, ref.version, k, v)
+
+    def production(self, name: str) -> CandidateRef | None:
+        """The version the production alias points to, or None."""
+        try:
+            mv = self.client.get_model_version_by_alias(name, PRODUCTION)
+        except MlflowException:
+            return None
+        return CandidateRef(name, str(mv.version))
+
+    def move_production(self, ref: CandidateRef, reason: dict) -> CandidateRef | None:
+        """Point the production alias at ref, recording why on the version; returns the previous one."""
+        previous = self.production(ref.name)
+        self.version(ref)
+        record = {"modelcd.promotion": json.dumps(reason, sort_keys=True), "modelcd.previous_production": previous.version if previous else ""}
+        self.set_tags(ref, record)
+        try:
+            self.client.set_registered_model_alias(ref.name, PRODUCTION, ref.version)
+        except Exception:
+            for k in record:
+                self.client.delete_model_version_tag(ref.name, ref.version, k)
+            raise
+        return previous
+
+    def versions(self, name: str) -> list[CandidateRef]:
+        """All versions of a registered model, oldest first."""
+        mvs = self.client.search_model_versions(f"name='{name}'")
+        return sorted((CandidateRef(name, str(v.version)) for v in mvs), key=lambda r: int(r.version))
+
+    def candidate_models(self) -> list[str]:
+        """Names of registered models whose versions are candidates for production."""
+        return sorted(m.name for m in self.client.search_registered_models(filter_string=f"tags.`{ROLE}` = 'candidate'"))

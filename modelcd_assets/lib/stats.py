@@ -1,0 +1,44 @@
+"""The statistics behind honest gates: paired accuracy tests and a CI on a median ratio."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import binom
+
+
+def mcnemar_worse_pvalue(candidate_correct: np.ndarray, production_correct: np.ndarray) -> float:
+    """Exact one-sided McNemar p-value for 'the candidate is less accurate than production'."""
+    cand = np.asarray(candidate_correct, bool)
+    prod = np.asarray(production_correct, bool)
+    lost = int(np.sum(prod & ~cand))  # production right, candidate wrong
+    won = int(np.sum(cand & ~prod))
+    n = lost + won
+    if n == 0:
+        return 1.0
+    return float(binom.sf(lost - 1, n, 0.5))  # P(X >= lost) under no difference
+
+
+def paired_bootstrap_ci(candidate_correct: np.ndarray, production_correct: np.ndarray, samples: int, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile CI of accuracy(candidate) - accuracy(production), resampling examples in pairs."""
+    diff = np.asarray(candidate_correct, np.float64) - np.asarray(production_correct, np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(diff), size=(samples, len(diff)))
+    means = diff[idx].mean(axis=1)
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def median_ci(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Median and its distribution-free CI from binomial order statistics."""
+    x = np.sort(np.asarray(values, np.float64))
+    n = len(x)
+    if n < 2:
+        raise ValueError("a median CI needs at least two values")
+    alpha = 1 - confidence
+    # Largest k with P(Binom(n, 1/2) <= k - 1) <= alpha / 2; the interval is (x_k, x_{n-k+1}).
+    k = int(binom.ppf(alpha / 2, n, 0.5))
+    if binom.cdf(k, n, 0.5) > alpha / 2:
+        k -= 1
+    k = max(k, 0)
+    lo, hi = x[k], x[n - 1 - k]
+    return float(np.median(x)), float(lo), float(hi)

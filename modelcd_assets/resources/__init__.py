@@ -1,0 +1,1 @@
+"""ConfigurableResource classes; they are bound in defs/resources.py."""

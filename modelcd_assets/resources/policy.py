@@ -1,0 +1,23 @@
+"""The gate policy resource: one YAML file per registered model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from modelcd_assets.lib.policy import Policy, load_policy
+
+
+class PolicyResource(dg.ConfigurableResource):
+    """Reads <policy_dir>/<model name>.yaml; a model without a file gets the defaults."""
+
+    policy_dir: str = Field(description="Folder of per-model policy files named <registered model>.yaml")
+
+    def path_for(self, model_name: str) -> Path | None:
+        path = Path(self.policy_dir) / f"{model_name}.yaml"
+        return path if path.is_file() else None
+
+    def for_model(self, model_name: str) -> Policy:
+        return load_policy(self.path_for(model_name))

@@ -1,0 +1,35 @@
+"""Where modelcd keeps local state: candidate reports, content-addressed builds, data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from modelcd_assets.lib.registry import CandidateRef
+
+
+class LocalStateResource(dg.ConfigurableResource):
+    """A state folder on local disk (the embedded default; a shared volume on Kubernetes)."""
+
+    home: str = Field(description="Root of modelcd's state folder, e.g. .modelcd")
+    data_dir: str = Field(description="Folder with the evaluation, calibration and traffic splits (JSON lines)")
+
+    @property
+    def root(self) -> Path:
+        return Path(self.home).resolve()
+
+    def candidate_dir(self, ref: CandidateRef) -> Path:
+        """Per-version reports and the fetched artifact."""
+        return self.root / "candidates" / ref.name / ref.version
+
+    def cache_dir(self, kind: str) -> Path:
+        """Content-addressed work shared by every candidate: bases, builds, tokenized inputs."""
+        return self.root / "cache" / kind
+
+    def split(self, name: str) -> Path:
+        path = Path(self.data_dir).resolve() / f"{name}.jsonl"
+        if not path.is_file():
+            raise FileNotFoundError(f"data split {name!r} not found at {path}; run 'modelcd demo' or put a JSON-lines file with text and label there")
+        return path

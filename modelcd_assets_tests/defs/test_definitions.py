@@ -1,0 +1,37 @@
+"""The code location loads, validates, and no gate can disappear silently."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from modelcd_assets.launch import definitions
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_definitions_import_and_snapshot(modelcd_env, snapshot):
+    from modelcd_assets.definitions import defs
+
+    d = defs()
+    graph = d.resolve_asset_graph()
+    assets = sorted(k.to_user_string() for k in graph.get_all_asset_keys())
+    checks = sorted((k.to_user_string(), graph.get_check_spec(k).blocking) for k in graph.asset_check_keys)
+    sensors = sorted(s.name for s in d.sensors)
+    jobs = sorted({j.name for j in d.jobs})
+    assert {"assets": assets, "checks": checks, "sensors": sensors, "jobs": jobs} == snapshot
+
+
+def test_every_gate_is_blocking_and_upstream_of_production(modelcd_env):
+    import dagster as dg
+
+    graph = definitions().resolve_asset_graph()
+    upstream = graph.get_ancestor_asset_keys(dg.AssetKey("production_model"))
+    for key in graph.asset_check_keys:
+        assert graph.get_check_spec(key).blocking, key
+        assert key.asset_key in upstream, key
+
+
+def test_dagster_definitions_validate(modelcd_env):
+    dagster = Path(sys.executable).with_name("dagster")
+    proc = subprocess.run([str(dagster), "definitions", "validate", "-w", str(ROOT / "workspace.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,66 @@
+"""Merge, export, fuse and quantize a tiny model: parity and fidelity are measured, not assumed."""
+
+import numpy as np
+import pytest
+
+from modelcd_assets.lib.data import generate
+from modelcd_assets.lib.errors import BadCandidate
+from modelcd_assets.lib.evaluate import predict
+from modelcd_assets.lib.export import check_parity, export_onnx, torch_logits
+from modelcd_assets.lib.model_io import merge_adapter
+from modelcd_assets.lib.quantize import choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
+from modelcd_assets.lib.runtime import logits, session
+from modelcd_assets.lib.tokens import encode
+
+
+@pytest.fixture(scope="module")
+def chain(tiny_trained, tiny_adapters, tmp_path_factory):
+    root = tmp_path_factory.mktemp("chain")
+    merged = root / "merged"
+    merge_adapter(tiny_trained, tiny_adapters["worse"], merged)
+    onnx = export_onnx(merged, root / "model.onnx")
+    fused = optimize_transformer(onnx, root / "opt.onnx", merged / "config.json")
+    texts = [e.text for e in generate(300, 9)]
+    feeds = encode(merged, texts, 64, root / "tokens")
+    calib = encode(merged, [e.text for e in generate(64, 10)], 64)
+    return {"merged": merged, "onnx": onnx, "opt": root / "opt.onnx", "fused": fused, "feeds": feeds, "calib": calib, "root": root}
+
+
+def test_merged_adapter_changes_outputs_and_export_matches_torch(chain, tiny_trained):
+    feeds = chain["feeds"]
+    merged = torch_logits(chain["merged"], feeds)
+    base = torch_logits(tiny_trained, feeds)
+    assert np.abs(merged - base).max() > 1e-3
+    assert check_parity(merged, logits(session(chain["onnx"]), feeds)) < 1e-4
+
+
+def test_parity_check_fails_on_disagreement():
+    with pytest.raises(BadCandidate, match="disagrees with torch"):
+        check_parity(np.zeros((2, 4)), np.full((2, 4), 1e-2))
+
+
+def test_fusion_and_int8_variants(chain):
+    assert chain["fused"].get("Attention", 0) == 2 and chain["fused"].get("SkipLayerNormalization", 0) >= 2
+    static = quantize_static_int8(chain["opt"], chain["root"] / "s.onnx", chain["calib"])
+    dynamic = quantize_dynamic_int8(chain["opt"], chain["root"] / "d.onnx")
+    fp32 = predict(chain["onnx"], chain["feeds"])
+    for path in (static, dynamic):
+        agreement = np.mean(predict(path, chain["feeds"]) == fp32)
+        assert agreement > 0.9, (path, agreement)
+
+
+def test_tokenization_is_cached_by_content(chain):
+    texts = ["one ticket", "another ticket"]
+    a = encode(chain["merged"], texts, 16, chain["root"] / "tokens")
+    files = set((chain["root"] / "tokens").glob("*.npz"))
+    b = encode(chain["merged"], texts, 16, chain["root"] / "tokens")
+    assert set((chain["root"] / "tokens").glob("*.npz")) == files
+    assert all((a[k] == b[k]).all() for k in a)
+
+
+def test_choose_variant_prefers_fast_and_faithful():
+    variants = {"static": {"top1_agreement": 0.995, "items_per_s": 300.0}, "dynamic": {"top1_agreement": 0.999, "items_per_s": 250.0}}
+    assert choose_variant(variants, 0.99)[0] == "static"
+    assert choose_variant(variants, 0.998)[0] == "dynamic"
+    name, why = choose_variant(variants, 0.9999)
+    assert name == "static" and "no variant reaches" in why

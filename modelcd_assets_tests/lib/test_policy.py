@@ -1,0 +1,43 @@
+import pytest
+
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.policy import Policy, load_policy
+
+
+def test_defaults_match_the_documented_gates():
+    p = load_policy(None)
+    assert p.accuracy.tolerance_points == 0.3
+    assert p.int8_fidelity.min_top1_agreement == 0.99
+    assert p.throughput.min_ratio == 0.88
+
+
+def test_a_policy_file_overrides_and_declares_golden_cases(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text("accuracy:\n  absolute_floor: 0.8\ngolden:\n  - text: hi\n    label: billing\n")
+    p = load_policy(f)
+    assert p.accuracy.absolute_floor == 0.8 and p.accuracy.alpha == Policy().accuracy.alpha
+    assert p.golden[0].label == "billing"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("accuracy:\n  tolerance: 1\n", "accuracy.tolerance: Extra inputs are not permitted"),
+        ("accuracy:\n  absolute_floor: 1.5\n", "accuracy.absolute_floor"),
+        ("throughput:\n  pairs: 20\n  max_pairs: 10\n", "max_pairs (10) must be at least pairs (20)"),
+        ("throughput:\n  on_inconclusive: maybe\n", "throughput.on_inconclusive"),
+        ("- a\n- b\n", "must hold a mapping"),
+        ("accuracy: [\n", "not valid YAML"),
+    ],
+)
+def test_invalid_policies_name_the_problem(tmp_path, text, message):
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(ModelcdError) as e:
+        load_policy(f)
+    assert message in str(e.value) and str(f) in str(e.value)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ModelcdError, match="does not exist"):
+        load_policy(tmp_path / "nope.yaml")

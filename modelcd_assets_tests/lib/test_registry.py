@@ -1,0 +1,53 @@
+"""The MLflow registry client against a real SQLite-backed MLflow."""
+
+import pytest
+
+from modelcd_assets.lib.errors import BadCandidate, ModelcdError
+from modelcd_assets.lib.registry import CONTENT, KIND, CandidateRef
+
+
+def test_register_fetch_and_alias(modelcd_env, tiny_base, tmp_path):
+    reg = modelcd_env.registry
+    ref = reg.register(tiny_base, "m")
+    assert ref == CandidateRef("m", "1") and ref.key == "m:1"
+    tags = reg.tags(ref)
+    assert tags[KIND] == "full" and len(tags[CONTENT]) == 64
+    got = reg.fetch(ref, tmp_path / "fetched")
+    assert (got / "model.safetensors").read_bytes() == (tiny_base / "model.safetensors").read_bytes()
+    assert reg.production("m") is None
+    assert reg.move_production(ref, {"why": "test"}) is None
+    assert reg.production("m") == ref
+    ref2 = reg.register(tiny_base, "m")
+    assert reg.move_production(ref2, {"why": "test"}) == ref
+    assert reg.tags(ref2)["modelcd.previous_production"] == "1"
+    assert reg.versions("m") == [ref, ref2]
+    assert reg.candidate_models() == ["m"]
+
+
+def test_fetch_refuses_files_changed_after_registration(modelcd_env, tiny_base, tmp_path):
+    reg = modelcd_env.registry
+    ref = reg.register(tiny_base, "m")
+    source = reg.version(ref).source.removeprefix("file://")
+    with open(f"{source}/config.json", "a") as f:
+        f.write(" ")
+    with pytest.raises(BadCandidate, match="do not match the manifest"):
+        reg.fetch(ref, tmp_path / "fetched")
+
+
+def test_adapter_needs_a_registered_base(modelcd_env, tiny_adapters):
+    reg = modelcd_env.registry
+    with pytest.raises(ModelcdError, match="models:/tiny-base/1 is not in the registry"):
+        reg.register(tiny_adapters["good"], "m")
+
+
+def test_role_clash_and_bad_references(modelcd_env, tiny_base):
+    reg = modelcd_env.registry
+    reg.register(tiny_base, "b", role="base")
+    with pytest.raises(ModelcdError, match="is a base model, not a candidate"):
+        reg.register(tiny_base, "b")
+    with pytest.raises(ModelcdError, match="expected NAME:VERSION"):
+        CandidateRef.parse("no-version")
+    with pytest.raises(ModelcdError, match="expected models:/NAME/VERSION"):
+        CandidateRef.from_uri("hf://x")
+    with pytest.raises(ModelcdError, match="not in the registry"):
+        reg.version(CandidateRef("b", "7"))

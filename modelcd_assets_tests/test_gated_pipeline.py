@@ -1,0 +1,117 @@
+"""The whole gated path on tiny models, against a throwaway MLflow SQLite registry and Dagster instance.
+
+One module-scoped state folder: production moves as the scenario goes, as it would in a real registry.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from modelcd_assets.launch import BLOCKED, PROMOTED, run_gate
+from modelcd_assets.lib.registry import PRODUCTION
+from modelcd_assets_tests.conftest import make_env
+
+pytestmark = pytest.mark.slow
+MODEL = "tiny-intent"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    e = make_env(tmp_path_factory.mktemp("pipeline") / "home", mp)
+    e.policy(MODEL, "accuracy:\n  absolute_floor: 0.6\nthroughput:\n  p99_slo_ms: 250\n")
+    yield e
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def instance(env):
+    with dg.instance_for_test(temp_dir=env.env["DAGSTER_HOME"]) as inst:
+        yield inst
+
+
+@pytest.fixture(scope="module")
+def base(env, tiny_trained):
+    ref = env.registry.register(tiny_trained, "tiny-base", role="base")
+    assert ref.uri == "models:/tiny-base/1"
+    return ref
+
+
+def statuses(run) -> dict[str, str]:
+    return {r.gate: r.status for r in run.rows}
+
+
+def production(env):
+    return env.registry.production(MODEL)
+
+
+def test_first_candidate_is_judged_against_floors_and_promoted(env, instance, base, tiny_adapters):
+    ref = env.registry.register(tiny_adapters["good"], MODEL)
+    run = run_gate(ref, instance=instance)
+    assert run.outcome == PROMOTED, run.error
+    assert set(statuses(run).values()) == {"pass"}
+    accuracy = next(r for r in run.rows if r.gate == "accuracy_within_tolerance")
+    assert "first candidate" in accuracy.reason and "floor only" in accuracy.threshold
+    assert production(env) == ref
+    promotion = env.registry.tags(ref)["modelcd.promotion"]
+    assert "accuracy_within_tolerance" in promotion
+
+
+def test_byte_identical_reregistration_passes_every_gate(env, instance, base, tiny_adapters):
+    ref = env.registry.register(tiny_adapters["good"], MODEL)
+    run = run_gate(ref, instance=instance)
+    assert run.outcome == PROMOTED, (run.error, statuses(run))
+    assert set(statuses(run).values()) == {"pass"}
+    assert production(env) == ref
+
+
+@pytest.mark.parametrize(
+    "candidate, gate",
+    [
+        ("worse", "accuracy_within_tolerance"),
+        ("unfaithful", "int8_agrees_with_fp32"),
+        ("slow", "throughput_within_tolerance"),
+    ],
+)
+def test_crafted_candidate_fails_only_its_gate_and_alias_stays(env, instance, base, tiny_adapters, crafted, candidate, gate):
+    before = production(env)
+    folder = tiny_adapters.get(candidate) or crafted[candidate]
+    ref = env.registry.register(folder, MODEL)
+    run = run_gate(ref, instance=instance)
+    got = statuses(run)
+    assert run.outcome == BLOCKED, (run.error, got)
+    assert got[gate] == "fail", got
+    others = {g: s for g, s in got.items() if g != gate}
+    assert "fail" not in others.values(), others
+    assert production(env) == before
+    assert env.registry.client.get_model_version_by_alias(MODEL, PRODUCTION).version == before.version
+
+
+def test_shifted_traffic_fails_the_drift_gate(env, instance, base):
+    prod = production(env)
+    run = run_gate(prod, traffic_sample="traffic_shifted", instance=instance)
+    got = statuses(run)
+    assert run.outcome == BLOCKED
+    assert got["no_drift_detected"] == "fail", got
+    assert "traffic has drifted" in next(r.reason for r in run.rows if r.gate == "no_drift_detected")
+    assert {s for g, s in got.items() if g != "no_drift_detected"} <= {"pass"}
+    assert production(env) == prod
+
+
+def test_promotion_step_refuses_when_a_gate_result_is_missing(env, instance, base, tiny_adapters):
+    """The second lock: materializing production_model alone, with no gate results, must not move the alias."""
+    from modelcd_assets.launch import definitions
+
+    before = production(env)
+    ref = env.registry.register(tiny_adapters["good"], MODEL)
+    instance.add_dynamic_partitions("candidates", [ref.key])
+    d = definitions()
+    result = dg.materialize(
+        [d.resolve_assets_def("production_model")], instance=instance, partition_key=ref.key,
+        resources=d.resources, raise_on_error=False,
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "refusing to promote" in failure.event_specific_data.error.cause.message
+    assert production(env) == before
