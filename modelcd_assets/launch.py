@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 import dagster as dg
 from dagster._core.event_api import PartitionKeyFilter
 
-from modelcd_assets.defs.jobs import CALIBRATION_JOB, GATE_JOB
+from modelcd_assets.defs.assets.production_model import code_location_graph, required_gates
+from modelcd_assets.defs.jobs import GATE_JOB
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.registry import CandidateRef
 
 PROMOTED, BLOCKED, BAD_INPUT, ERROR = "promoted", "blocked", "bad input", "error"
@@ -37,21 +37,6 @@ def definitions() -> dg.Definitions:
     from modelcd_assets.definitions import defs
 
     return defs()
-
-
-def _gate_keys(d: dg.Definitions) -> list[dg.AssetCheckKey]:
-    graph = d.resolve_asset_graph()
-    return sorted((k for k in graph.asset_check_keys if graph.get_check_spec(k).blocking), key=lambda k: k.to_user_string())
-
-
-def ensure_calibration(instance: dg.DagsterInstance, d: dg.Definitions, calibration_file) -> None:
-    """Materialize calibration_set when it was never versioned or its split has changed."""
-    event = instance.get_latest_materialization_event(dg.AssetKey("calibration_set"))
-    current = event.asset_materialization.metadata["sha256"].value if event and event.asset_materialization else None
-    if current != file_sha256(calibration_file):
-        result = d.resolve_job_def(CALIBRATION_JOB).execute_in_process(instance=instance, raise_on_error=False)
-        if not result.success:
-            raise RuntimeError(f"versioning the calibration set failed; see run {result.run_id} in the Dagster UI")
 
 
 def _row(gate: str, evaluation) -> GateRow:
@@ -83,7 +68,7 @@ def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instanc
     )
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
     rows = []
-    for key in _gate_keys(d):
+    for key in required_gates(d.resolve_asset_graph()):
         ev = evaluations.get(key.name)
         if ev is None:
             rows.append(GateRow(key.name, "not run", reason="an earlier step failed or a gate blocked upstream"))
@@ -102,7 +87,7 @@ def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instanc
 
 def latest_gate_rows(instance: dg.DagsterInstance, ref: CandidateRef) -> list[GateRow]:
     """The last stored result of every gate for one candidate."""
-    keys = _gate_keys(definitions())
+    keys = required_gates(code_location_graph())
     latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys, partition_filter=PartitionKeyFilter(key=ref.key))
     rows = []
     for key in keys:

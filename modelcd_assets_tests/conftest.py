@@ -85,35 +85,40 @@ def _copy_model(src: Path, dst: Path) -> Path:
     return dst
 
 
-@pytest.fixture(scope="session")
-def crafted(tiny_trained: Path, tmp_path_factory) -> dict[str, Path]:
-    """Full-model candidates, each built to break one gate and nothing before it."""
+def _widen_ffn(src: Path, dst: Path, extra: int, bias: float) -> Path:
+    """A copy of src whose FFNs gain `extra` neurons with zero input weights, the given bias, and zero outgoing weights."""
     import torch
     from safetensors.torch import load_file, save_file
 
-    root = tmp_path_factory.mktemp("crafted")
-    out = {}
-    # INT8-unfaithful: logits shrunk 1e4-fold. FP32 argmax is unchanged; INT8 rounding noise flips it.
-    d = _copy_model(tiny_trained, root / "unfaithful")
-    w = load_file(str(d / "model.safetensors"))
-    w["classifier.weight"] = w["classifier.weight"] * 1e-4
-    w["classifier.bias"] = w["classifier.bias"] * 1e-4
-    save_file(w, str(d / "model.safetensors"), metadata={"format": "pt"})
-    out["unfaithful"] = d
-    # Slow: every FFN widened 128-fold with zero weights. Outputs are identical, compute is not.
-    d = _copy_model(tiny_trained, root / "slow")
+    d = _copy_model(src, dst)
     w = load_file(str(d / "model.safetensors"))
     cfg = json.loads((d / "config.json").read_text())
-    wide = cfg["intermediate_size"] * 128
     for k in list(w):
         if k.endswith("intermediate.dense.weight"):
-            w[k] = torch.cat([w[k], torch.zeros(wide - w[k].shape[0], w[k].shape[1])], 0)
+            w[k] = torch.cat([w[k], torch.zeros(extra, w[k].shape[1])], 0)
         elif k.endswith("intermediate.dense.bias"):
-            w[k] = torch.cat([w[k], torch.zeros(wide - w[k].shape[0])], 0)
+            w[k] = torch.cat([w[k], torch.full((extra,), bias)], 0)
         elif k.endswith("output.dense.weight") and "attention" not in k:
-            w[k] = torch.cat([w[k], torch.zeros(w[k].shape[0], wide - w[k].shape[1])], 1)
+            w[k] = torch.cat([w[k], torch.zeros(w[k].shape[0], extra)], 1)
     save_file({k: v.contiguous() for k, v in w.items()}, str(d / "model.safetensors"), metadata={"format": "pt"})
-    cfg["intermediate_size"] = wide
+    cfg["intermediate_size"] += extra
     (d / "config.json").write_text(json.dumps(cfg))
-    out["slow"] = d
+    return d
+
+
+@pytest.fixture(scope="session")
+def crafted(tiny_trained: Path, tiny_adapters: dict[str, Path], tmp_path_factory) -> dict[str, Path]:
+    """Full-model candidates derived from the good adapter merged into its base (what production runs),
+    each built to break one gate and nothing before it."""
+    from modelcd_assets.lib.model_io import merge_adapter
+
+    root = tmp_path_factory.mktemp("crafted")
+    good = root / "good-merged"
+    merge_adapter(tiny_trained, tiny_adapters["good"], good)
+    out = {}
+    # INT8-unfaithful: one extra FFN neuron that always fires at 1e4 and feeds nothing (zero outgoing
+    # weights). FP32 outputs are unchanged; INT8 activation ranges stretch to 1e4 and every other value rounds to 0.
+    out["unfaithful"] = _widen_ffn(good, root / "unfaithful", extra=1, bias=1e4)
+    # Slow: every FFN widened 128-fold with silent neurons. Outputs are identical, compute is not.
+    out["slow"] = _widen_ffn(good, root / "slow", extra=127 * 64, bias=0.0)
     return out

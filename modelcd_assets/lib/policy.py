@@ -25,6 +25,10 @@ class FidelityPolicy(_Strict):
     min_top1_agreement: float = Field(0.99, ge=0, le=1, description="INT8 vs FP32 top-1 agreement on the evaluation split.")
 
 
+class QuantizationPolicy(_Strict):
+    variant: str = Field("auto", pattern="^(auto|static|dynamic)$", description="INT8 variant to deploy: auto picks the fastest that passes fidelity; pin one for reproducible numerics across versions.")
+
+
 class DriftPolicy(_Strict):
     prediction_threshold: float = Field(0.1, gt=0, le=1, description="Jensen-Shannon distance between candidate and production predicted labels on the same traffic.")
     input_numeric_threshold: float = Field(0.1, gt=0, description="Normed Wasserstein distance per numeric input descriptor, traffic vs reference.")
@@ -54,6 +58,7 @@ class GoldenCase(_Strict):
 class Policy(_Strict):
     accuracy: AccuracyPolicy = AccuracyPolicy()
     int8_fidelity: FidelityPolicy = FidelityPolicy()
+    quantization: QuantizationPolicy = QuantizationPolicy()
     drift: DriftPolicy = DriftPolicy()
     throughput: ThroughputPolicy = ThroughputPolicy()
     golden: list[GoldenCase] = Field(default_factory=list, description="Inference tests: inputs with the label the candidate must predict.")
@@ -71,7 +76,7 @@ def load_policy(path: Path | None) -> Policy:
     except yaml.YAMLError as e:
         raise ModelcdError(f"policy file {path} is not valid YAML: {e}") from e
     if not isinstance(raw, dict):
-        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, drift, throughput, golden)")
+        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, quantization, drift, throughput, golden)")
     try:
         return Policy.model_validate(raw)
     except ValidationError as e:

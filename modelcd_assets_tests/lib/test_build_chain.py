@@ -64,3 +64,11 @@ def test_choose_variant_prefers_fast_and_faithful():
     assert choose_variant(variants, 0.998)[0] == "dynamic"
     name, why = choose_variant(variants, 0.9999)
     assert name == "static" and "no variant reaches" in why
+
+
+def test_choose_variant_treats_a_timing_tie_as_a_tie():
+    close = {"static": {"top1_agreement": 0.998, "items_per_s": 303.0}, "dynamic": {"top1_agreement": 0.998, "items_per_s": 300.0}}
+    name, why = choose_variant(close, 0.99)
+    assert name == "dynamic" and "within 5% of the fastest" in why
+    close["static"]["top1_agreement"] = 0.999
+    assert choose_variant(close, 0.99)[0] == "static"

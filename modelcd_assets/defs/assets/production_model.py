@@ -15,11 +15,20 @@ from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.resources.registry import MlflowRegistryResource
 
 
-def required_gates(context: dg.AssetExecutionContext) -> list[dg.AssetCheckKey]:
-    """Every blocking check on an asset upstream of production_model."""
-    graph = context.repository_def.asset_graph
-    upstream = graph.get_ancestor_asset_keys(context.asset_key)
+PRODUCTION_KEY = dg.AssetKey("production_model")
+
+
+def required_gates(graph) -> list[dg.AssetCheckKey]:
+    """Every blocking check on an asset upstream of production_model, in the given asset graph."""
+    upstream = graph.get_ancestor_asset_keys(PRODUCTION_KEY)
     return sorted((k for k in graph.asset_check_keys if k.asset_key in upstream and graph.get_check_spec(k).blocking), key=lambda k: k.to_user_string())
+
+
+def code_location_graph():
+    """The whole code location's asset graph, however this step was launched (a job, the UI, or in process)."""
+    from modelcd_assets.definitions import defs
+
+    return defs().resolve_asset_graph()
 
 
 def gate_records(instance: dg.DagsterInstance, keys: list[dg.AssetCheckKey], partition: str) -> list[GateRecord]:
@@ -44,7 +53,7 @@ def gate_records(instance: dg.DagsterInstance, keys: list[dg.AssetCheckKey], par
 def production_model(context: dg.AssetExecutionContext, registry: MlflowRegistryResource) -> dg.MaterializeResult:
     """Refuses unless every gate's latest result for this candidate passed on current data."""
     ref = CandidateRef.parse(context.partition_key)
-    keys = required_gates(context)
+    keys = required_gates(code_location_graph())
     records = gate_records(context.instance, keys, context.partition_key)
     problems = gate_problems(records)
     if problems:

@@ -80,8 +80,12 @@ def quantized_model(context: dg.AssetExecutionContext, state: LocalStateResource
         report = {"calibration_sha256": calib_hash, "evaluation_sha256": eval_hash, "fused_ops": fused, "variants": variants,
                   "fp32_items_per_s": _items_per_s(build.onnx, speed_feeds)}
         write_json(report_path, report)
-    min_agreement = policy.for_model(ref.name).int8_fidelity.min_top1_agreement
-    chosen, why = choose_variant(report["variants"], min_agreement)
+    model_policy = policy.for_model(ref.name)
+    if model_policy.quantization.variant == "auto":
+        chosen, why = choose_variant(report["variants"], model_policy.int8_fidelity.min_top1_agreement)
+    else:
+        chosen = model_policy.quantization.variant
+        why = f"{chosen}: pinned by the policy's quantization.variant"
     write_json(build.chosen_file, {"chosen": chosen, "why": why})
     rows = "\n".join(f"| {k} | {v['top1_agreement']:.2%} | {v['items_per_s']:.0f} | {v['size_mb']:.1f} |" for k, v in report["variants"].items())
     table = f"| variant | top-1 agreement vs FP32 | items/s (batch {SPEED_BATCH}, seq {SPEED_LENGTH}) | MB |\n|---|---|---|---|\n| fp32 | 100% | {report['fp32_items_per_s']:.0f} | {build.onnx.stat().st_size / 2**20:.1f} |\n{rows}"
