@@ -32,7 +32,7 @@ def cmd_gate(args) -> int:
 
     ref = CandidateRef(args.name, str(args.version))
     _registry().version(ref)  # a clear error before any run is launched
-    run = run_gate(ref, traffic_sample=args.traffic)
+    run = run_gate(ref, traffic_sample=args.traffic, progress=True)
     print_gate_table([("candidate", run)])
     print(f"run {run.run_id}")
     return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(run.outcome, EXIT_ERROR)

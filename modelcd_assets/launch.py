@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -55,17 +56,62 @@ def _failure_message(result) -> str:
     return ""
 
 
-def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instance: dg.DagsterInstance | None = None) -> GateRun:
-    """Run the same job the registry sensor launches, in this process, on the configured instance."""
+class _StepProgress(logging.Handler):
+    """Advances a progress bar on every finished step; passes errors through to the terminal."""
+
+    def __init__(self, bar):
+        super().__init__(logging.DEBUG)
+        self.bar = bar
+
+    def emit(self, record: logging.LogRecord) -> None:
+        meta = getattr(record, "dagster_meta", None) or {}
+        event = meta.get("dagster_event") if isinstance(meta, dict) else None
+        kind = getattr(event, "event_type_value", "")
+        if kind in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
+            self.bar.update(1)
+            self.bar.set_postfix_str(f"{meta.get('step_key') or event.step_key} {kind.split('_')[1].lower()}")
+        elif kind == "STEP_START":
+            self.bar.set_postfix_str(f"{event.step_key} running")
+
+
+def _progress_logger(bar) -> dg.LoggerDefinition:
+    def build(_init_context) -> logging.Logger:
+        log = logging.getLogger(f"modelcd.progress.{id(bar)}")
+        log.setLevel(logging.DEBUG)
+        log.propagate = False
+        log.handlers = [_StepProgress(bar)]
+        return log
+
+    return dg.LoggerDefinition(build, description="modelcd's terminal progress bar")
+
+
+def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instance: dg.DagsterInstance | None = None, progress: bool = False) -> GateRun:
+    """Run the same job the registry sensor launches, in this process, on the configured instance.
+
+    progress=True replaces Dagster's console log with one progress bar over the run's steps.
+    """
     instance = instance or dg.DagsterInstance.get()
     d = definitions()
     if not instance.has_dynamic_partition(candidates.name, ref.key):
         instance.add_dynamic_partitions(candidates.name, [ref.key])
-    run_config = {"ops": {"drift_report": {"config": {"traffic_sample": traffic_sample}}}}
-    result = d.resolve_job_def(GATE_JOB).execute_in_process(
-        instance=instance, partition_key=ref.key, run_config=run_config, raise_on_error=False,
-        tags={"modelcd/candidate": ref.key, "modelcd/launched_by": "cli"},
-    )
+    run_config: dict = {"ops": {"drift_report": {"config": {"traffic_sample": traffic_sample}}}}
+    job = d.resolve_job_def(GATE_JOB)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps = len(job.asset_layer.asset_graph.get_all_asset_keys()) + len(job.asset_layer.asset_graph.asset_check_keys)
+        bar = tqdm(total=steps, desc=f"gating {ref.key}", unit="step")
+        job = job.with_logger_defs({"progress": _progress_logger(bar)})
+        run_config["loggers"] = {"progress": {}}
+    try:
+        result = job.execute_in_process(
+            instance=instance, partition_key=ref.key, run_config=run_config, raise_on_error=False,
+            tags={"modelcd/candidate": ref.key, "modelcd/launched_by": "cli"},
+        )
+    finally:
+        if bar is not None:
+            bar.close()
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
     rows = []
     for key in required_gates(d.resolve_asset_graph()):

@@ -8,16 +8,32 @@ from modelcd_assets.defs.sensors.registry_sensor import registry_sensor
 from modelcd_assets.resources.registry import MlflowRegistryResource
 
 
-def tick(env, cursor=None):
+def tick(env, cursor=None, existing_partitions=()):
     resource = MlflowRegistryResource(tracking_uri=env.env["MLFLOW_TRACKING_URI"], artifact_location=env.env["MODELCD_MLFLOW_ARTIFACTS"])
     with dg.instance_for_test() as instance:
+        if existing_partitions:
+            instance.add_dynamic_partitions("candidates", list(existing_partitions))
         ctx = dg.build_sensor_context(cursor=cursor, instance=instance, resources={"registry": resource})
         return registry_sensor(ctx)
 
 
+def skipped(result) -> bool:
+    return isinstance(result, dg.SkipReason) or (not result.run_requests and result.skip_reason is not None)
+
+
 def test_empty_registry_skips(modelcd_env):
-    result = tick(modelcd_env)
-    assert isinstance(result, dg.SkipReason)
+    assert skipped(tick(modelcd_env))
+
+
+def test_versions_already_gated_elsewhere_are_not_launched_again(modelcd_env, tiny_base):
+    reg = modelcd_env.registry
+    reg.register(tiny_base, "intent-a")
+    reg.register(tiny_base, "intent-a")
+    result = tick(modelcd_env, existing_partitions=["intent-a:1"])
+    assert [r.run_key for r in result.run_requests] == ["intent-a:2"]
+    assert json.loads(result.cursor) == {"intent-a": 2}
+    both = tick(modelcd_env, existing_partitions=["intent-a:1", "intent-a:2"])
+    assert skipped(both) and json.loads(both.cursor) == {"intent-a": 2}
 
 
 def test_first_tick_then_nothing_new_then_several(modelcd_env, tiny_base):
@@ -32,7 +48,7 @@ def test_first_tick_then_nothing_new_then_several(modelcd_env, tiny_base):
     assert json.loads(first.cursor) == {"intent-a": 1}
 
     quiet = tick(modelcd_env, first.cursor)
-    assert isinstance(quiet, dg.SkipReason)
+    assert skipped(quiet)
 
     reg.register(tiny_base, "intent-a")
     reg.register(tiny_base, "intent-a")
@@ -44,4 +60,4 @@ def test_first_tick_then_nothing_new_then_several(modelcd_env, tiny_base):
     assert json.loads(several.cursor) == {"intent-a": 3, "intent-b": 1}
 
     again = tick(modelcd_env, several.cursor)
-    assert isinstance(again, dg.SkipReason)
+    assert skipped(again)

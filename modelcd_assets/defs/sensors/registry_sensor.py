@@ -22,13 +22,16 @@ def new_versions(registry, cursor: dict[str, int]) -> tuple[list[CandidateRef], 
 
 
 @dg.sensor(job=gate_candidate, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
-def registry_sensor(context: dg.SensorEvaluationContext, registry: MlflowRegistryResource) -> dg.SensorResult | dg.SkipReason:
-    """Cursor: the highest version seen per registered model; run_key NAME:VERSION so nothing launches twice."""
+def registry_sensor(context: dg.SensorEvaluationContext, registry: MlflowRegistryResource) -> dg.SensorResult:
+    """Cursor: the highest version seen per registered model; run_key NAME:VERSION so nothing launches twice.
+
+    A version that already has a partition was gated before (by `modelcd gate` or an earlier sensor), so it is not launched again.
+    """
     cursor = json.loads(context.cursor) if context.cursor else {}
     refs, advanced = new_versions(registry.registry(), cursor)
-    if not refs:
-        return dg.SkipReason(f"no new candidate versions (cursor {cursor or 'empty'})")
-    keys = [r.key for r in refs]
+    keys = [r.key for r in refs if not context.instance.has_dynamic_partition(candidates.name, r.key)]
+    if not keys:
+        return dg.SensorResult(skip_reason=f"no new candidate versions (cursor {advanced or 'empty'})", cursor=json.dumps(advanced, sort_keys=True))
     return dg.SensorResult(
         run_requests=[dg.RunRequest(run_key=k, partition_key=k, tags={"modelcd/candidate": k}) for k in keys],
         dynamic_partitions_requests=[candidates.build_add_request(keys)],
