@@ -114,3 +114,25 @@ def test_promotion_step_refuses_when_a_gate_result_is_missing(env, instance, bas
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "refusing to promote" in failure.event_specific_data.error.cause.message
     assert production(env) == before
+
+
+def test_cli_gate_exit_codes_and_status(env, base, tiny_adapters, capsys):
+    """`modelcd gate` exits 3 when a gate blocks and 0 when promoted; `modelcd status` shows both."""
+    from modelcd_assets.cli import main
+
+    before = production(env)
+    worse = env.registry.register(tiny_adapters["worse"], MODEL)
+    assert main(["gate", MODEL, worse.version]) == 3
+    out = capsys.readouterr().out
+    assert "accuracy_within_tolerance" in out and "BLOCKED" in out
+    assert production(env) == before
+
+    again = env.registry.register(tiny_adapters["good"], MODEL)
+    assert main(["gate", MODEL, again.version]) == 0
+    assert "PROMOTED" in capsys.readouterr().out
+    assert production(env) == again
+
+    assert main(["status", MODEL]) == 0
+    status = capsys.readouterr().out
+    assert f"{MODEL}: production = {again.version}" in status
+    assert "accuracy_within_tolerance=fail" in status and "throughput_within_tolerance=pass" in status
