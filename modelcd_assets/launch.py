@@ -138,9 +138,9 @@ def latest_gate_rows(instance: dg.DagsterInstance, ref: CandidateRef) -> list[Ga
     rows = []
     for key in keys:
         rec = latest.get(key)
-        ev = rec.evaluation if rec else None
+        ev = rec.evaluation if rec and rec.status.value in ("SUCCEEDED", "FAILED") else None
         if ev is None:
-            rows.append(GateRow(key.name, "not run" if rec is None else rec.status.value.lower()))
+            rows.append(GateRow(key.name, "not run" if rec is None or rec.status.value == "PLANNED" else rec.status.value.lower()))
             continue
         rows.append(_row(key.name, ev))
     return rows

@@ -41,7 +41,8 @@ def gate_records(instance: dg.DagsterInstance, keys: list[dg.AssetCheckKey], par
         if rec is None:
             out.append(GateRecord(key.name, None, None, False))
             continue
-        evaluation_ = rec.evaluation
+        # Only SUCCEEDED and FAILED records carry an evaluation; PLANNED ones carry the plan.
+        evaluation_ = rec.evaluation if rec.status.value in ("SUCCEEDED", "FAILED") else None
         target = evaluation_.target_materialization_data if evaluation_ else None
         mat = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key.asset_key, asset_partitions=[partition]), limit=1).records
         current = bool(target and mat and target.storage_id == mat[0].storage_id)
