@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -70,7 +71,11 @@ def cmd_demo(args) -> int:
 
 def cmd_ui(args) -> int:
     workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
-    os.execvp("dagster", ["dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.port)])
+    if not workspace.is_file():
+        raise ModelcdError(f"{workspace} not found; run 'modelcd ui' from an editable install of the repository (make install)")
+    # The dagster CLI installed beside this interpreter, so the UI runs in the same environment without activating it.
+    dagster = Path(sys.executable).with_name("dagster")
+    os.execv(str(dagster), [str(dagster), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.port)])
     return 0
 
 
@@ -101,6 +106,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     apply_local_defaults()
+    # MLflow announces database migrations at INFO on stderr; keep stderr for modelcd's own one-line errors.
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         return args.func(args)
     except (ModelcdError, FileNotFoundError, ValueError) as e:

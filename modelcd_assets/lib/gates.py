@@ -118,3 +118,10 @@ def judge_golden(predicted: list[str], expected: list[str], texts: list[str]) ->
         f"all {n} golden cases predicted correctly" if not misses
         else "; ".join(f"{t!r}: expected {e}, got {p}" for t, e, p in misses[:3]) + (f" (+{len(misses) - 3} more)" if len(misses) > 3 else ""))
     return Verdict("golden", FAIL if misses else PASS, f"{n - len(misses)}/{n} correct", "all", reason, {"cases": n, "misses": len(misses)})
+
+
+def judge_safety(findings: list[str]) -> Verdict:
+    """No file in the artifact (or its base) could run code, escape its folder, or is malformed."""
+    reason = "no pickles, code, bad safetensors, escaping links or oversized files" if not findings else "; ".join(findings[:3]) + (
+        f" (+{len(findings) - 3} more)" if len(findings) > 3 else "")
+    return Verdict("artifact_safety", FAIL if findings else PASS, f"{len(findings)} finding(s)", "0 findings", reason, {"findings": len(findings)})

@@ -15,6 +15,7 @@ from mlflow.exceptions import MlflowException
 from modelcd_assets.lib.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
+from modelcd_assets.lib.safety import scan_artifact
 
 PRODUCTION = "production"
 EXPERIMENT = "modelcd-registrations"
@@ -86,6 +87,10 @@ class Registry:
         """Upload folder as a new version of name, with a sha256 manifest of its files."""
         folder = Path(folder)
         info = inspect_artifact(folder)
+        findings = scan_artifact(folder)
+        if findings:
+            more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+            raise BadCandidate(f"refusing to register {folder}: {findings[0]}{more}")
         kind = "base" if role == "base" else info.kind
         version_tags = {KIND: kind, **(tags or {})}
         if info.kind == ADAPTER and role != "base":

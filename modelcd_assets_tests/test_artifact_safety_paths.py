@@ -1,0 +1,58 @@
+"""A malicious pickle never runs, whatever path the candidate takes: CLI register, sensor, gate."""
+
+import json
+import pickle
+import shutil
+
+import dagster as dg
+
+from modelcd_assets.cli import main
+from modelcd_assets.defs.sensors.registry_sensor import registry_sensor
+from modelcd_assets.launch import BLOCKED, run_gate
+from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
+from modelcd_assets.lib.registry import CONTENT, KIND, ROLE, CandidateRef
+from modelcd_assets.resources.registry import MlflowRegistryResource
+from modelcd_assets_tests.lib.test_safety import plant_pickle
+
+
+def _register_outside_modelcd(reg, folder, name):
+    """What another tool writing straight to MLflow could do: upload the files and tag a matching manifest."""
+    client = reg.client
+    exp = reg._experiment_id()
+    run = client.create_run(exp)
+    client.log_artifacts(run.info.run_id, str(folder), artifact_path="model")
+    client.set_terminated(run.info.run_id)
+    if not client.search_registered_models(f"name='{name}'"):
+        client.create_registered_model(name, tags={ROLE: "candidate"})
+    tags = {KIND: "full", CONTENT: manifest_hash(folder_manifest(folder))}
+    mv = client.create_model_version(name, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id, tags=tags)
+    return CandidateRef(name, str(mv.version))
+
+
+def test_malicious_pickle_never_runs(modelcd_env, tiny_base, tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    evil = shutil.copytree(tiny_base, tmp_path / "evil")
+    plant_pickle(evil, marker)
+
+    # CLI register: refused with one line, exit 2.
+    assert main(["register", str(evil), "--name", "evil-model"]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("modelcd: error:")]
+    assert len(errors) == 1 and "pytorch_model.bin: pickle-based weights" in errors[0], err
+    assert "Traceback" not in err
+
+    # Registered behind modelcd's back: the sensor launches it like any other version...
+    ref = _register_outside_modelcd(modelcd_env.registry, evil, "evil-model")
+    resource = MlflowRegistryResource(tracking_uri=modelcd_env.env["MLFLOW_TRACKING_URI"], artifact_location=modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"])
+    with dg.instance_for_test(temp_dir=modelcd_env.env["DAGSTER_HOME"]) as instance:
+        result = registry_sensor(dg.build_sensor_context(instance=instance, resources={"registry": resource}))
+        assert [r.run_key for r in result.run_requests] == [ref.key]
+        # ...and the gated run it requests is blocked at the candidate, before anything loads weights.
+        run = run_gate(ref, instance=instance)
+    assert run.outcome == BLOCKED
+    rows = {r.gate: r for r in run.rows}
+    assert rows["artifact_is_safe"].status == "fail" and "pickle" in rows["artifact_is_safe"].reason
+    assert {r.status for g, r in rows.items() if g != "artifact_is_safe"} == {"not run"}
+    assert modelcd_env.registry.production("evil-model") is None
+    assert not marker.exists()
+    assert json.loads((tiny_base / "config.json").read_text())  # the clean source is untouched
