@@ -21,7 +21,10 @@ def _registry():
 
 
 def cmd_register(args) -> int:
-    ref = _registry().register(Path(args.path), args.name, base=args.base)
+    from modelcd_assets.lib.registry import TOKENIZER_CHANGE
+
+    tags = {TOKENIZER_CHANGE: "true"} if args.tokenizer_change else None
+    ref = _registry().register(Path(args.path), args.name, base=args.base, tags=tags)
     print(f"registered {ref.uri} (candidate key {ref.key})")
     return 0
 
@@ -86,6 +89,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("path")
     r.add_argument("--name", required=True, help="registered model name")
     r.add_argument("--base", help="models:/NAME/VERSION of the base, when the adapter does not declare it")
+    r.add_argument("--tokenizer-change", action="store_true", help="declare that this version's tokenizer maps text to different ids on purpose")
     r.set_defaults(func=cmd_register)
     g = sub.add_parser("gate", help="run the gated pipeline for one version; exit 0 promoted, 3 blocked, 2 bad input")
     g.add_argument("name")

@@ -13,6 +13,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from safetensors.torch import load_file, save_file  # noqa: E402
+
 from modelcd_assets.lib.base_model import build_tiny_base  # noqa: E402
 from modelcd_assets.lib.data import LABELS, generate, write_splits  # noqa: E402
 from modelcd_assets.lib.registry import Registry  # noqa: E402
@@ -88,7 +90,6 @@ def _copy_model(src: Path, dst: Path) -> Path:
 def _widen_ffn(src: Path, dst: Path, extra: int, bias: float) -> Path:
     """A copy of src whose FFNs gain `extra` neurons with zero input weights, the given bias, and zero outgoing weights."""
     import torch
-    from safetensors.torch import load_file, save_file
 
     d = _copy_model(src, dst)
     w = load_file(str(d / "model.safetensors"))
@@ -119,6 +120,12 @@ def crafted(tiny_trained: Path, tiny_adapters: dict[str, Path], tmp_path_factory
     # INT8-unfaithful: one extra FFN neuron that always fires at 1e4 and feeds nothing (zero outgoing
     # weights). FP32 outputs are unchanged; INT8 activation ranges stretch to 1e4 and every other value rounds to 0.
     out["unfaithful"] = _widen_ffn(good, root / "unfaithful", extra=1, bias=1e4)
+    # NaN in the last position-embedding row: outputs are untouched (short inputs never reach it), the weight scan is not.
+    d = _copy_model(good, root / "nan_weights")
+    w = load_file(str(d / "model.safetensors"))
+    w["bert.embeddings.position_embeddings.weight"][-1, 0] = float("nan")
+    save_file(w, str(d / "model.safetensors"), metadata={"format": "pt"})
+    out["nan_weights"] = d
     # Slow: every FFN widened 128-fold with silent neurons. Outputs are identical, compute is not.
     out["slow"] = _widen_ffn(good, root / "slow", extra=127 * 64, bias=0.0)
     return out

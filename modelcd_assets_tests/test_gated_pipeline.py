@@ -74,6 +74,7 @@ def test_byte_identical_reregistration_passes_every_gate(env, instance, base, ti
         ("worse", "accuracy_within_tolerance"),
         ("unfaithful", "int8_agrees_with_fp32"),
         ("slow", "throughput_within_tolerance"),
+        ("nan_weights", "weights_are_finite"),
     ],
 )
 def test_crafted_candidate_fails_only_its_gate_and_alias_stays(env, instance, base, tiny_adapters, crafted, candidate, gate):

@@ -125,3 +125,80 @@ def judge_safety(findings: list[str]) -> Verdict:
     reason = "no pickles, code, bad safetensors, escaping links or oversized files" if not findings else "; ".join(findings[:3]) + (
         f" (+{len(findings) - 3} more)" if len(findings) > 3 else "")
     return Verdict("artifact_safety", FAIL if findings else PASS, f"{len(findings)} finding(s)", "0 findings", reason, {"findings": len(findings)})
+
+
+def _verdict(gate: str, problems: list[str], ok: str, measured: str, threshold: str, numbers: dict | None = None) -> Verdict:
+    return Verdict(gate, FAIL if problems else PASS, measured, threshold, "; ".join(problems) or ok, numbers or {})
+
+
+def judge_weights_finite(report: dict) -> Verdict:
+    """No NaN or Inf in any weight tensor of the adapter or the merged model."""
+    bad = [f"{file}: {', '.join(names[:3])}" for file, names in report["nonfinite_tensors"].items() if names]
+    outliers = report.get("weight_norm_outliers") or {}
+    note = f"; weight-norm outliers vs base (reported): {', '.join(list(outliers)[:3])}" if outliers else ""
+    return _verdict("weights_finite", [f"NaN/Inf in {b}" for b in bad], "every weight tensor is finite" + note,
+                    f"{sum(len(v) for v in report['nonfinite_tensors'].values())} non-finite tensors", "0", {"norm_outliers": len(outliers)})
+
+
+def judge_loads_cleanly(report: dict) -> Verdict:
+    """The merged model loads with no missing, unexpected or mismatched keys, and no head is silently re-initialized."""
+    info = report["merged_loading"]
+    problems = [f"{k.replace('_', ' ')}: {', '.join(v[:3])}" for k, v in info.items() if v]
+    head = (report.get("adapter") or {}).get("head_not_provided") or []
+    if head:
+        problems.append(f"the base lacks {', '.join(head)} and the adapter does not provide it: the head would be randomly initialized")
+    return _verdict("loads_cleanly", problems, "no missing, unexpected or mismatched keys", f"{len(problems)} problem(s)", "0")
+
+
+def judge_adapter_fits_base(report: dict) -> Verdict:
+    """The adapter declares the registered base, its LoRA shapes and rank fit, and it matches at least one module."""
+    fit = report.get("adapter")
+    if fit is None:
+        return _verdict("adapter_fits_base", [], "full model: no adapter to fit", "n/a", "n/a")
+    problems = list(fit["shape_problems"][:3])
+    if fit["declared_base"] and fit["declared_base"] != fit["registered_base"]:
+        problems.append(f"adapter_config.json declares base {fit['declared_base']!r} but it is registered against {fit['registered_base']!r}")
+    if fit["modules_matched"] == 0:
+        problems.append("the adapter matches no module of the base; it would change nothing")
+    return _verdict("adapter_fits_base", problems, f"rank {fit['rank']}, {fit['modules_matched']} base modules matched",
+                    f"{fit['modules_matched']} modules, rank {fit['rank']}", ">= 1 module, shapes fit", {"modules_matched": fit["modules_matched"]})
+
+
+def judge_adapter_changes_outputs(report: dict, min_change: float = 1e-5) -> Verdict:
+    """Merged outputs differ from the base's on the probe batch."""
+    fit = report.get("adapter")
+    if fit is None:
+        return _verdict("adapter_changes_outputs", [], "full model: no base to compare", "n/a", "n/a")
+    change = fit["max_output_change"]
+    problems = [] if change > min_change else [f"merged outputs equal the base's on the probe batch (max |Δlogit| {change:.1e})"]
+    return _verdict("adapter_changes_outputs", problems, f"max |Δlogit| vs base {change:.3g}", f"{change:.3g}", f"> {min_change}", {"max_output_change": change})
+
+
+def judge_tokenizer(report: dict) -> Verdict:
+    """The vocabulary fits the embedding table, and probe token ids match the reference unless a change was declared."""
+    t = report["tokenizer"]
+    problems = []
+    if t["vocab_size"] > t["embedding_rows"]:
+        problems.append(f"tokenizer has {t['vocab_size']} tokens but the embedding table only {t['embedding_rows']} rows")
+    mismatches = t.get("probe_id_mismatches") or []
+    if mismatches and not t["change_declared"]:
+        problems.append(f"token ids differ from the reference tokenizer on {len(mismatches)} probe string(s), e.g. {mismatches[0]!r}; register with --tokenizer-change if intended")
+    return _verdict("tokenizer", problems, f"vocab {t['vocab_size']} <= {t['embedding_rows']} rows; probe ids " + ("differ (declared change)" if mismatches else "match"),
+                    f"{t['vocab_size']} tokens / {t['embedding_rows']} rows", "vocab <= rows, same ids")
+
+
+def judge_probe(report: dict) -> Verdict:
+    """Probe outputs are finite and identical on a repeated call."""
+    if "forward_error" in report:
+        return _verdict("probe", [f"the probe batch does not run: {report['forward_error'][:200]}"], "", "error", "finite, deterministic")
+    problems = ([] if report["probe_finite"] else ["probe outputs contain NaN or Inf"]) + ([] if report["probe_deterministic"] else ["the same input twice gave different outputs"])
+    return _verdict("probe", problems, "finite and deterministic", "finite, deterministic" if not problems else "; ".join(problems), "both")
+
+
+def judge_gradients(report: dict) -> Verdict:
+    """A synthetic-batch backward pass gives a finite loss and finite gradients."""
+    g = report["gradients"]
+    if "error" in g:
+        return _verdict("gradients", [f"no backward pass: {g['error'][:200]}"], "", "error", "0")
+    problems = ([] if g["loss_finite"] else ["loss is NaN or Inf"]) + ([f"non-finite gradients in {', '.join(g['nonfinite'][:3])}"] if g["nonfinite"] else [])
+    return _verdict("gradients", problems, "finite loss and gradients", f"{len(g['nonfinite'])} non-finite", "0")

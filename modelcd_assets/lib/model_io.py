@@ -13,10 +13,19 @@ from modelcd_assets.lib.errors import BadCandidate
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 
 
+def quiet_transformers() -> None:
+    """Silence loading reports and per-shard progress bars; modelcd reports what matters itself."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def load_classifier(folder: Path, eager_attention: bool = False):
     """A sequence classifier in eval mode; eager attention exports to a graph ORT can fuse."""
     from transformers import AutoModelForSequenceClassification
 
+    quiet_transformers()
     kwargs = {"attn_implementation": "eager"} if eager_attention else {}
     model = AutoModelForSequenceClassification.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False, **kwargs)
     return model.eval()

@@ -24,6 +24,7 @@ ROLE = "modelcd.role"  # "base" or "candidate" on a registered model
 KIND = "modelcd.kind"  # "adapter", "full" or "base" on a version
 BASE = "modelcd.base"  # models:/NAME/VERSION of an adapter's base
 CONTENT = "modelcd.content_sha256"
+TOKENIZER_CHANGE = "modelcd.tokenizer_change"  # "true" when a version declares that its tokenizer maps text to new ids
 MANIFEST_FILE = "modelcd_manifest.json"
 
 

@@ -35,7 +35,7 @@ def _fit(model, base_dir: Path, train: list[Example], cfg: Training, desc: str) 
     tok = load_tokenizer(base_dir)
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10) * max(0.05, 1 - s / cfg.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10) * max(0.05, 1 - s / max(1, cfg.steps)))
     texts = [ex.text for ex in train]
     order, pos = rng.permutation(len(texts)), 0
     bar = tqdm(range(cfg.steps), desc=desc, unit="step")

@@ -9,16 +9,22 @@ import dagster as dg
 from modelcd_assets.defs.assets.candidate import candidate
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.artifact import ADAPTER
-from modelcd_assets.lib.candidate import CandidateRecord
+from modelcd_assets.lib.builds import write_json
+from modelcd_assets.lib.candidate import CandidateRecord, production_record
+from modelcd_assets.lib.health import measure
 from modelcd_assets.lib.model_io import merge_adapter
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.registry import TOKENIZER_CHANGE, CandidateRef
+from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
+
+HEALTH_FILE = "health.json"
 
 
 @dg.asset(partitions_def=candidates, deps=[candidate], group_name="build", kinds={"pytorch", "safetensors"})
-def merged_model(context: dg.AssetExecutionContext, state: LocalStateResource) -> dg.MaterializeResult:
-    """One deployable model folder; reused when the same base and adapter were merged before."""
-    record = CandidateRecord.load(state.candidate_dir(CandidateRef.parse(context.partition_key)))
+def merged_model(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource) -> dg.MaterializeResult:
+    """One deployable model folder (reused when the same base and adapter were merged before), and its health report."""
+    ref = CandidateRef.parse(context.partition_key)
+    record = CandidateRecord.load(state.candidate_dir(ref))
     build = record.build
     cached = (build.merged / "config.json").is_file()
     start = time.perf_counter()
@@ -31,8 +37,20 @@ def merged_model(context: dg.AssetExecutionContext, state: LocalStateResource) -
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(record.artifact_dir, tmp)
             tmp.rename(build.merged)
+    merge_seconds = time.perf_counter() - start
+    reg = registry.registry()
+    if record.kind == ADAPTER:
+        reference = Path(record.base_dir)
+    else:  # a full model is compared with the tokenizer production serves, when there is one
+        prod = production_record(reg, state.candidate_dir, ref.name)
+        reference = prod.build.merged if prod and prod.ref != ref else None
+    health = measure(build.merged, record.kind, Path(record.artifact_dir), Path(record.base_dir) if record.base_dir else None, record.base_uri,
+                     reference, reg.tags(ref).get(TOKENIZER_CHANGE) == "true")
+    write_json(state.candidate_dir(ref) / HEALTH_FILE, health)
     size = sum(p.stat().st_size for p in build.merged.iterdir())
     return dg.MaterializeResult(
-        metadata={"build": build.key, "reused_from_cache": cached, "seconds": round(time.perf_counter() - start, 2), "size_mb": round(size / 2**20, 2)},
+        metadata={"build": build.key, "reused_from_cache": cached, "merge_seconds": round(merge_seconds, 2),
+                  "health_seconds": round(time.perf_counter() - start - merge_seconds, 2), "size_mb": round(size / 2**20, 2),
+                  "probe_deterministic": health["probe_deterministic"], "weight_norm_outliers": dg.MetadataValue.json(health.get("weight_norm_outliers") or {})},
         data_version=dg.DataVersion(build.key),
     )

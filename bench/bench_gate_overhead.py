@@ -1,0 +1,69 @@
+"""Wall time the safety and health gates add to a gated run on the demo model.
+
+Run after `make demo`: python bench/bench_gate_overhead.py [--fresh]
+Re-registers the production artifact and gates it. With --fresh a line is added to its README,
+which changes its content hash and so its build: the run pays for merge, export and quantization
+like any new candidate's first gated run. Without it the run reuses the build (the cheapest
+gated run there is).
+Prints every step's seconds and the share spent on safety and health.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+
+from modelcd_assets.launch import run_gate
+from modelcd_assets.lib.settings import apply_local_defaults
+
+# Steps that exist only for the safety and health gates, plus merged_model's health_seconds.
+GATE_STEPS = ("candidate_artifact_is_safe", "merged_model_weights_are_finite", "merged_model_model_loads_cleanly", "merged_model_adapter_fits_base",
+              "merged_model_adapter_changes_outputs", "merged_model_tokenizer_fits_model", "merged_model_outputs_are_finite_and_deterministic",
+              "merged_model_gradients_are_finite")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--name", default="ticket-intent")
+    ap.add_argument("--fresh", action="store_true")
+    args = ap.parse_args()
+    apply_local_defaults()
+    from modelcd_assets.lib.registry import Registry
+
+    reg = Registry(os.environ["MLFLOW_TRACKING_URI"], os.environ["MODELCD_MLFLOW_ARTIFACTS"])
+    prod = reg.production(args.name)
+    if prod is None:
+        print(f"no production version of {args.name}; run 'make demo' first", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        artifact = reg.fetch(prod, Path(tmp) / "artifact")
+        if args.fresh:
+            with open(artifact / "README.md", "a") as f:
+                f.write(f"\nre-registered by bench_gate_overhead at {time.time()}\n")
+        ref = reg.register(artifact, args.name)
+        instance = dg.DagsterInstance.get()
+        run = run_gate(ref, instance=instance, progress=True)
+    steps = {}
+    for record in instance.get_records_for_run(run.run_id).records:
+        event = record.event_log_entry.dagster_event
+        if event is not None and event.event_type_value == "STEP_SUCCESS":
+            steps[event.step_key] = event.event_specific_data.duration_ms / 1000
+    mat = instance.get_latest_materialization_event(dg.AssetKey("merged_model")).asset_materialization
+    health_in_asset = float(mat.metadata["health_seconds"].value)
+    total = sum(steps.values())
+    gate = sum(steps.get(s, 0.0) for s in GATE_STEPS) + health_in_asset
+    for step, seconds in sorted(steps.items(), key=lambda kv: -kv[1]):
+        print(f"{seconds:8.2f} s  {step}")
+    print(f"\n{run.outcome}: {'fresh build' if args.fresh else 'cached build'}; steps {total:.1f} s in all; safety + health {gate:.1f} s "
+          f"(health measurement inside merged_model {health_in_asset:.1f} s) = {gate / total:.1%} of the gated run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
