@@ -8,7 +8,6 @@ on this machine, so throughput noise, bootstrap and drift are all exercised for 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -16,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from modelcd_assets.launch import PROMOTED, run_gate
-from modelcd_assets.lib.settings import apply_local_defaults
+from production_artifact import registry_and_production
 
 
 def main() -> int:
@@ -24,14 +23,10 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--name", default="ticket-intent")
     args = ap.parse_args()
-    apply_local_defaults()
-    from modelcd_assets.lib.registry import Registry
-
-    reg = Registry(os.environ["MLFLOW_TRACKING_URI"], os.environ["MODELCD_MLFLOW_ARTIFACTS"])
-    prod = reg.production(args.name)
-    if prod is None:
-        print(f"no production version of {args.name}; run 'make demo' first", file=sys.stderr)
+    found = registry_and_production(args.name)
+    if found is None:
         return 2
+    reg, prod = found
     with tempfile.TemporaryDirectory() as tmp:
         artifact = reg.fetch(prod, Path(tmp) / "artifact")
         outcomes, failures, ratios = Counter(), Counter(), []

@@ -11,7 +11,6 @@ Prints every step's seconds and the share spent on safety and health.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 import dagster as dg
 
 from modelcd_assets.launch import run_gate
-from modelcd_assets.lib.settings import apply_local_defaults
+from production_artifact import registry_and_production
 
 # Steps that exist only for the safety and health gates, plus merged_model's health_seconds.
 GATE_STEPS = ("candidate_artifact_is_safe", "merged_model_weights_are_finite", "merged_model_model_loads_cleanly", "merged_model_adapter_fits_base",
@@ -33,14 +32,10 @@ def main() -> int:
     ap.add_argument("--name", default="ticket-intent")
     ap.add_argument("--fresh", action="store_true")
     args = ap.parse_args()
-    apply_local_defaults()
-    from modelcd_assets.lib.registry import Registry
-
-    reg = Registry(os.environ["MLFLOW_TRACKING_URI"], os.environ["MODELCD_MLFLOW_ARTIFACTS"])
-    prod = reg.production(args.name)
-    if prod is None:
-        print(f"no production version of {args.name}; run 'make demo' first", file=sys.stderr)
+    found = registry_and_production(args.name)
+    if found is None:
         return 2
+    reg, prod = found
     with tempfile.TemporaryDirectory() as tmp:
         artifact = reg.fetch(prod, Path(tmp) / "artifact")
         if args.fresh:
