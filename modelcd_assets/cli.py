@@ -21,11 +21,44 @@ def _registry():
 
 
 def cmd_register(args) -> int:
-    from modelcd_assets.lib.registry import TOKENIZER_CHANGE
+    from modelcd_assets.lib.contract import parse_semver
+    from modelcd_assets.lib.registry import BUMP_DECLARED, SEMVER_DECLARED, TOKENIZER_CHANGE
 
-    tags = {TOKENIZER_CHANGE: "true"} if args.tokenizer_change else None
+    tags = {TOKENIZER_CHANGE: "true"} if args.tokenizer_change else {}
+    if args.semver and args.bump:
+        raise ModelcdError("give either --semver or --bump, not both")
+    if args.semver:
+        parse_semver(args.semver)
+        tags[SEMVER_DECLARED] = args.semver
+    if args.bump:
+        tags[BUMP_DECLARED] = args.bump
     ref = _registry().register(Path(args.path), args.name, base=args.base, tags=tags)
     print(f"registered {ref.uri} (candidate key {ref.key})")
+    return 0
+
+
+def cmd_contract_diff(args) -> int:
+    import json
+
+    from modelcd_assets.lib.contract import diff_contracts, required_level
+    from modelcd_assets.lib.registry import CONTRACT, SEMVER, CandidateRef
+
+    reg = _registry()
+    contracts = []
+    for version in (args.v1, args.v2):
+        ref = CandidateRef(args.name, str(version))
+        tags = reg.tags(ref)
+        if CONTRACT not in tags:
+            raise ModelcdError(f"{ref.uri} has no recorded contract yet; run 'modelcd gate {args.name} {version}' first")
+        contracts.append((json.loads(tags[CONTRACT]), tags.get(SEMVER, "?")))
+    (old, old_semver), (new, new_semver) = contracts
+    ids_changed = old["tokenizer_sha256"] != new["tokenizer_sha256"]  # without probes, any tokenizer change counts as new ids
+    changes = diff_contracts(old, new, ids_changed)
+    print(f"{args.name} {args.v1} ({old_semver}) -> {args.v2} ({new_semver}): requires a {required_level(changes)} bump")
+    for c in changes:
+        print(f"  {c.level.upper():5}  {c.what}")
+    if not changes:
+        print("  no contract change (weights only)")
     return 0
 
 
@@ -90,12 +123,21 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--name", required=True, help="registered model name")
     r.add_argument("--base", help="models:/NAME/VERSION of the base, when the adapter does not declare it")
     r.add_argument("--tokenizer-change", action="store_true", help="declare that this version's tokenizer maps text to different ids on purpose")
+    r.add_argument("--semver", help="this version's Model SemVer, MAJOR.MINOR.PATCH")
+    r.add_argument("--bump", choices=["patch", "minor", "major"], help="or the bump over production's SemVer (default: patch, weights only)")
     r.set_defaults(func=cmd_register)
     g = sub.add_parser("gate", help="run the gated pipeline for one version; exit 0 promoted, 3 blocked, 2 bad input")
     g.add_argument("name")
     g.add_argument("version", type=int)
     g.add_argument("--traffic", default="traffic_current", help="traffic split to judge drift on (default traffic_current)")
     g.set_defaults(func=cmd_gate)
+    c = sub.add_parser("contract", help="I/O contracts of registered versions")
+    csub = c.add_subparsers(dest="contract_command", required=True)
+    cd = csub.add_parser("diff", help="the contract diff between two versions and the SemVer bump it requires")
+    cd.add_argument("name")
+    cd.add_argument("v1", type=int)
+    cd.add_argument("v2", type=int)
+    cd.set_defaults(func=cmd_contract_diff)
     s = sub.add_parser("status", help="production version, candidates and their last gate results")
     s.add_argument("name", nargs="?")
     s.set_defaults(func=cmd_status)

@@ -126,6 +126,15 @@ def crafted(tiny_trained: Path, tiny_adapters: dict[str, Path], tmp_path_factory
     w["bert.embeddings.position_embeddings.weight"][-1, 0] = float("nan")
     save_file(w, str(d / "model.safetensors"), metadata={"format": "pt"})
     out["nan_weights"] = d
+    # Label order swapped in the config only: a MAJOR contract change, registered without declaring it.
+    d = _copy_model(good, root / "relabelled")
+    cfg = json.loads((d / "config.json").read_text())
+    names = [cfg["id2label"][str(i)] for i in range(len(cfg["id2label"]))]
+    names[0], names[1] = names[1], names[0]
+    cfg["id2label"] = {str(i): n for i, n in enumerate(names)}
+    cfg["label2id"] = {n: i for i, n in enumerate(names)}
+    (d / "config.json").write_text(json.dumps(cfg))
+    out["relabelled"] = d
     # Slow: every FFN widened 128-fold with silent neurons. Outputs are identical, compute is not.
     out["slow"] = _widen_ffn(good, root / "slow", extra=127 * 64, bias=0.0)
     return out

@@ -75,6 +75,7 @@ def test_byte_identical_reregistration_passes_every_gate(env, instance, base, ti
         ("unfaithful", "int8_agrees_with_fp32"),
         ("slow", "throughput_within_tolerance"),
         ("nan_weights", "weights_are_finite"),
+        ("relabelled", "semver_covers_contract_change"),
     ],
 )
 def test_crafted_candidate_fails_only_its_gate_and_alias_stays(env, instance, base, tiny_adapters, crafted, candidate, gate):
@@ -137,3 +138,21 @@ def test_cli_gate_exit_codes_and_status(env, base, tiny_adapters, capsys):
     status = capsys.readouterr().out
     assert f"{MODEL}: production = {again.version}" in status
     assert "accuracy_within_tolerance=fail" in status and "throughput_within_tolerance=pass" in status
+
+
+def test_contract_diff_cli_and_semver_tags(env, base, capsys):
+    """Contracts and SemVer are MLflow version tags; `modelcd contract diff` explains the relabelled candidate's block."""
+    import json
+
+    from modelcd_assets.cli import main
+    from modelcd_assets.lib.registry import CONTRACT, SEMVER
+
+    tags = {v.version: env.registry.tags(v) for v in env.registry.versions(MODEL)}
+    assert tags["1"][SEMVER] == "1.0.0"
+    relabelled = next(v for v, t in tags.items() if CONTRACT in t and json.loads(t[CONTRACT])["id2label"][0] == "technical")
+    assert main(["contract", "diff", MODEL, "1", relabelled]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{MODEL} 1 (1.0.0) -> {relabelled}") and "requires a major bump" in out
+    assert "MAJOR  labels changed order or names" in out
+    assert main(["contract", "diff", MODEL, "1", "2"]) == 0
+    assert "no contract change (weights only)" in capsys.readouterr().out

@@ -202,3 +202,21 @@ def judge_gradients(report: dict) -> Verdict:
         return _verdict("gradients", [f"no backward pass: {g['error'][:200]}"], "", "error", "0")
     problems = ([] if g["loss_finite"] else ["loss is NaN or Inf"]) + ([f"non-finite gradients in {', '.join(g['nonfinite'][:3])}"] if g["nonfinite"] else [])
     return _verdict("gradients", problems, "finite loss and gradients", f"{len(g['nonfinite'])} non-finite", "0")
+
+
+def judge_semver(report: dict) -> Verdict:
+    """The declared SemVer bump covers what the I/O contract change requires."""
+    from modelcd_assets.lib.contract import LEVELS
+
+    changes = "; ".join(f"{c['level'].upper()}: {c['what']}" for c in report["changes"]) or "no contract change (weights only)"
+    if report["production_semver"] is None:
+        return _verdict("semver", [], f"first version {report['semver']}; contract recorded", report["semver"], "n/a (first version)")
+    declared, required = report["declared_level"], report["required_level"]
+    problems = []
+    if declared is None:
+        problems.append(f"declared {report['declared']} is not greater than production's {report['production_semver']}")
+    elif LEVELS.index(declared) < LEVELS.index(required):
+        problems.append(f"declared a {declared} bump ({report['production_semver']} -> {report['semver']}) but the contract change needs {required}: {changes}; "
+                        f"register with --bump {required}")
+    return _verdict("semver", problems, f"{report['production_semver']} -> {report['semver']} ({declared}) covers {required}: {changes}",
+                    f"declared {declared}", f">= {required}", {"changes": len(report["changes"])})

@@ -24,7 +24,11 @@ ROLE = "modelcd.role"  # "base" or "candidate" on a registered model
 KIND = "modelcd.kind"  # "adapter", "full" or "base" on a version
 BASE = "modelcd.base"  # models:/NAME/VERSION of an adapter's base
 CONTENT = "modelcd.content_sha256"
-TOKENIZER_CHANGE = "modelcd.tokenizer_change"  # "true" when a version declares that its tokenizer maps text to new ids
+TOKENIZER_CHANGE = "modelcd.tokenizer_change"
+SEMVER_DECLARED = "modelcd.semver_declared"  # MAJOR.MINOR.PATCH given at registration
+BUMP_DECLARED = "modelcd.bump_declared"  # or a bump level given at registration
+SEMVER = "modelcd.semver"  # the version's resolved Model SemVer
+CONTRACT = "modelcd.contract"  # the I/O contract as JSON  # "true" when a version declares that its tokenizer maps text to new ids
 MANIFEST_FILE = "modelcd_manifest.json"
 
 

@@ -1,27 +1,50 @@
 """onnx_model: FP32 ONNX export of the merged model, with a parity check against torch."""
 
+import json
 import time
 
 import dagster as dg
 
-from modelcd_assets.defs.assets.merged_model import merged_model
+from modelcd_assets.defs.assets.merged_model import HEALTH_FILE, merged_model
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.builds import read_json, write_json
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.export import OPSET, check_parity, export_onnx, torch_logits
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.contract import bump, changes_to_dicts, diff_contracts, extract_contract, level_between, required_level
+from modelcd_assets.lib.registry import BUMP_DECLARED, CONTRACT, SEMVER, SEMVER_DECLARED, CandidateRef
 from modelcd_assets.lib.runtime import logits, session
 from modelcd_assets.lib.tokens import encode
+from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
+
+CONTRACT_FILE = "contract.json"
+FIRST_SEMVER = "1.0.0"
+
+
+def semver_report(contract: dict, tags: dict, prod_tags: dict | None, token_ids_changed: bool) -> dict:
+    """The contract diff against production, the bump it requires, and the bump this version declared."""
+    declared_semver, declared_bump = tags.get(SEMVER_DECLARED), tags.get(BUMP_DECLARED)
+    if prod_tags is None or CONTRACT not in prod_tags:
+        semver = declared_semver or FIRST_SEMVER
+        return {"contract": contract, "changes": [], "required_level": "patch", "declared_level": None, "declared": semver, "semver": semver, "production_semver": None}
+    prod_semver = prod_tags.get(SEMVER, FIRST_SEMVER)
+    changes = diff_contracts(json.loads(prod_tags[CONTRACT]), contract, token_ids_changed)
+    if declared_semver:
+        level, semver = level_between(prod_semver, declared_semver), declared_semver
+    else:
+        level = declared_bump or "patch"  # undeclared means weights only
+        semver = bump(prod_semver, level)
+    return {"contract": contract, "changes": changes_to_dicts(changes), "required_level": required_level(changes), "declared_level": level,
+            "declared": declared_semver or f"{level} bump", "semver": semver, "production_semver": prod_semver}
 
 PARITY_EXAMPLES = 64
 MAX_LENGTH = 64
 
 
 @dg.asset(partitions_def=candidates, deps=[merged_model], group_name="build", kinds={"onnx"})
-def onnx_model(context: dg.AssetExecutionContext, state: LocalStateResource) -> dg.MaterializeResult:
-    """Exported once per build; parity is max |logit diff| torch vs ONNX on evaluation examples."""
+def onnx_model(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource) -> dg.MaterializeResult:
+    """Exported once per build; parity is max |logit diff| torch vs ONNX on evaluation examples; the I/O contract is recorded."""
     record = CandidateRecord.load(state.candidate_dir(CandidateRef.parse(context.partition_key)))
     build = record.build
     report_path = build.dir / "onnx_export.json"
@@ -40,6 +63,15 @@ def onnx_model(context: dg.AssetExecutionContext, state: LocalStateResource) -> 
             raise
         report = {"parity_max_abs_diff": diff, "opset": OPSET, "parity_examples": len(texts)}
         write_json(report_path, report)
+    ref = CandidateRef.parse(context.partition_key)
+    reg = registry.registry()
+    prod = reg.production(ref.name)
+    health = read_json(state.candidate_dir(ref) / HEALTH_FILE)
+    contract = extract_contract(build.onnx, build.merged)
+    semver = semver_report(contract, reg.tags(ref), reg.tags(prod) if prod and prod != ref else None,
+                           bool(health.get("tokenizer", {}).get("probe_id_mismatches")))
+    write_json(state.candidate_dir(ref) / CONTRACT_FILE, semver)
+    reg.set_tags(ref, {CONTRACT: json.dumps(contract, sort_keys=True), SEMVER: semver["semver"]})
     return dg.MaterializeResult(
         metadata={
             "parity_max_abs_logit_diff": float(report["parity_max_abs_diff"]),
@@ -47,6 +79,9 @@ def onnx_model(context: dg.AssetExecutionContext, state: LocalStateResource) -> 
             "size_mb": round(build.onnx.stat().st_size / 2**20, 2),
             "reused_from_cache": cached,
             "seconds": round(time.perf_counter() - start, 2),
+            "semver": semver["semver"],
+            "contract_changes": dg.MetadataValue.md("\n".join(f"- {c['level'].upper()}: {c['what']}" for c in semver["changes"]) or "none (weights only)"),
+            "contract": dg.MetadataValue.json(contract),
         },
         data_version=dg.DataVersion(build.key),
     )
