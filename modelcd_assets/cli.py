@@ -32,7 +32,10 @@ def cmd_register(args) -> int:
         tags[SEMVER_DECLARED] = args.semver
     if args.bump:
         tags[BUMP_DECLARED] = args.bump
-    ref = _registry().register(Path(args.path), args.name, base=args.base, tags=tags)
+    from modelcd_assets.resources.policy import PolicyResource
+
+    limits = PolicyResource(policy_dir=os.environ["MODELCD_POLICY_DIR"]).for_model(args.name).safety.limits()
+    ref = _registry().register(Path(args.path), args.name, base=args.base, tags=tags, limits=limits)
     print(f"registered {ref.uri} (candidate key {ref.key})")
     return 0
 

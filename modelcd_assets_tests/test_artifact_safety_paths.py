@@ -56,3 +56,10 @@ def test_malicious_pickle_never_runs(modelcd_env, tiny_base, tmp_path, capsys):
     assert modelcd_env.registry.production("evil-model") is None
     assert not marker.exists()
     assert json.loads((tiny_base / "config.json").read_text())  # the clean source is untouched
+
+
+def test_size_limit_comes_from_the_policy(modelcd_env, tiny_base, capsys):
+    modelcd_env.policy("small-model", "safety:\n  max_file_mb: 0.01\n")
+    assert main(["register", str(tiny_base), "--name", "small-model"]) == 2
+    assert "over the per-file limit" in capsys.readouterr().err
+    assert main(["register", str(tiny_base), "--name", "roomy-model"]) == 0

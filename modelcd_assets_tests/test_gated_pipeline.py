@@ -156,3 +156,20 @@ def test_contract_diff_cli_and_semver_tags(env, base, capsys):
     assert "MAJOR  labels changed order or names" in out
     assert main(["contract", "diff", MODEL, "1", "2"]) == 0
     assert "no contract change (weights only)" in capsys.readouterr().out
+
+
+def test_adapter_with_a_wrong_rank_is_bad_input_and_alias_stays(env, instance, base, tiny_adapters, tmp_path):
+    import json
+    import shutil
+
+    from modelcd_assets.launch import BAD_INPUT
+
+    before = production(env)
+    folder = shutil.copytree(tiny_adapters["good"], tmp_path / "wrong-rank")
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    cfg["r"] = 16
+    (folder / "adapter_config.json").write_text(json.dumps(cfg))
+    run = run_gate(env.registry.register(folder, MODEL), instance=instance)
+    assert run.outcome == BAD_INPUT, (run.outcome, run.error)
+    assert "does not fit base" in run.error and "\n" not in run.error
+    assert production(env) == before

@@ -50,6 +50,17 @@ class ThroughputPolicy(_Strict):
         return self
 
 
+class SafetyPolicy(_Strict):
+    max_file_mb: float = Field(2048, gt=0, description="Largest single file a candidate may contain, MiB.")
+    max_total_mb: float = Field(4096, gt=0, description="Largest candidate in all, MiB.")
+    max_files: int = Field(200, ge=1, description="Most files a candidate may contain.")
+
+    def limits(self):
+        from modelcd_assets.lib.safety import SafetyLimits
+
+        return SafetyLimits(max_total_bytes=int(self.max_total_mb * 2**20), max_file_bytes=int(self.max_file_mb * 2**20), max_files=self.max_files)
+
+
 class GoldenCase(_Strict):
     text: str = Field(min_length=1)
     label: str = Field(min_length=1)
@@ -59,6 +70,7 @@ class Policy(_Strict):
     accuracy: AccuracyPolicy = AccuracyPolicy()
     int8_fidelity: FidelityPolicy = FidelityPolicy()
     quantization: QuantizationPolicy = QuantizationPolicy()
+    safety: SafetyPolicy = SafetyPolicy()
     drift: DriftPolicy = DriftPolicy()
     throughput: ThroughputPolicy = ThroughputPolicy()
     golden: list[GoldenCase] = Field(default_factory=list, description="Inference tests: inputs with the label the candidate must predict.")
@@ -76,7 +88,7 @@ def load_policy(path: Path | None) -> Policy:
     except yaml.YAMLError as e:
         raise ModelcdError(f"policy file {path} is not valid YAML: {e}") from e
     if not isinstance(raw, dict):
-        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, quantization, drift, throughput, golden)")
+        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, quantization, drift, throughput, safety, golden)")
     try:
         return Policy.model_validate(raw)
     except ValidationError as e:

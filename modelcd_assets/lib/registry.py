@@ -15,7 +15,7 @@ from mlflow.exceptions import MlflowException
 from modelcd_assets.lib.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
-from modelcd_assets.lib.safety import scan_artifact
+from modelcd_assets.lib.safety import SafetyLimits, scan_artifact
 
 PRODUCTION = "production"
 EXPERIMENT = "modelcd-registrations"
@@ -88,11 +88,12 @@ class Registry:
         if rm.tags.get(ROLE) != role:
             raise ModelcdError(f"registered model {name!r} is a {rm.tags.get(ROLE, 'non-modelcd')} model, not a {role}; pick another --name")
 
-    def register(self, folder: Path, name: str, *, role: str = "candidate", base: str | None = None, tags: dict[str, str] | None = None) -> CandidateRef:
-        """Upload folder as a new version of name, with a sha256 manifest of its files."""
+    def register(self, folder: Path, name: str, *, role: str = "candidate", base: str | None = None, tags: dict[str, str] | None = None,
+                 limits: SafetyLimits = SafetyLimits()) -> CandidateRef:
+        """Upload folder as a new version of name, with a sha256 manifest of its files; unsafe artifacts are refused first."""
         folder = Path(folder)
         info = inspect_artifact(folder)
-        findings = scan_artifact(folder)
+        findings = scan_artifact(folder, limits)
         if findings:
             more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
             raise BadCandidate(f"refusing to register {folder}: {findings[0]}{more}")

@@ -106,3 +106,38 @@ def test_changed_token_ids_need_a_declared_change(tiny_trained, tmp_path):
     assert load_tokenizer(folder)("MIXED")["input_ids"] != load_tokenizer(tiny_trained)("MIXED")["input_ids"]
     assert full(folder, tiny_trained)["tokenizer"].status == "fail"
     assert full(folder, tiny_trained, declared=True)["tokenizer"].status == "pass"
+
+
+def test_rank_and_module_mismatches_fail_adapter_fit(tiny_trained, tiny_adapters, tmp_path):
+    from safetensors.torch import load_file as load_tensors
+    from safetensors.torch import save_file as save_tensors
+
+    from modelcd_assets.lib.health import _loading_info, adapter_fit
+
+    base, info = _loading_info(tiny_trained)
+    wrong_rank = shutil.copytree(tiny_adapters["good"], tmp_path / "rank")
+    cfg = json.loads((wrong_rank / "adapter_config.json").read_text())
+    cfg["r"] = 16
+    (wrong_rank / "adapter_config.json").write_text(json.dumps(cfg))
+    fit = adapter_fit(wrong_rank, base, info["missing_keys"], "models:/tiny-base/1")
+    assert any("expected" in p and "rank 16" in p for p in fit["shape_problems"])
+
+    nowhere = shutil.copytree(tiny_adapters["good"], tmp_path / "nowhere")
+    w = load_tensors(str(nowhere / "adapter_model.safetensors"))
+    w = {k.replace(".query.", ".nonexistent.").replace(".value.", ".nonexistent2."): v for k, v in w.items()}
+    save_tensors(w, str(nowhere / "adapter_model.safetensors"))
+    fit = adapter_fit(nowhere, base, info["missing_keys"], "models:/tiny-base/1")
+    assert fit["modules_matched"] == 0
+    report = {"adapter": fit | {"max_output_change": 1.0}}
+    verdict = gates.judge_adapter_fits_base(report)
+    assert verdict.status == "fail" and "matches no module" in verdict.reason
+
+
+def test_nan_in_a_used_weight_fails_probe_and_gradients(tiny_trained, tmp_path):
+    def poison(w):
+        w["classifier.weight"][0, 0] = math.nan
+
+    got = full(_edit_weights(tiny_trained, tmp_path / "nan-head", poison))
+    assert got["weights_finite"].status == "fail"
+    assert got["probe"].status == "fail" and "NaN" in got["probe"].reason
+    assert got["gradients"].status == "fail"
