@@ -57,7 +57,7 @@ def _failure_message(result) -> str:
 
 
 class _StepProgress(logging.Handler):
-    """Advances a progress bar on every finished step; passes errors through to the terminal."""
+    """Advances a progress bar on every finished step and names the step running."""
 
     def __init__(self, bar):
         super().__init__(logging.DEBUG)

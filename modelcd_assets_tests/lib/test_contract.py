@@ -62,3 +62,16 @@ def test_semver_gate_fails_when_the_declared_bump_is_too_small(contract):
     assert judge_semver(base | {"declared_level": "major", "declared": "2.0.0", "semver": "2.0.0"}).status == "pass"
     assert judge_semver(base | {"declared_level": None, "declared": "0.9.0", "semver": "0.9.0"}).status == "fail"
     assert judge_semver({"production_semver": None, "changes": [], "required_level": "patch", "declared_level": None, "declared": "1.0.0", "semver": "1.0.0"}).status == "pass"
+
+
+def test_regating_production_keeps_its_semver(contract):
+    import json
+
+    from modelcd_assets.defs.assets.onnx_model import semver_report
+    from modelcd_assets.lib.registry import CONTRACT, SEMVER
+
+    tags = {SEMVER: "2.1.0", CONTRACT: json.dumps(contract)}
+    report = semver_report(contract, tags, tags, False, regating_production=True)
+    assert report["semver"] == "2.1.0" and judge_semver(report).status == "pass"
+    bumped = semver_report(contract, {}, tags, False)
+    assert bumped["semver"] == "2.1.1" and bumped["declared_level"] == "patch"

@@ -22,9 +22,12 @@ CONTRACT_FILE = "contract.json"
 FIRST_SEMVER = "1.0.0"
 
 
-def semver_report(contract: dict, tags: dict, prod_tags: dict | None, token_ids_changed: bool) -> dict:
+def semver_report(contract: dict, tags: dict, prod_tags: dict | None, token_ids_changed: bool, regating_production: bool = False) -> dict:
     """The contract diff against production, the bump it requires, and the bump this version declared."""
     declared_semver, declared_bump = tags.get(SEMVER_DECLARED), tags.get(BUMP_DECLARED)
+    if regating_production and SEMVER in tags:  # production judged again: it keeps its version
+        return {"contract": contract, "changes": [], "required_level": "patch", "declared_level": "patch", "declared": tags[SEMVER],
+                "semver": tags[SEMVER], "production_semver": tags[SEMVER]}
     if prod_tags is None or CONTRACT not in prod_tags:
         semver = declared_semver or FIRST_SEMVER
         return {"contract": contract, "changes": [], "required_level": "patch", "declared_level": None, "declared": semver, "semver": semver, "production_semver": None}
@@ -45,7 +48,8 @@ MAX_LENGTH = 64
 @dg.asset(partitions_def=candidates, deps=[merged_model], group_name="build", kinds={"onnx"})
 def onnx_model(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource) -> dg.MaterializeResult:
     """Exported once per build; parity is max |logit diff| torch vs ONNX on evaluation examples; the I/O contract is recorded."""
-    record = CandidateRecord.load(state.candidate_dir(CandidateRef.parse(context.partition_key)))
+    ref = CandidateRef.parse(context.partition_key)
+    record = CandidateRecord.load(state.candidate_dir(ref))
     build = record.build
     report_path = build.dir / "onnx_export.json"
     start = time.perf_counter()
@@ -63,13 +67,12 @@ def onnx_model(context: dg.AssetExecutionContext, state: LocalStateResource, reg
             raise
         report = {"parity_max_abs_diff": diff, "opset": OPSET, "parity_examples": len(texts)}
         write_json(report_path, report)
-    ref = CandidateRef.parse(context.partition_key)
     reg = registry.registry()
     prod = reg.production(ref.name)
     health = read_json(state.candidate_dir(ref) / HEALTH_FILE)
     contract = extract_contract(build.onnx, build.merged)
-    semver = semver_report(contract, reg.tags(ref), reg.tags(prod) if prod and prod != ref else None,
-                           bool(health.get("tokenizer", {}).get("probe_id_mismatches")))
+    semver = semver_report(contract, reg.tags(ref), reg.tags(prod) if prod else None,
+                           bool(health.get("tokenizer", {}).get("probe_id_mismatches")), regating_production=prod == ref)
     write_json(state.candidate_dir(ref) / CONTRACT_FILE, semver)
     reg.set_tags(ref, {CONTRACT: json.dumps(contract, sort_keys=True), SEMVER: semver["semver"]})
     return dg.MaterializeResult(
