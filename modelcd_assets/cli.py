@@ -96,7 +96,9 @@ def cmd_status(args) -> int:
         rows = []
         for ref in reg.versions(name):
             gates = latest_gate_rows(instance, ref)
-            summary = ", ".join(f"{g.gate}={g.status}" for g in gates)
+            passed = sum(g.status == "pass" for g in gates)
+            others = ", ".join(f"{g.gate}={g.status}" for g in gates if g.status != "pass")
+            summary = "never gated" if all(g.status == "not run" for g in gates) else f"{passed}/{len(gates)} pass" + (f"; {others}" if others else "")
             rows.append([ref.version, "production" if prod == ref else "", summary])
         print(table(["version", "alias", "last gate results"], rows, max_width=200))
     return 0

@@ -137,7 +137,10 @@ def test_cli_gate_exit_codes_and_status(env, base, tiny_adapters, capsys):
     assert main(["status", MODEL]) == 0
     status = capsys.readouterr().out
     assert f"{MODEL}: production = {again.version}" in status
-    assert "accuracy_within_tolerance=fail" in status and "throughput_within_tolerance=pass" in status
+    worse_row = next(line for line in status.splitlines() if line.startswith(f"{worse.version} "))
+    assert "accuracy_within_tolerance=fail" in worse_row and "throughput_within_tolerance" not in worse_row
+    again_row = next(line for line in status.splitlines() if line.startswith(f"{again.version} "))
+    assert "production" in again_row and "/" in again_row and "=fail" not in again_row
 
 
 def test_contract_diff_cli_and_semver_tags(env, base, capsys):

@@ -19,9 +19,11 @@ PRODUCTION_KEY = dg.AssetKey("production_model")
 
 
 def required_gates(graph) -> list[dg.AssetCheckKey]:
-    """Every blocking check on an asset upstream of production_model, in the given asset graph."""
+    """Every blocking check on an asset upstream of production_model, in pipeline order (the order they run)."""
     upstream = graph.get_ancestor_asset_keys(PRODUCTION_KEY)
-    return sorted((k for k in graph.asset_check_keys if k.asset_key in upstream and graph.get_check_spec(k).blocking), key=lambda k: k.to_user_string())
+    stage = {key: i for i, key in enumerate(graph.toposorted_asset_keys)}
+    gates = (k for k in graph.asset_check_keys if k.asset_key in upstream and graph.get_check_spec(k).blocking)
+    return sorted(gates, key=lambda k: (stage[k.asset_key], k.name))
 
 
 def code_location_graph():
