@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 from modelcd_assets.launch import PROMOTED, run_gate
-from production_artifact import registry_and_production
+from production_artifact import production_copy
 
 
 def main() -> int:
@@ -23,13 +21,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--name", default="ticket-intent")
     args = ap.parse_args()
-    found = registry_and_production(args.name)
-    if found is None:
-        return 2
-    reg, prod = found
-    with tempfile.TemporaryDirectory() as tmp:
-        artifact = reg.fetch(prod, Path(tmp) / "artifact")
-        outcomes, failures, ratios = Counter(), Counter(), []
+    with production_copy(args.name) as found:
+        if found is None:
+            return 2
+        reg, prod, artifact = found
+        outcomes, failures = Counter(), Counter()
         started = time.perf_counter()
         for i in range(args.runs):
             ref = reg.register(artifact, args.name)
@@ -39,7 +35,6 @@ def main() -> int:
                 if row.status != "pass":
                     failures[f"{row.gate}={row.status}"] += 1
             tp = next(r for r in run.rows if r.gate == "throughput_within_tolerance")
-            ratios.append(tp.measured)
             print(f"run {i + 1}/{args.runs}: {ref.uri} {run.outcome}; throughput {tp.measured}", flush=True)
     elapsed = time.perf_counter() - started
     print()

@@ -13,18 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import tempfile
-from pathlib import Path
 
 import dagster as dg
 
 from modelcd_assets.launch import run_gate
-from production_artifact import registry_and_production
+from modelcd_assets.defs.assets.production_model import code_location_graph, required_gates
+from production_artifact import production_copy
 
-# Steps that exist only for the safety and health gates, plus merged_model's health_seconds.
-GATE_STEPS = ("candidate_artifact_is_safe", "merged_model_weights_are_finite", "merged_model_model_loads_cleanly", "merged_model_adapter_fits_base",
-              "merged_model_adapter_changes_outputs", "merged_model_tokenizer_fits_model", "merged_model_outputs_are_finite_and_deterministic",
-              "merged_model_gradients_are_finite")
+SAFETY_AND_HEALTH_ASSETS = ("candidate", "merged_model")  # the gates on these exist only for safety and health
 
 
 def main() -> int:
@@ -32,12 +28,10 @@ def main() -> int:
     ap.add_argument("--name", default="ticket-intent")
     ap.add_argument("--fresh", action="store_true")
     args = ap.parse_args()
-    found = registry_and_production(args.name)
-    if found is None:
-        return 2
-    reg, prod = found
-    with tempfile.TemporaryDirectory() as tmp:
-        artifact = reg.fetch(prod, Path(tmp) / "artifact")
+    with production_copy(args.name) as found:
+        if found is None:
+            return 2
+        reg, _, artifact = found
         if args.fresh:
             with open(artifact / "README.md", "a") as f:
                 f.write(f"\nre-registered by bench_gate_overhead at {time.time()}\n")
@@ -52,7 +46,9 @@ def main() -> int:
     mat = instance.get_latest_materialization_event(dg.AssetKey("merged_model")).asset_materialization
     health_in_asset = float(mat.metadata["health_seconds"].value)
     total = sum(steps.values())
-    gate = sum(steps.get(s, 0.0) for s in GATE_STEPS) + health_in_asset
+    gate_steps = [f"{k.asset_key.to_user_string()}_{k.name}" for k in required_gates(code_location_graph())
+                  if k.asset_key.to_user_string() in SAFETY_AND_HEALTH_ASSETS]
+    gate = sum(steps.get(s, 0.0) for s in gate_steps) + health_in_asset
     for step, seconds in sorted(steps.items(), key=lambda kv: -kv[1]):
         print(f"{seconds:8.2f} s  {step}")
     print(f"\n{run.outcome}: {'fresh build' if args.fresh else 'cached build'}; steps {total:.1f} s in all; safety + health {gate:.1f} s "
