@@ -120,6 +120,37 @@ def cmd_ui(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from modelcd_assets.serving.server import serve
+
+    return serve(args.name, args.host, args.port, args.workers)
+
+
+def cmd_rollback(args) -> int:
+    import json
+
+    from modelcd_assets.launch import run_rollback
+
+    prod = _registry().production(args.name)
+    if prod is None:
+        raise ModelcdError(f"{args.name} has no production version; nothing to roll back")
+    result = run_rollback(args.name, prod.version, {"operator": os.environ.get("USER", "unknown"), "note": args.reason})
+    if result.get("outcome") != "rolled back":
+        print(f"{args.name}: {result.get('outcome')}")
+        return EXIT_ERROR
+    print(f"{args.name}: production rolled back from {result['from_version']} to {result['to_version']}")
+    passed_over = result.get("passed_over") or {}
+    for version, why in passed_over.items():
+        print(f"  passed over {version}: {why}")
+    return 0
+
+
+def cmd_up(args) -> int:
+    from modelcd_assets.stack import run_stack
+
+    return run_stack(args.name, serve_port=args.port, prometheus_port=args.prometheus_port, ui_port=args.ui_port)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="modelcd", description="Gated continuous delivery for fine-tuned models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -151,6 +182,22 @@ def parser() -> argparse.ArgumentParser:
     u = sub.add_parser("ui", help="the Dagster UI on this instance")
     u.add_argument("--port", type=int, default=3000)
     u.set_defaults(func=cmd_ui)
+    sv = sub.add_parser("serve", help="serve a registered model's production version, hot-swapping adapters as the alias moves")
+    sv.add_argument("name", help="registered model name")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8080)
+    sv.add_argument("--workers", type=int, default=2, help="inference threads, one core each")
+    sv.set_defaults(func=cmd_serve)
+    rb = sub.add_parser("rollback", help="move production back to the most recent earlier version that passed its gates")
+    rb.add_argument("name")
+    rb.add_argument("--reason", default="rolled back by hand", help="why, recorded on the versions and the rollback materialization")
+    rb.set_defaults(func=cmd_rollback)
+    up = sub.add_parser("up", help="serving, Prometheus and the Dagster UI and daemon together, on loopback")
+    up.add_argument("name", nargs="?", default="ticket-intent", help="registered model to serve (default: the demo's)")
+    up.add_argument("--port", type=int, default=8080, help="serving port")
+    up.add_argument("--prometheus-port", type=int, default=9090)
+    up.add_argument("--ui-port", type=int, default=3000)
+    up.set_defaults(func=cmd_up)
     return p
 
 

@@ -20,3 +20,11 @@ refresh_calibration_set = dg.define_asset_job(
     selection=dg.AssetSelection.groups("data"),
     description="Version the calibration split under its content hash; gated runs quantize with the latest version.",
 )
+
+ROLLBACK_JOB = "rollback_production"
+
+rollback_production = dg.define_asset_job(
+    ROLLBACK_JOB,
+    selection=dg.AssetSelection.assets("production_rollback"),
+    description="Move production back to the most recent earlier version that passed its gates, recording why.",
+)

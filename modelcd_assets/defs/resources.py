@@ -3,6 +3,7 @@
 import dagster as dg
 
 from modelcd_assets.resources.policy import PolicyResource
+from modelcd_assets.resources.prometheus import PrometheusResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
@@ -14,5 +15,6 @@ def resources() -> dg.Definitions:
             "state": LocalStateResource(home=dg.EnvVar("MODELCD_HOME"), data_dir=dg.EnvVar("MODELCD_DATA")),
             "registry": MlflowRegistryResource(tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI"), artifact_location=dg.EnvVar("MODELCD_MLFLOW_ARTIFACTS")),
             "policy": PolicyResource(policy_dir=dg.EnvVar("MODELCD_POLICY_DIR")),
+            "prometheus": PrometheusResource(url=dg.EnvVar("MODELCD_PROMETHEUS_URL")),
         }
     )

@@ -61,6 +61,22 @@ class SafetyPolicy(_Strict):
         return SafetyLimits(max_total_bytes=int(self.max_total_mb * 2**20), max_file_bytes=int(self.max_file_mb * 2**20), max_files=self.max_files)
 
 
+class ServingPolicy(_Strict):
+    probe_examples: int = Field(32, ge=4, le=2000, description="Evaluation texts every swap is probed on, served model vs the merged ONNX used for gating.")
+    max_abs_logit_diff: float = Field(1e-4, gt=0, description="Largest |logit difference| allowed between the served model and the gated ONNX on the probe set (FP32).")
+    min_top1_agreement: float = Field(0.997, ge=0, le=1, description="Top-1 agreement served vs gated ONNX on the probe set; below it the swap is refused.")
+    poll_seconds: float = Field(5.0, gt=0, le=3600, description="How often the server checks where the production alias points.")
+
+
+class SloPolicy(_Strict):
+    p99_latency_ms: float = Field(250.0, gt=0, description="p99 request latency of the production version over the window, milliseconds.")
+    max_error_ratio: float = Field(0.01, ge=0, le=1, description="Failed requests / all requests of the production version over the window.")
+    max_nan_ratio: float = Field(0.0, ge=0, le=1, description="Requests whose outputs contained NaN / all requests over the window.")
+    window: str = Field("5m", pattern=r"^[0-9]+[smh]$", description="PromQL range the rates are taken over, e.g. 5m.")
+    min_samples: int = Field(100, ge=1, description="Fewer requests than this in the window make the evaluation inconclusive.")
+    consecutive_failures: int = Field(3, ge=1, le=100, description="Failing evaluations in a row that trigger a rollback.")
+
+
 class GoldenCase(_Strict):
     text: str = Field(min_length=1)
     label: str = Field(min_length=1)
@@ -73,6 +89,8 @@ class Policy(_Strict):
     safety: SafetyPolicy = SafetyPolicy()
     drift: DriftPolicy = DriftPolicy()
     throughput: ThroughputPolicy = ThroughputPolicy()
+    serving: ServingPolicy = ServingPolicy()
+    slo: SloPolicy = SloPolicy()
     golden: list[GoldenCase] = Field(default_factory=list, description="Inference tests: inputs with the label the candidate must predict.")
 
 
@@ -88,7 +106,7 @@ def load_policy(path: Path | None) -> Policy:
     except yaml.YAMLError as e:
         raise ModelcdError(f"policy file {path} is not valid YAML: {e}") from e
     if not isinstance(raw, dict):
-        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, quantization, drift, throughput, safety, golden)")
+        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, quantization, drift, throughput, safety, serving, slo, golden)")
     try:
         return Policy.model_validate(raw)
     except ValidationError as e:

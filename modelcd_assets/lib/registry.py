@@ -24,11 +24,14 @@ ROLE = "modelcd.role"  # "base" or "candidate" on a registered model
 KIND = "modelcd.kind"  # "adapter", "full" or "base" on a version
 BASE = "modelcd.base"  # models:/NAME/VERSION of an adapter's base
 CONTENT = "modelcd.content_sha256"
-TOKENIZER_CHANGE = "modelcd.tokenizer_change"
+TOKENIZER_CHANGE = "modelcd.tokenizer_change"  # "true" when a version declares that its tokenizer maps text to new ids
 SEMVER_DECLARED = "modelcd.semver_declared"  # MAJOR.MINOR.PATCH given at registration
 BUMP_DECLARED = "modelcd.bump_declared"  # or a bump level given at registration
 SEMVER = "modelcd.semver"  # the version's resolved Model SemVer
-CONTRACT = "modelcd.contract"  # the I/O contract as JSON  # "true" when a version declares that its tokenizer maps text to new ids
+CONTRACT = "modelcd.contract"  # the I/O contract as JSON
+PROMOTION = "modelcd.promotion"  # why the alias last moved to a version, as JSON
+PREVIOUS_PRODUCTION = "modelcd.previous_production"  # the version production pointed to before
+ROLLED_BACK = "modelcd.rolled_back"  # on a version production was rolled back from: why, as JSON
 MANIFEST_FILE = "modelcd_manifest.json"
 
 
@@ -165,7 +168,7 @@ class Registry:
         """Point the production alias at ref, recording why on the version; returns the previous one."""
         previous = self.production(ref.name)
         self.version(ref)
-        record = {"modelcd.promotion": json.dumps(reason, sort_keys=True), "modelcd.previous_production": previous.version if previous else ""}
+        record = {PROMOTION: json.dumps(reason, sort_keys=True), PREVIOUS_PRODUCTION: previous.version if previous else ""}
         self.set_tags(ref, record)
         try:
             self.client.set_registered_model_alias(ref.name, PRODUCTION, ref.version)

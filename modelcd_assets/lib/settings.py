@@ -17,6 +17,7 @@ def local_defaults(home: Path) -> dict[str, str]:
         "MODELCD_MLFLOW_ARTIFACTS": str(home / "mlartifacts"),
         "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
         "DAGSTER_HOME": str(home / "dagster"),
+        "MODELCD_PROMETHEUS_URL": "http://127.0.0.1:9090",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",

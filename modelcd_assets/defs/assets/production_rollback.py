@@ -1,0 +1,42 @@
+"""production_rollback: moves the production alias back, by the SLO sensor's decision or by hand."""
+
+import json
+
+import dagster as dg
+from pydantic import Field
+
+from modelcd_assets.defs.assets.production_model import code_location_graph, gate_records, required_gates
+from modelcd_assets.lib.promotion import gate_problems
+from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.rollback import roll_back, rollback_target
+from modelcd_assets.resources.registry import MlflowRegistryResource
+
+
+class RollbackConfig(dg.Config):
+    model: str = Field(description="Registered model whose production alias moves back")
+    from_version: str = Field(description="The production version being rolled back; nothing moves if production is no longer this version")
+    trigger: str = Field("manual", description="What decided the rollback: slo_sensor or manual")
+    reason: str = Field("{}", description="Why, as JSON: the PromQL values and thresholds, or the operator's words")
+
+
+@dg.asset(group_name="operations", kinds={"mlflow", "prometheus"})
+def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfig, registry: MlflowRegistryResource) -> dg.MaterializeResult:
+    """One materialization per rollback: from which version, to which, and why."""
+    reg = registry.registry()
+    bad = CandidateRef(config.model, config.from_version)
+    current = reg.production(config.model)
+    if current != bad:
+        now = current.version if current else "nothing"
+        context.log.warning(f"production of {config.model} is {now}, not {bad.version}; nothing to roll back")
+        return dg.MaterializeResult(metadata={"outcome": "not needed", "model": config.model, "from_version": bad.version, "production_version": now})
+    keys = required_gates(code_location_graph())
+    target, passed_over = rollback_target(reg, bad, lambda ref: gate_problems(gate_records(context.instance, keys, ref.key)))
+    reason = {"trigger": config.trigger, "run_id": context.run_id, "why": json.loads(config.reason)}
+    roll_back(reg, bad, target, reason)
+    context.log.info(f"production of {config.model} rolled back from {bad.version} to {target.version}")
+    return dg.MaterializeResult(
+        metadata={
+            "outcome": "rolled back", "model": config.model, "from_version": bad.version, "to_version": target.version, "trigger": config.trigger,
+            "why": dg.MetadataValue.json(reason["why"]), "passed_over": dg.MetadataValue.json(passed_over),
+        }
+    )

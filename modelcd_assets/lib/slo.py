@@ -1,0 +1,82 @@
+"""Production SLOs read from Prometheus with PromQL, judged pass, fail or inconclusive."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import httpx
+
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.policy import SloPolicy
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+
+
+class PrometheusUnavailable(ModelcdError):
+    """Prometheus could not be queried; no decision may be taken on what it would have said."""
+
+
+def slo_queries(model: str, version: str, window: str) -> dict[str, str]:
+    """The PromQL the SLO is judged on, for one production version."""
+    sel = f'model="{model}",version="{version}"'
+    requests = f"sum(increase(modelcd_requests_total{{{sel}}}[{window}]))"
+    return {
+        "samples": requests,
+        "p99_latency_ms": f"1000 * histogram_quantile(0.99, sum by (le) (rate(modelcd_request_duration_seconds_bucket{{{sel}}}[{window}])))",
+        # "or vector(0)": a counter that never moved may have no series at all, which is zero, not "no data".
+        "error_ratio": f"(sum(increase(modelcd_request_errors_total{{{sel}}}[{window}])) or vector(0)) / {requests}",
+        "nan_ratio": f"(sum(increase(modelcd_nan_outputs_total{{{sel}}}[{window}])) or vector(0)) / {requests}",
+    }
+
+
+def query(url: str, promql: str, timeout: float = 5.0) -> float | None:
+    """One instant query; None when it returns no series (no data), NaN kept as None too."""
+    try:
+        resp = httpx.get(f"{url.rstrip('/')}/api/v1/query", params={"query": promql}, timeout=timeout)
+    except httpx.HTTPError as e:
+        raise PrometheusUnavailable(f"Prometheus at {url} is unreachable: {e}") from e
+    if resp.status_code != 200:
+        raise PrometheusUnavailable(f"Prometheus at {url} answered {resp.status_code} to {promql!r}: {resp.text[:200]}")
+    body = resp.json()
+    if body.get("status") != "success":
+        raise PrometheusUnavailable(f"Prometheus at {url} refused {promql!r}: {body.get('error')}")
+    result = body["data"]["result"]
+    if not result:
+        return None
+    value = float(result[0]["value"][1])
+    return None if math.isnan(value) else value
+
+
+@dataclass(frozen=True)
+class SloVerdict:
+    outcome: str
+    values: dict[str, float | None]
+    reasons: list[str] = field(default_factory=list)
+    queries: dict[str, str] = field(default_factory=dict)
+
+
+def read_slo(url: str, model: str, version: str, window: str) -> dict[str, float | None]:
+    return {name: query(url, promql) for name, promql in slo_queries(model, version, window).items()}
+
+
+def judge_slo(values: dict[str, float | None], policy: SloPolicy) -> SloVerdict:
+    """fail when any measured value breaks its threshold; inconclusive with too few samples or missing values."""
+    samples = values.get("samples") or 0.0
+    if samples < policy.min_samples:
+        return SloVerdict(INCONCLUSIVE, values, [f"{samples:.0f} requests in the last {policy.window}, fewer than the {policy.min_samples} needed"])
+    limits = {"p99_latency_ms": policy.p99_latency_ms, "error_ratio": policy.max_error_ratio, "nan_ratio": policy.max_nan_ratio}
+    broken = [f"{name} {values[name]:.4g} > {limit:.4g}" for name, limit in limits.items() if values.get(name) is not None and values[name] > limit]
+    if broken:
+        return SloVerdict(FAIL, values, broken)
+    missing = [name for name in limits if values.get(name) is None]
+    if missing:
+        return SloVerdict(INCONCLUSIVE, values, [f"no data for {', '.join(missing)}"])
+    return SloVerdict(PASS, values, [])
+
+
+def evaluate_slo(url: str, model: str, version: str, policy: SloPolicy) -> SloVerdict:
+    """Query and judge one production version; raises PrometheusUnavailable when Prometheus cannot answer."""
+    values = read_slo(url, model, version, policy.window)
+    verdict = judge_slo(values, policy)
+    return SloVerdict(verdict.outcome, verdict.values, verdict.reasons, slo_queries(model, version, policy.window))

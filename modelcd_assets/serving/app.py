@@ -1,0 +1,206 @@
+"""The ASGI app: classification, health, readiness, metrics, and the bearer-token admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ConfigDict, Field
+
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.serving.engine import Served
+from modelcd_assets.serving.follower import AliasFollower
+from modelcd_assets.serving.metrics import ServerMetrics
+from modelcd_assets.serving.pool import LoadReport, ServingPool, UnknownVersion
+
+HASH_HEADER = "X-Modelcd-Adapter-Sha256"
+VERSION_HEADER = "X-Modelcd-Version"
+MAX_TEXTS = 64
+log = logging.getLogger("modelcd.serve")
+
+
+class ClassifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    texts: list[str] = Field(min_length=1, max_length=MAX_TEXTS, description="Texts to classify, all served by one version.")
+    adapter: str | None = Field(None, description="Registry version of a loaded adapter; default: the version the server follows.")
+
+
+class LoadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: str = Field(pattern=r"^[0-9]+$", description="Registry version to load.")
+    activate: bool = Field(True, description="Make it the default version once it has passed its probe.")
+
+
+class FaultRequest(BaseModel):
+    """Chaos testing: make a version slow, failing or NaN-producing, as a real regression would."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: str = Field(pattern=r"^[0-9]+$")
+    latency_ms: float = Field(0.0, ge=0, le=60_000)
+    error_ratio: float = Field(0.0, ge=0, le=1)
+    nan_ratio: float = Field(0.0, ge=0, le=1)
+
+
+@dataclass
+class Swapper:
+    """Load-then-switch, shared by the alias follower and the admin API, with metrics."""
+
+    pool: ServingPool
+    metrics: ServerMetrics
+    executor: ThreadPoolExecutor
+
+    def swap(self, version: str, activate: bool = True) -> LoadReport:
+        try:
+            report = self.pool.load(version)
+        except Exception:
+            self.metrics.swaps.labels(self.pool.model, "refused").inc()
+            raise
+        if activate:
+            self.switch(version)
+        self.metrics.swaps.labels(self.pool.model, "switched" if activate else "loaded").inc()
+        self.metrics.swap_seconds.labels(self.pool.model, "full_reload" if report.engine_loaded else "adapter").observe(report.seconds)
+        return report
+
+    def switch(self, version: str) -> Served:
+        previous = self.pool.active
+        served = self.pool.activate(version)
+        if previous is not None:
+            self.metrics.serving.labels(previous.model, previous.version, previous.adapter_label).set(0)
+        self.metrics.serving.labels(served.model, served.version, served.adapter_label).set(1)
+        log.info("now serving %s version %s (adapter %s)", served.model, served.version, served.adapter_label)
+        return served
+
+    async def swap_async(self, version: str, activate: bool = True) -> LoadReport:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self.swap, version, activate)
+
+
+def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: float, workers: int = 2) -> FastAPI:
+    """The server for one registered model; it follows that model's production alias."""
+    metrics = ServerMetrics()
+    inference = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inference")
+    swapper = Swapper(pool, metrics, ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader"))
+    follower = AliasFollower(pool.registry, pool.model, swapper)
+    faults: dict[str, FaultRequest] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        task = asyncio.create_task(follower.run(poll_seconds))
+        try:
+            yield
+        finally:
+            task.cancel()
+            inference.shutdown(wait=False, cancel_futures=True)
+            swapper.executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="modelcd serve", description=f"Serves {pool.model}, following its production alias.", lifespan=lifespan)
+    app.state.pool, app.state.follower, app.state.metrics = pool, follower, metrics
+
+    def require_admin(request: Request) -> None:
+        if not admin_token:
+            raise HTTPException(401, "the admin API is disabled: start the server with MODELCD_ADMIN_TOKEN set", headers={"WWW-Authenticate": "Bearer"})
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), admin_token.encode()):
+            raise HTTPException(401, "missing or wrong bearer token for the admin API", headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(UnknownVersion)
+    async def _unknown(request: Request, exc: UnknownVersion):
+        return JSONResponse({"error": str(exc)}, status_code=404 if pool.active is not None else 503)
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "live"}
+
+    @app.get("/readyz")
+    async def readyz():
+        served = pool.active
+        if served is None:
+            return JSONResponse({"status": "not ready", "reason": follower.waiting_reason()}, status_code=503)
+        return {"status": "ready", "model": served.model, "version": served.version, "adapter_sha256": served.content_hash}
+
+    @app.get("/metrics")
+    async def metrics_endpoint():
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/classify")
+    async def classify(body: ClassifyRequest):
+        served = pool.resolve(body.adapter)  # the one snapshot this request is served by
+        labels = (served.model, served.version, served.adapter_label)
+        start = time.perf_counter()
+        status, payload = 200, None
+        try:
+            fault = faults.get(served.version)
+            if fault is not None and fault.latency_ms:
+                await asyncio.sleep(fault.latency_ms / 1000)
+            if fault is not None and random.random() < fault.error_ratio:
+                raise RuntimeError("injected fault")
+            out = await asyncio.get_running_loop().run_in_executor(inference, served.logits, body.texts)
+            if fault is not None and random.random() < fault.nan_ratio:
+                out = np.full_like(out, np.nan)
+            bad = int((~np.isfinite(out)).any(axis=1).sum())
+            if bad:
+                metrics.nan_outputs.labels(*labels).inc()
+                status, payload = 500, {"error": f"the model produced non-finite outputs for {bad} of {len(body.texts)} texts"}
+            else:
+                names = served.engine.labels
+                payload = {"model": served.model, "version": served.version, "adapter_sha256": served.content_hash, "labels": names,
+                           "predictions": [{"label": names[int(row.argmax())], "logits": [float(x) for x in row]} for row in out]}
+                metrics.texts.labels(*labels).inc(len(body.texts))
+        except Exception as e:  # a failed request is counted and answered, never dropped
+            log.exception("classify failed on %s version %s", served.model, served.version)
+            status, payload = 500, {"error": f"classification failed: {e}"}
+        metrics.requests.labels(*labels).inc()
+        if status >= 500:
+            metrics.errors.labels(*labels).inc()
+        metrics.latency.labels(*labels).observe(time.perf_counter() - start)
+        return JSONResponse(payload, status_code=status, headers={HASH_HEADER: served.content_hash, VERSION_HEADER: served.version})
+
+    @app.get("/v1/admin/adapters", dependencies=[Depends(require_admin)])
+    async def list_loaded():
+        active = pool.active
+        return {"model": pool.model, "default": active.version if active else None,
+                "loaded": [{"version": s.version, "adapter_sha256": s.content_hash, "kind": "adapter" if s.adapter else "full"} for s in pool.loaded()]}
+
+    @app.post("/v1/admin/adapters", dependencies=[Depends(require_admin)])
+    async def load(body: LoadRequest):
+        try:
+            report = await swapper.swap_async(body.version, body.activate)
+        except ModelcdError as e:
+            active = pool.active
+            return JSONResponse({"error": str(e), "serving": active.version if active else None}, status_code=422)
+        return {"loaded": report.as_dict(), "serving": pool.active.version if pool.active else None}
+
+    @app.post("/v1/admin/adapters/{version}/activate", dependencies=[Depends(require_admin)])
+    async def activate(version: str):
+        served = swapper.switch(version)
+        return {"serving": served.version, "adapter_sha256": served.content_hash}
+
+    @app.delete("/v1/admin/adapters/{version}", dependencies=[Depends(require_admin)])
+    async def unload(version: str):
+        try:
+            pool.unload(version)
+        except UnknownVersion:
+            raise
+        except ModelcdError as e:
+            return JSONResponse({"error": str(e)}, status_code=409)
+        return {"unloaded": version}
+
+    @app.post("/v1/admin/faults", dependencies=[Depends(require_admin)])
+    async def inject(body: FaultRequest):
+        if body.latency_ms or body.error_ratio or body.nan_ratio:
+            faults[body.version] = body
+        else:
+            faults.pop(body.version, None)
+        return {"faults": {v: f.model_dump() for v, f in faults.items()}}
+
+    return app
+

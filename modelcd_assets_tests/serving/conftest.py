@@ -1,0 +1,109 @@
+"""A gated state folder for serving: a tiny base and two adapters that passed every gate (v1, then v2 in production)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import httpx
+import pytest
+
+from modelcd_assets.launch import PROMOTED, run_gate
+from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets_tests.conftest import Env, make_env
+
+MODEL = "tiny-intent"
+ADMIN_TOKEN = "test-admin-token"
+# Serving tests need two versions that both pass; the second tiny adapter is ~1 point less accurate,
+# so the accuracy tolerance is loosened here (the gate itself is tested in test_gated_pipeline.py).
+POLICY = """\
+accuracy:
+  absolute_floor: 0.6
+  tolerance_points: 5
+  alpha: 1.0e-9
+quantization:
+  variant: dynamic
+throughput:
+  p99_slo_ms: 250
+serving:
+  poll_seconds: 0.5
+slo:
+  p99_latency_ms: 150
+  max_error_ratio: 0.05
+  window: 20s
+  min_samples: 20
+  consecutive_failures: 2
+"""
+
+
+@dataclass
+class Served:
+    env: Env
+    instance: dg.DagsterInstance
+    v1: CandidateRef
+    v2: CandidateRef
+    ungated: CandidateRef
+
+
+def gated_state(root: Path, mp: pytest.MonkeyPatch, tiny_trained: Path, adapters: dict[str, Path]):
+    """Yields a Served: v1 and v2 gated and promoted in turn (v2 is production), and a registered, never-gated v3."""
+    env = make_env(root / "home", mp)
+    env.policy(MODEL, POLICY)
+    with dg.instance_for_test(temp_dir=env.env["DAGSTER_HOME"]) as instance:
+        env.registry.register(tiny_trained, "tiny-base", role="base")
+        refs = []
+        for name in ("good", "good2"):
+            ref = env.registry.register(adapters[name], MODEL)
+            run = run_gate(ref, instance=instance)
+            assert run.outcome == PROMOTED, (name, run.error, [(r.gate, r.status, r.reason) for r in run.rows if r.status != "pass"])
+            refs.append(ref)
+        ungated = env.registry.register(adapters["worse"], MODEL)
+        yield Served(env, instance, refs[0], refs[1], ungated)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`modelcd serve` as a real process on a free loopback port."""
+
+    def __init__(self, env: Env, log: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        environ = dict(os.environ, **env.env, MODELCD_ADMIN_TOKEN=ADMIN_TOKEN)
+        self.log = open(log, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "serve", MODEL, "--port", str(self.port)],
+                                     env=environ, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, version: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"the server exited with {self.proc.returncode}; see {self.log.name}"
+            try:
+                r = httpx.get(f"{self.url}/readyz", timeout=2)
+                if r.status_code == 200 and r.json()["version"] == version:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"the server did not serve version {version} within {timeout} s; see {self.log.name}")
+
+    def admin(self, method: str, path: str, **kw) -> httpx.Response:
+        return httpx.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60, **kw)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()

@@ -1,0 +1,164 @@
+"""The serving app in process: readiness, classification, the admin API, refused loads and following the alias."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from modelcd_assets.lib.candidate import CandidateRecord
+from modelcd_assets.lib.registry import CONTENT
+from modelcd_assets.serving.app import HASH_HEADER, VERSION_HEADER
+from modelcd_assets.serving.engine import Engine
+from modelcd_assets.serving.server import app_from_env
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, gated_state
+
+TEXTS = ["I was charged twice on my invoice", "the app crashes when I log in", "where is my parcel", "reset my password please"]
+AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_trained, tiny_adapters):
+    mp = pytest.MonkeyPatch()
+    threads = torch.get_num_threads()
+    yield from gated_state(tmp_path_factory.mktemp("serving-app"), mp, tiny_trained, tiny_adapters)
+    torch.set_num_threads(threads)
+    mp.undo()
+
+
+def start(served, model: str = MODEL) -> TestClient:
+    return TestClient(app_from_env(model, environ={**served.env.env, "MODELCD_ADMIN_TOKEN": ADMIN_TOKEN}))
+
+
+def wait_serving(client: TestClient, version: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = client.get("/readyz")
+        if r.status_code == 200 and r.json()["version"] == version:
+            return r.json()
+        time.sleep(0.1)
+    raise AssertionError(f"not serving {version} after {timeout} s: {client.get('/readyz').json()}")
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    with start(served) as c:
+        wait_serving(c, served.v2.version)
+        yield c
+
+
+def merged_logits(served, ref) -> np.ndarray:
+    record = CandidateRecord.load(served.env.home / "candidates" / ref.name / ref.version)
+    return Engine(record.build.merged, "merged").logits(TEXTS, None)
+
+
+def metric_samples(text: str) -> dict[tuple[str, frozenset], float]:
+    return {(s.name, frozenset(s.labels.items())): s.value for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def content(served, ref) -> str:
+    return served.env.registry.tags(ref)[CONTENT]
+
+
+def test_not_ready_without_a_production_version(served):
+    with start(served, "no-such-model") as c:
+        assert c.get("/healthz").status_code == 200
+        r = c.get("/readyz")
+        assert r.status_code == 503 and "no production version" in r.json()["reason"]
+        assert c.post("/v1/classify", json={"texts": ["hi"]}).status_code == 503
+
+
+def test_classify_is_served_by_production_with_its_content_hash(served, client):
+    r = client.post("/v1/classify", json={"texts": TEXTS})
+    assert r.status_code == 200
+    assert r.headers[VERSION_HEADER] == served.v2.version
+    assert r.headers[HASH_HEADER] == content(served, served.v2)
+    logits = np.array([p["logits"] for p in r.json()["predictions"]])
+    # Unmerged LoRA at serving time agrees with the merged model the gates judged.
+    assert np.max(np.abs(logits - merged_logits(served, served.v2))) < 1e-5
+
+
+def test_admin_api_needs_the_bearer_token(client):
+    assert client.get("/v1/admin/adapters").status_code == 401
+    r = client.post("/v1/admin/adapters", json={"version": "1"}, headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    assert client.get("/v1/admin/adapters", headers=AUTH).status_code == 200
+
+
+def test_a_request_can_name_a_loaded_adapter(served, client):
+    r = client.post("/v1/admin/adapters", json={"version": served.v1.version, "activate": False}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    consistency = r.json()["loaded"]["consistency"]
+    assert consistency["max_abs_logit_diff"] <= 1e-4 and consistency["top1_agreement"] == 1.0
+    assert r.json()["serving"] == served.v2.version
+    named = client.post("/v1/classify", json={"texts": TEXTS, "adapter": served.v1.version})
+    assert named.headers[HASH_HEADER] == content(served, served.v1)
+    assert np.max(np.abs(np.array([p["logits"] for p in named.json()["predictions"]]) - merged_logits(served, served.v1))) < 1e-5
+    default = client.post("/v1/classify", json={"texts": TEXTS})
+    assert default.headers[HASH_HEADER] == content(served, served.v2)
+    assert client.post("/v1/classify", json={"texts": TEXTS, "adapter": "99"}).status_code == 404
+
+
+def test_a_failed_load_keeps_the_old_adapter_serving(served, client):
+    r = client.post("/v1/admin/adapters", json={"version": served.ungated.version}, headers=AUTH)
+    assert r.status_code == 422
+    assert "no gated build" in r.json()["error"] and f"modelcd gate {MODEL} {served.ungated.version}" in r.json()["error"]
+    assert r.json()["serving"] == served.v2.version
+    assert client.post("/v1/classify", json={"texts": TEXTS}).headers[HASH_HEADER] == content(served, served.v2)
+    assert metric_samples(client.get("/metrics").text)[("modelcd_adapter_swaps_total", frozenset({"model": MODEL, "outcome": "refused"}.items()))] >= 1
+
+
+def test_unloading_the_default_version_is_refused(served, client):
+    r = client.delete(f"/v1/admin/adapters/{served.v2.version}", headers=AUTH)
+    assert r.status_code == 409 and "activate another version" in r.json()["error"]
+
+
+def test_the_server_follows_the_production_alias(served, client):
+    reg = served.env.registry
+    reg.move_production(served.v1, {"test": "alias moved by hand"})
+    try:
+        assert wait_serving(client, served.v1.version, timeout=10)["adapter_sha256"] == content(served, served.v1)
+    finally:
+        reg.move_production(served.v2, {"test": "alias moved back"})
+    wait_serving(client, served.v2.version, timeout=10)
+
+
+def test_metrics_count_requests_errors_and_nan_outputs(served, client):
+    v = served.v2.version
+    r = client.post("/v1/admin/faults", json={"version": v, "nan_ratio": 1.0}, headers=AUTH)
+    assert r.status_code == 200
+    try:
+        bad = client.post("/v1/classify", json={"texts": TEXTS})
+        assert bad.status_code == 500 and "non-finite" in bad.json()["error"]
+    finally:
+        client.post("/v1/admin/faults", json={"version": v}, headers=AUTH)
+    assert client.post("/v1/classify", json={"texts": TEXTS}).status_code == 200
+    samples = metric_samples(client.get("/metrics").text)
+    labels = {"model": MODEL, "version": v, "adapter": content(served, served.v2)[:12]}
+    assert samples[("modelcd_nan_outputs_total", frozenset(labels.items()))] == 1
+    assert samples[("modelcd_request_errors_total", frozenset(labels.items()))] == 1
+    assert samples[("modelcd_requests_total", frozenset(labels.items()))] >= 3
+    assert samples[("modelcd_request_duration_seconds_bucket", frozenset({**labels, "le": "+Inf"}.items()))] >= 3
+    assert sum(value for (name, _), value in samples.items() if name == "modelcd_adapter_swap_duration_seconds_count") >= 1
+
+
+def test_a_swap_is_refused_when_the_served_model_disagrees_with_the_gated_onnx(served):
+    record = CandidateRecord.load(served.env.home / "candidates" / MODEL / served.v1.version)
+    other = CandidateRecord.load(served.env.home / "candidates" / MODEL / served.v2.version)
+    backup = record.build.onnx.with_suffix(".bak")
+    shutil.copy2(record.build.onnx, backup)
+    shutil.copy2(other.build.onnx, record.build.onnx)  # v1's "gated ONNX" is now v2's model
+    try:
+        with start(served) as c:
+            wait_serving(c, served.v2.version)
+            r = c.post("/v1/admin/adapters", json={"version": served.v1.version}, headers=AUTH)
+            assert r.status_code == 422 and "disagree" in r.json()["error"], r.text
+            assert r.json()["serving"] == served.v2.version
+            assert c.post("/v1/classify", json={"texts": TEXTS}).headers[HASH_HEADER] == content(served, served.v2)
+    finally:
+        backup.replace(record.build.onnx)
