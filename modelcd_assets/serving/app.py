@@ -18,13 +18,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.serving import HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.engine import Served
 from modelcd_assets.serving.follower import AliasFollower
 from modelcd_assets.serving.metrics import ServerMetrics
 from modelcd_assets.serving.pool import LoadReport, ServingPool, UnknownVersion
 
-HASH_HEADER = "X-Modelcd-Adapter-Sha256"
-VERSION_HEADER = "X-Modelcd-Version"
 MAX_TEXTS = 64
 log = logging.getLogger("modelcd.serve")
 

@@ -11,6 +11,7 @@ import contextvars
 import json
 import math
 from contextlib import contextmanager
+from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,8 @@ class LoraAdapter:
     scale: float
     pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]
     replaced: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    # Own copies of the replaced modules, made by install(); never shared, so threads cannot see each other's weights.
+    copies: dict[str, nn.Module] = field(default_factory=dict)
 
     @property
     def modules(self) -> set[str]:
@@ -112,10 +115,10 @@ class Replaceable(nn.Module):
 
     def forward(self, *args, **kwargs):
         adapter = _ACTIVE.get()
-        params = adapter.replaced.get(self.path) if adapter is not None else None
-        if params is None:
-            return self.base(*args, **kwargs)
-        return torch.func.functional_call(self.base, params, args, kwargs)
+        # Not torch.func.functional_call: it swaps the shared module's parameters in place, so a
+        # request on another thread would run with this adapter's head.
+        module = adapter.copies.get(self.path) if adapter is not None else None
+        return (module or self.base)(*args, **kwargs)
 
 
 def install(model: nn.Module, adapter: LoraAdapter) -> None:
@@ -146,6 +149,9 @@ def install(model: nn.Module, adapter: LoraAdapter) -> None:
             wanted = adapter.replaced[path]
             if set(wanted) != set(own) or any(wanted[k].shape != own[k].shape for k in own):
                 raise BadCandidate(f"adapter {adapter.name} replaces {path} with parameters {sorted(wanted)} that do not fit the base's {sorted(own)}")
+            copy = deepcopy(inner)
+            copy.load_state_dict(wanted, strict=True)
+            adapter.copies[path] = copy.eval().requires_grad_(False)
             if not isinstance(module, Replaceable):
                 setattr(parent, attr, Replaceable(module, path))
 

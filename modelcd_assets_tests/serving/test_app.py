@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.registry import CONTENT
-from modelcd_assets.serving.app import HASH_HEADER, VERSION_HEADER
+from modelcd_assets.serving import HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.engine import Engine
 from modelcd_assets.serving.server import app_from_env
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, gated_state
