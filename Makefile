@@ -6,7 +6,7 @@ export MODELCD_HOME ?= $(CURDIR)/.modelcd
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-fast ui bench bench-gates clean
+.PHONY: install demo test test-fast ui up bench bench-gates bench-serving clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-install: $(VENV)/.installed
+# Prometheus from Debian's package, unpacked into .tools/ (no root, no service started).
+.tools/prometheus/usr/bin/prometheus: scripts/install-prometheus.sh
+	bash scripts/install-prometheus.sh
+
+install: $(VENV)/.installed .tools/prometheus/usr/bin/prometheus
 
 demo: install
 	$(BIN)/modelcd demo
@@ -28,11 +32,17 @@ test-fast: install
 ui: install
 	$(BIN)/modelcd ui
 
+up: install
+	$(BIN)/modelcd up
+
 bench: install
 	$(BIN)/python bench/bench_int8.py
 
 bench-gates: install
 	$(BIN)/python bench/bench_false_block.py
+
+bench-serving: install
+	$(BIN)/python bench/bench_serving.py
 
 clean:
 	rm -rf $(MODELCD_HOME)

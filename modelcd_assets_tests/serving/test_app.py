@@ -162,3 +162,19 @@ def test_a_swap_is_refused_when_the_served_model_disagrees_with_the_gated_onnx(s
             assert c.post("/v1/classify", json={"texts": TEXTS}).headers[HASH_HEADER] == content(served, served.v2)
     finally:
         backup.replace(record.build.onnx)
+
+
+def test_modelcd_rollback_by_hand_moves_production_back_and_the_server_follows(served, client, capsys):
+    from modelcd_assets.cli import main
+    from modelcd_assets.lib.registry import ROLLED_BACK
+
+    assert served.env.registry.production(MODEL) == served.v2
+    assert main(["rollback", MODEL, "--reason", "canary looked wrong"]) == 0
+    assert f"rolled back from {served.v2.version} to {served.v1.version}" in capsys.readouterr().out
+    assert served.env.registry.production(MODEL) == served.v1
+    assert "canary looked wrong" in served.env.registry.tags(served.v2)[ROLLED_BACK]
+    wait_serving(client, served.v1.version, timeout=10)
+    # Nothing earlier than v1 passed its gates: a second rollback is refused and production stays.
+    assert main(["rollback", MODEL]) == 2
+    assert "no earlier version of tiny-intent passed its gates" in capsys.readouterr().err
+    assert served.env.registry.production(MODEL) == served.v1
