@@ -167,7 +167,8 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
     async def list_loaded():
         active = pool.active
         return {"model": pool.model, "default": active.version if active else None,
-                "loaded": [{"version": s.version, "adapter_sha256": s.content_hash, "kind": "adapter" if s.adapter else "full"} for s in pool.loaded()]}
+                "loaded": [{"version": s.version, "adapter_sha256": s.content_hash, "kind": "adapter" if s.adapter else "full",
+                            "last_load": pool.reports[s.version].as_dict() if s.version in pool.reports else None} for s in pool.loaded()]}
 
     @app.post("/v1/admin/adapters", dependencies=[Depends(require_admin)])
     async def load(body: LoadRequest):

@@ -62,6 +62,7 @@ class ServingPool:
         self.probe_texts = [ex.text for ex in read_split(Path(data_dir) / "evaluation.jsonl")[: policy.probe_examples]]
         self._engines: dict[str, Engine] = {}
         self._loaded: dict[str, Served] = {}
+        self.reports: dict[str, LoadReport] = {}  # the last load of each loaded version
         self._references: dict[str, object] = {}
         self._active: Served | None = None
         self._load_lock = threading.Lock()
@@ -130,7 +131,9 @@ class ServingPool:
             self._references[record.build.key] = reference
             self._engines[engine_key] = engine
             self._loaded[ref.version] = served
-            return LoadReport(ref.version, record.content_hash, time.perf_counter() - start, engine_loaded, consistency)
+            report = LoadReport(ref.version, record.content_hash, time.perf_counter() - start, engine_loaded, consistency)
+            self.reports[ref.version] = report
+            return report
 
     def activate(self, version: str) -> Served:
         """Make a loaded version the default; one reference assignment, so no request sees a mix."""
@@ -145,5 +148,6 @@ class ServingPool:
             if self._active is not None and self._active.version == served.version:
                 raise ModelcdError(f"version {version} of {self.model} is the default being served; activate another version before unloading it")
             del self._loaded[served.version]
+            self.reports.pop(served.version, None)
             if not any(s.engine is served.engine for s in self._loaded.values()):
                 self._engines.pop(served.engine.key, None)
