@@ -62,7 +62,9 @@ class SafetyPolicy(_Strict):
 
 
 class ServingPolicy(_Strict):
-    probe_examples: int = Field(32, ge=4, le=2000, description="Evaluation texts every swap is probed on, served model vs the merged ONNX used for gating.")
+    # 16 texts x every logit within 1e-4 catches a wrong adapter, scale, head or base (each moves every
+    # logit by far more); more texts mostly lengthen the swap (~9 ms a text on MiniLM, one core).
+    probe_examples: int = Field(16, ge=4, le=2000, description="Evaluation texts every swap is probed on, served model vs the merged ONNX used for gating.")
     max_abs_logit_diff: float = Field(1e-4, gt=0, description="Largest |logit difference| allowed between the served model and the gated ONNX on the probe set (FP32).")
     min_top1_agreement: float = Field(0.997, ge=0, le=1, description="Top-1 agreement served vs gated ONNX on the probe set; below it the swap is refused.")
     poll_seconds: float = Field(5.0, gt=0, le=3600, description="How often the server checks where the production alias points.")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import os
 import random
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -50,6 +52,14 @@ class FaultRequest(BaseModel):
     nan_ratio: float = Field(0.0, ge=0, le=1)
 
 
+def _background_priority() -> None:
+    """Run the loader thread at a lower CPU priority than requests (Linux: per-thread nice value)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):  # not Linux, or not permitted: loads just compete as equals
+        pass
+
+
 @dataclass
 class Swapper:
     """Load-then-switch, shared by the alias follower and the admin API, with metrics."""
@@ -87,7 +97,7 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
     """The server for one registered model; it follows that model's production alias."""
     metrics = ServerMetrics()
     inference = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inference")
-    swapper = Swapper(pool, metrics, ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader"))
+    swapper = Swapper(pool, metrics, ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader", initializer=_background_priority))
     follower = AliasFollower(pool.registry, pool.model, swapper)
     faults: dict[str, FaultRequest] = {}
 

@@ -64,6 +64,9 @@ class ServingPool:
         self._loaded: dict[str, Served] = {}
         self.reports: dict[str, LoadReport] = {}  # the last load of each loaded version
         self._references: dict[str, object] = {}
+        # A registered version's content hash never changes; asking MLflow once per version keeps its
+        # (pure-Python, GIL-holding) client off the loader thread on later swaps, where it slows requests.
+        self._content_hash: dict[str, str] = {}
         self._active: Served | None = None
         self._load_lock = threading.Lock()
 
@@ -92,7 +95,8 @@ class ServingPool:
             start = time.perf_counter()
             ref = CandidateRef(self.model, str(version))
             what = f"{ref.uri}"
-            tags = self.registry.tags(ref)
+            if ref.version not in self._content_hash:
+                self._content_hash[ref.version] = self.registry.tags(ref)[CONTENT]
             record_dir = self.state_root / "candidates" / ref.name / ref.version
             try:
                 record = CandidateRecord.load(record_dir)
@@ -100,7 +104,7 @@ class ServingPool:
                 raise SwapRefused(f"{what} has no gated build in {self.state_root}; run 'modelcd gate {ref.name} {ref.version}' first") from e
             if not record.build.onnx.is_file():
                 raise SwapRefused(f"{what}: the merged ONNX model its gates judged is missing ({record.build.onnx}); run 'modelcd gate {ref.name} {ref.version}'")
-            _verify(Path(record.artifact_dir), tags[CONTENT], what, self.limits)
+            _verify(Path(record.artifact_dir), self._content_hash[ref.version], what, self.limits)
             engine_loaded = False
             if record.kind == ADAPTER:
                 engine_key, engine_dir = record.base_hash, Path(record.base_dir)
