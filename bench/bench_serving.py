@@ -30,6 +30,7 @@ import numpy as np
 
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.data import read_split
+from modelcd_assets.lib.processes import stop_process
 from modelcd_assets.lib.registry import Registry
 from modelcd_assets.lib.settings import apply_local_defaults
 
@@ -57,14 +58,6 @@ def start_server(name: str, port: int, log: Path) -> tuple[subprocess.Popen, flo
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def load_phase(url: str, batches_file: Path, requests: int, concurrency: int, out: Path) -> list[dict]:
@@ -181,11 +174,11 @@ def main() -> int:
             print(f"round {r + 1}: steady p99 {p99(steady[-args.requests:]):.1f} ms; "
                   + "; ".join(f"{label(m)} p99 {p99(swapping[m][-args.requests:]):.1f} ms" for m in modes), flush=True)
     finally:
-        stop(proc)
+        stop_process(proc)
     restarts = []
     for _ in range(args.restarts):
         proc, seconds = start_server(args.name, port, tmp / "server.log")
-        stop(proc)
+        stop_process(proc)
         restarts.append(seconds)
     warm_reload = in_process_reload(state, reg, args.name, prod)
     throughput = unmerged_vs_merged(state, args.name, prod, texts, pairs=8, calls=40)

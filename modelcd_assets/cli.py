@@ -127,8 +127,6 @@ def cmd_serve(args) -> int:
 
 
 def cmd_rollback(args) -> int:
-    import json
-
     from modelcd_assets.launch import run_rollback
 
     prod = _registry().production(args.name)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.processes import stop_process
 from modelcd_assets.lib.prometheus_server import PrometheusServer
 
 
@@ -44,11 +45,8 @@ def run_stack(model: str, serve_port: int, prometheus_port: int, ui_port: int) -
     finally:
         for proc in children.values():
             if proc.poll() is None:
-                proc.terminate()
+                proc.terminate()  # both at once, so they wind down together
         for proc in children.values():
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc)
         prometheus.stop()
     return code

@@ -1,7 +1,6 @@
 """A malicious pickle never runs, whatever path the candidate takes: CLI register, sensor, gate."""
 
 import json
-import pickle
 import shutil
 
 import dagster as dg

@@ -12,6 +12,7 @@ import httpx
 import yaml
 
 from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.processes import stop_process
 
 REPO_BINARY = Path(__file__).resolve().parents[2] / ".tools" / "prometheus" / "usr" / "bin" / "prometheus"
 
@@ -31,6 +32,7 @@ class PrometheusServer:
     def __init__(self, data_dir: Path, port: int, targets: list[str], scrape_interval: str = "5s"):
         self.data_dir, self.port, self.targets, self.scrape_interval = Path(data_dir), port, targets, scrape_interval
         self.process: subprocess.Popen | None = None
+        self._log = None
 
     @property
     def url(self) -> str:
@@ -47,7 +49,7 @@ class PrometheusServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "prometheus.yml"
         config.write_text(yaml.safe_dump(self.config(), sort_keys=False))
-        log = open(self.data_dir / "prometheus.log", "ab")
+        self._log = log = open(self.data_dir / "prometheus.log", "ab")
         self.process = subprocess.Popen(
             [str(binary), f"--config.file={config}", f"--storage.tsdb.path={self.data_dir / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=15d", "--log.level=warn"],
@@ -67,14 +69,11 @@ class PrometheusServer:
         raise ModelcdError(f"Prometheus did not become ready on {self.url} within {timeout:.0f} s; see {self.data_dir / 'prometheus.log'}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
+        if self.process is not None:
+            stop_process(self.process, timeout=10)
+        if self._log is not None:
+            self._log.close()
+        self.process, self._log = None, None
 
     def __enter__(self) -> "PrometheusServer":
         return self.start()

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from modelcd_assets.launch import PROMOTED, run_gate
+from modelcd_assets.lib.processes import stop_process
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets_tests.conftest import Env, make_env
 
@@ -101,9 +102,5 @@ class ServerProcess:
         return httpx.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60, **kw)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc)
         self.log.close()
