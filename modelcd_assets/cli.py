@@ -82,6 +82,7 @@ def cmd_status(args) -> int:
     import dagster as dg
 
     from modelcd_assets.launch import latest_gate_rows
+    from modelcd_assets.lib.registry import ROLLED_BACK
     from modelcd_assets.lib.report import table
 
     reg = _registry()
@@ -99,7 +100,8 @@ def cmd_status(args) -> int:
             passed = sum(g.status == "pass" for g in gates)
             others = ", ".join(f"{g.gate}={g.status}" for g in gates if g.status != "pass")
             summary = "never gated" if all(g.status == "not run" for g in gates) else f"{passed}/{len(gates)} pass" + (f"; {others}" if others else "")
-            rows.append([ref.version, "production" if prod == ref else "", summary])
+            alias = "production" if prod == ref else ("rolled back from" if ROLLED_BACK in reg.tags(ref) else "")
+            rows.append([ref.version, alias, summary])
         print(table(["version", "alias", "last gate results"], rows, max_width=200))
     return 0
 

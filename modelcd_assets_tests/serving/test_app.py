@@ -174,6 +174,9 @@ def test_modelcd_rollback_by_hand_moves_production_back_and_the_server_follows(s
     assert served.env.registry.production(MODEL) == served.v1
     assert "canary looked wrong" in served.env.registry.tags(served.v2)[ROLLED_BACK]
     wait_serving(client, served.v1.version, timeout=10)
+    assert main(["status", MODEL]) == 0
+    status = capsys.readouterr().out
+    assert "production = 1" in status and "rolled back from" in status
     # Nothing earlier than v1 passed its gates: a second rollback is refused and production stays.
     assert main(["rollback", MODEL]) == 2
     assert "no earlier version of tiny-intent passed its gates" in capsys.readouterr().err
