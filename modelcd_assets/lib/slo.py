@@ -30,8 +30,8 @@ def slo_queries(model: str, version: str, window: str) -> dict[str, str]:
     }
 
 
-def query(url: str, promql: str, timeout: float = 5.0) -> float | None:
-    """One instant query; None when it returns no series (no data), NaN kept as None too."""
+def query_vector(url: str, promql: str, timeout: float = 5.0) -> list[tuple[dict[str, str], float]]:
+    """One instant query: every series' labels and value."""
     try:
         resp = httpx.get(f"{url.rstrip('/')}/api/v1/query", params={"query": promql}, timeout=timeout)
     except httpx.HTTPError as e:
@@ -41,11 +41,21 @@ def query(url: str, promql: str, timeout: float = 5.0) -> float | None:
     body = resp.json()
     if body.get("status") != "success":
         raise PrometheusUnavailable(f"Prometheus at {url} refused {promql!r}: {body.get('error')}")
-    result = body["data"]["result"]
+    return [(r["metric"], float(r["value"][1])) for r in body["data"]["result"]]
+
+
+def query(url: str, promql: str, timeout: float = 5.0) -> float | None:
+    """One instant query for a single number; None when it returns no series (no data) or NaN."""
+    result = query_vector(url, promql, timeout)
     if not result:
         return None
-    value = float(result[0]["value"][1])
+    value = result[0][1]
     return None if math.isnan(value) else value
+
+
+def served_versions(url: str, model: str) -> list[str]:
+    """The versions that scraped servers of model say they serve by default right now."""
+    return sorted({labels.get("version", "?") for labels, value in query_vector(url, f'modelcd_serving_info{{model="{model}"}} == 1')})
 
 
 @dataclass(frozen=True)
@@ -79,4 +89,9 @@ def evaluate_slo(url: str, model: str, version: str, policy: SloPolicy) -> SloVe
     """Query and judge one production version; raises PrometheusUnavailable when Prometheus cannot answer."""
     values = read_slo(url, model, version, policy.window)
     verdict = judge_slo(values, policy)
-    return SloVerdict(verdict.outcome, verdict.values, verdict.reasons, slo_queries(model, version, policy.window))
+    reasons = list(verdict.reasons)
+    if not values.get("samples"):
+        serving = served_versions(url, model)
+        if serving and version not in serving:
+            reasons.append(f"the servers serve version {', '.join(serving)}, not production {version}: its load may have been refused (see the server log)")
+    return SloVerdict(verdict.outcome, verdict.values, reasons, slo_queries(model, version, policy.window))

@@ -151,6 +151,22 @@ def test_injected_errors_with_no_earlier_version_keep_production(served, stack):
     assert served.env.registry.production(MODEL) == served.v1
 
 
+def test_a_production_version_the_server_refused_is_named_not_judged(served, stack):
+    server, prometheus = stack
+    server.admin("POST", "/v1/admin/faults", json={"version": served.v1.version})
+    reg = served.env.registry
+    reg.move_production(served.ungated, {"test": "alias moved by hand to a version that was never gated"})
+    try:
+        time.sleep(3)  # a few polls: the server refuses the version and keeps serving v1
+        assert httpx.get(f"{server.url}/readyz").json()["version"] == served.v1.version
+        slo = PolicyResource(policy_dir=served.env.env["MODELCD_POLICY_DIR"]).for_model(MODEL).slo
+        verdict = evaluate_slo(prometheus.url, MODEL, served.ungated.version, slo)
+        assert verdict.outcome == "inconclusive"
+        assert f"the servers serve version {served.v1.version}, not production {served.ungated.version}" in " ".join(verdict.reasons)
+    finally:
+        reg.move_production(served.v1, {"test": "alias moved back"})
+
+
 def test_prometheus_down_is_a_skip_that_keeps_the_cursor(served):
     url = f"http://127.0.0.1:{free_port()}"
     result = tick(served, url, '{"kept": 1}')
