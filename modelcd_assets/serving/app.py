@@ -85,7 +85,10 @@ class Swapper:
         served = self.pool.activate(version)
         if previous is not None:
             self.metrics.serving.labels(previous.model, previous.version, previous.adapter_label).set(0)
-        self.metrics.serving.labels(served.model, served.version, served.adapter_label).set(1)
+        labels = (served.model, served.version, served.adapter_label)
+        self.metrics.serving.labels(*labels).set(1)
+        for counter in (self.metrics.requests, self.metrics.errors, self.metrics.nan_outputs):
+            counter.labels(*labels)  # export zeros from the start, so "no errors" is a series at 0, not missing
         log.info("now serving %s version %s (adapter %s)", served.model, served.version, served.adapter_label)
         return served
 
@@ -151,7 +154,7 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
             if fault is not None and fault.latency_ms:
                 await asyncio.sleep(fault.latency_ms / 1000)
             if fault is not None and random.random() < fault.error_ratio:
-                raise RuntimeError("injected fault")
+                return finish(served, labels, start, 500, {"error": "injected fault (chaos testing through /v1/admin/faults)"})
             out = await asyncio.get_running_loop().run_in_executor(inference, served.logits, body.texts)
             if fault is not None and random.random() < fault.nan_ratio:
                 out = np.full_like(out, np.nan)
@@ -167,6 +170,9 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
         except Exception as e:  # a failed request is counted and answered, never dropped
             log.exception("classify failed on %s version %s", served.model, served.version)
             status, payload = 500, {"error": f"classification failed: {e}"}
+        return finish(served, labels, start, status, payload)
+
+    def finish(served: Served, labels: tuple, start: float, status: int, payload: dict) -> JSONResponse:
         metrics.requests.labels(*labels).inc()
         if status >= 500:
             metrics.errors.labels(*labels).inc()
