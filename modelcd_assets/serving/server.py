@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.registry import Registry
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.serving.app import create_app
@@ -26,6 +27,9 @@ def app_from_env(model: str, workers: int = 2, environ: dict | None = None) -> F
     torch.set_num_threads(1)
     policy = PolicyResource(policy_dir=env["MODELCD_POLICY_DIR"]).for_model(model)
     registry = Registry(env["MLFLOW_TRACKING_URI"], env["MODELCD_MLFLOW_ARTIFACTS"])
+    if model not in registry.candidate_models():
+        raise ModelcdError(f"{model!r} is not a registered candidate model at {registry.tracking_uri}; "
+                           "register versions with 'modelcd register PATH --name NAME' (see 'modelcd status')")
     pool = ServingPool(model, registry, Path(env["MODELCD_HOME"]), Path(env["MODELCD_DATA"]), policy.serving, policy.safety.limits())
     return create_app(pool, admin_token=env.get(ADMIN_TOKEN_ENV) or None, poll_seconds=policy.serving.poll_seconds, workers=workers)
 
@@ -33,8 +37,13 @@ def app_from_env(model: str, workers: int = 2, environ: dict | None = None) -> F
 def serve(model: str, host: str, port: int, workers: int) -> int:
     import uvicorn
 
+    import mlflow  # noqa: F401  (configures its own loggers on import; quieten them after)
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    app = app_from_env(model, workers)
     if not os.environ.get(ADMIN_TOKEN_ENV):
         logging.getLogger("modelcd.serve").warning("%s is not set: the admin API answers 401 to every call", ADMIN_TOKEN_ENV)
-    uvicorn.run(app_from_env(model, workers), host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     return 0

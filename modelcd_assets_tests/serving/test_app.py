@@ -65,8 +65,16 @@ def content(served, ref) -> str:
     return served.env.registry.tags(ref)[CONTENT]
 
 
-def test_not_ready_without_a_production_version(served):
-    with start(served, "no-such-model") as c:
+def test_an_unknown_model_is_refused_at_start(served):
+    from modelcd_assets.lib.errors import ModelcdError
+
+    with pytest.raises(ModelcdError, match="'no-such-model' is not a registered candidate model"):
+        start(served, "no-such-model")
+
+
+def test_not_ready_without_a_production_version(served, tiny_adapters):
+    served.env.registry.register(tiny_adapters["good"], "unpromoted-intent")
+    with start(served, "unpromoted-intent") as c:
         assert c.get("/healthz").status_code == 200
         r = c.get("/readyz")
         assert r.status_code == 503 and "no production version" in r.json()["reason"]
