@@ -25,6 +25,9 @@ def test_register_prints_the_version(modelcd_env, tiny_base, capsys):
     [
         (["register", "/nonexistent/folder", "--name", "x"], "is not a folder"),
         (["gate", "nobody", "3"], "models:/nobody/3 is not in the registry"),
+        (["serve", "nobody"], "'nobody' is not a registered candidate model"),
+        (["up", "nobody"], "'nobody' is not a registered candidate model; run 'make demo'"),
+        (["rollback", "nobody"], "nobody has no production version"),
     ],
 )
 def test_user_mistakes_exit_2_with_one_line(modelcd_env, args, message):
