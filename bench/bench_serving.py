@@ -127,7 +127,7 @@ def main() -> int:
     args = ap.parse_args()
     apply_local_defaults()
     state = Path(os.environ["MODELCD_HOME"])
-    reg = Registry(os.environ["MLFLOW_TRACKING_URI"], os.environ["MODELCD_MLFLOW_ARTIFACTS"])
+    reg = Registry.from_env()
     prod, other = pick_versions(reg, state, args.name)
     texts = [ex.text for ex in read_split(Path(os.environ["MODELCD_DATA"]) / "traffic_current.jsonl")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-serving-"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from modelcd_assets.lib.settings import apply_local_defaults
 def production_copy(name: str) -> Iterator[tuple[Registry, CandidateRef, Path] | None]:
     """The local registry, the version `production` points to and its fetched files; None (with a hint printed) before `make demo`."""
     apply_local_defaults()
-    reg = Registry(os.environ["MLFLOW_TRACKING_URI"], os.environ["MODELCD_MLFLOW_ARTIFACTS"])
+    reg = Registry.from_env()
     prod = reg.production(name)
     if prod is None:
         print(f"no production version of {name}; run 'make demo' first")

@@ -17,7 +17,7 @@ EXIT_PROMOTED, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BLOCKED = 0, 1, 2, 3
 def _registry():
     from modelcd_assets.lib.registry import Registry
 
-    return Registry(os.environ["MLFLOW_TRACKING_URI"], os.environ["MODELCD_MLFLOW_ARTIFACTS"])
+    return Registry.from_env()
 
 
 def cmd_register(args) -> int:

@@ -71,7 +71,7 @@ def print_gate_table(runs: list[tuple[str, GateRun]]) -> None:
 def main() -> int:
     started = time.perf_counter()
     home = Path(os.environ["MODELCD_HOME"])
-    reg = Registry(os.environ["MLFLOW_TRACKING_URI"], os.environ["MODELCD_MLFLOW_ARTIFACTS"])
+    reg = Registry.from_env()
     print(f"modelcd demo: state in {home}")
     splits = write_splits(Path(os.environ["MODELCD_DATA"]))
     print(f"data: synthetic support tickets, {', '.join(f'{k} {len(read_split(v))}' for k, v in splits.items())}")

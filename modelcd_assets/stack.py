@@ -19,9 +19,7 @@ def run_stack(model: str, serve_port: int, prometheus_port: int, ui_port: int) -
     workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
     if not workspace.is_file():
         raise ModelcdError(f"{workspace} not found; run 'modelcd up' from an editable install of the repository (make install)")
-    registry = Registry(os.environ["MLFLOW_TRACKING_URI"], os.environ["MODELCD_MLFLOW_ARTIFACTS"])
-    if model not in registry.candidate_models():
-        raise ModelcdError(f"{model!r} is not a registered candidate model; run 'make demo' for the demo's, or register one with 'modelcd register'")
+    Registry.from_env().require_candidate_model(model)  # before anything starts
     env = dict(os.environ, MODELCD_PROMETHEUS_URL=f"http://127.0.0.1:{prometheus_port}")
     prometheus = PrometheusServer(Path(env["MODELCD_HOME"]) / "prometheus", prometheus_port, [f"127.0.0.1:{serve_port}"]).start()
     children = {

@@ -29,7 +29,7 @@ class Env:
 
     @property
     def registry(self) -> Registry:
-        return Registry(self.env["MLFLOW_TRACKING_URI"], self.env["MODELCD_MLFLOW_ARTIFACTS"])
+        return Registry.from_env(self.env)
 
     @property
     def data(self) -> Path:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from collections.abc import Mapping
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +76,12 @@ class Registry:
         self.tracking_uri = tracking_uri
         self.artifact_location = artifact_location
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Registry":
+        """The registry MLFLOW_TRACKING_URI and MODELCD_MLFLOW_ARTIFACTS name (see lib/settings.py for the defaults)."""
+        env = os.environ if environ is None else environ
+        return cls(env["MLFLOW_TRACKING_URI"], env["MODELCD_MLFLOW_ARTIFACTS"])
 
     def _experiment_id(self) -> str:
         exp = self.client.get_experiment_by_name(EXPERIMENT)
@@ -182,6 +190,12 @@ class Registry:
         """All versions of a registered model, oldest first."""
         mvs = self.client.search_model_versions(f"name='{name}'")
         return sorted((CandidateRef(name, str(v.version)) for v in mvs), key=lambda r: int(r.version))
+
+    def require_candidate_model(self, name: str) -> None:
+        """Raise, with what to do, unless name is a registered model whose versions are candidates."""
+        if name not in self.candidate_models():
+            raise ModelcdError(f"{name!r} is not a registered candidate model; run 'make demo' for the demo's ticket-intent, "
+                               f"or register versions with 'modelcd register PATH --name NAME' (registry: {self.tracking_uri})")
 
     def candidate_models(self) -> list[str]:
         """Names of registered models whose versions are candidates for production."""

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.registry import Registry
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.serving.app import create_app
@@ -26,10 +25,8 @@ def app_from_env(model: str, workers: int = 2, environ: dict | None = None) -> F
     # on the loader thread does not steal cores from requests in flight.
     torch.set_num_threads(1)
     policy = PolicyResource(policy_dir=env["MODELCD_POLICY_DIR"]).for_model(model)
-    registry = Registry(env["MLFLOW_TRACKING_URI"], env["MODELCD_MLFLOW_ARTIFACTS"])
-    if model not in registry.candidate_models():
-        raise ModelcdError(f"{model!r} is not a registered candidate model at {registry.tracking_uri}; "
-                           "register versions with 'modelcd register PATH --name NAME' (see 'modelcd status')")
+    registry = Registry.from_env(env)
+    registry.require_candidate_model(model)
     pool = ServingPool(model, registry, Path(env["MODELCD_HOME"]), Path(env["MODELCD_DATA"]), policy.serving, policy.safety.limits())
     return create_app(pool, admin_token=env.get(ADMIN_TOKEN_ENV) or None, poll_seconds=policy.serving.poll_seconds, workers=workers)
 
