@@ -9,6 +9,7 @@ import dagster as dg
 from dagster._core.event_api import PartitionKeyFilter
 
 from modelcd_assets.defs.assets.production_model import code_location_graph, required_gates
+from modelcd_assets.defs.assets.production_rollback import production_rollback, rollback_run_config
 from modelcd_assets.defs.jobs import GATE_JOB, ROLLBACK_JOB
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.errors import ModelcdError
@@ -149,15 +150,12 @@ def latest_gate_rows(instance: dg.DagsterInstance, ref: CandidateRef) -> list[Ga
 
 def run_rollback(name: str, from_version: str, reason: dict, instance: dg.DagsterInstance | None = None) -> dict:
     """Run the rollback job the SLO sensor launches, in this process; returns the materialization's metadata."""
-    import json
-
     instance = instance or dg.DagsterInstance.get()
-    config = {"model": name, "from_version": from_version, "trigger": "manual", "reason": json.dumps(reason, sort_keys=True)}
     result = definitions().resolve_job_def(ROLLBACK_JOB).execute_in_process(
-        instance=instance, run_config={"ops": {"production_rollback": {"config": config}}}, raise_on_error=False,
+        instance=instance, run_config=rollback_run_config(name, from_version, "manual", reason), raise_on_error=False,
         tags={"modelcd/rollback": f"{name}:{from_version}", "modelcd/launched_by": "cli"},
     )
     if not result.success:
         raise ModelcdError(_failure_message(result).split(": ", 2)[-1] or "the rollback run failed; see it in the Dagster UI")
-    mats = result.asset_materializations_for_node("production_rollback")
+    mats = result.asset_materializations_for_node(production_rollback.op.name)
     return {k: getattr(v, "value", v) for k, v in mats[0].metadata.items()}

@@ -19,6 +19,12 @@ class RollbackConfig(dg.Config):
     reason: str = Field("{}", description="Why, as JSON: the PromQL values and thresholds, or the operator's words")
 
 
+def rollback_run_config(model: str, from_version: str, trigger: str, reason: dict) -> dict:
+    """Run config of the rollback job, as the SLO sensor and `modelcd rollback` both launch it."""
+    config = {"model": model, "from_version": from_version, "trigger": trigger, "reason": json.dumps(reason, sort_keys=True)}
+    return {"ops": {production_rollback.op.name: {"config": config}}}
+
+
 @dg.asset(group_name="operations", kinds={"mlflow", "prometheus"})
 def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfig, registry: MlflowRegistryResource) -> dg.MaterializeResult:
     """One materialization per rollback: from which version, to which, and why."""

@@ -4,6 +4,7 @@ import json
 
 import dagster as dg
 
+from modelcd_assets.defs.assets.production_rollback import rollback_run_config
 from modelcd_assets.defs.jobs import rollback_production
 from modelcd_assets.lib.slo import FAIL, PASS, PrometheusUnavailable
 from modelcd_assets.resources.policy import PolicyResource
@@ -12,11 +13,9 @@ from modelcd_assets.resources.registry import MlflowRegistryResource
 
 
 def rollback_request(model: str, version: str, verdicts: list[dict], sequence: int) -> dg.RunRequest:
-    reason = {"slo_evaluations": verdicts}
-    config = {"model": model, "from_version": version, "trigger": "slo_sensor", "reason": json.dumps(reason, sort_keys=True)}
     return dg.RunRequest(
         run_key=f"rollback:{model}:{version}:{sequence}",
-        run_config={"ops": {"production_rollback": {"config": config}}},
+        run_config=rollback_run_config(model, version, "slo_sensor", {"slo_evaluations": verdicts}),
         tags={"modelcd/rollback": f"{model}:{version}"},
     )
 
