@@ -23,13 +23,12 @@ class Engine:
         self.model = load_classifier(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.labels = labels_of(self.model_dir)
-        self._install_lock = threading.Lock()
         # A fast tokenizer raises "Already borrowed" when two threads call it at once.
         self._tokenizer_lock = threading.Lock()
 
     def install(self, adapter: LoraAdapter) -> None:
-        with self._install_lock:
-            install(self.model, adapter)
+        """Make adapter servable on this engine; callers serialize installs (ServingPool loads one at a time)."""
+        install(self.model, adapter)
 
     def logits(self, texts: list[str], adapter: LoraAdapter | None) -> np.ndarray:
         """FP32 logits of texts, every row computed under the same adapter."""

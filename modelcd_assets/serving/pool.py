@@ -94,7 +94,7 @@ class ServingPool:
         with self._load_lock:
             start = time.perf_counter()
             ref = CandidateRef(self.model, str(version))
-            what = f"{ref.uri}"
+            what = ref.uri
             if ref.version not in self._content_hash:
                 self._content_hash[ref.version] = self.registry.tags(ref)[CONTENT]
             record_dir = self.state_root / "candidates" / ref.name / ref.version
@@ -120,9 +120,6 @@ class ServingPool:
             if record.kind == ADAPTER:
                 try:
                     adapter = read_adapter(Path(record.artifact_dir), ref.key, record.content_hash)
-                except ModelcdError as e:
-                    raise SwapRefused(f"{what}: {e}") from e
-                try:
                     engine.install(adapter)
                 except ModelcdError as e:
                     raise SwapRefused(f"{what}: {e}") from e
