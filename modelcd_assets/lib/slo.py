@@ -66,10 +66,6 @@ class SloVerdict:
     queries: dict[str, str] = field(default_factory=dict)
 
 
-def read_slo(url: str, model: str, version: str, window: str) -> dict[str, float | None]:
-    return {name: query(url, promql) for name, promql in slo_queries(model, version, window).items()}
-
-
 def judge_slo(values: dict[str, float | None], policy: SloPolicy) -> SloVerdict:
     """fail when any measured value breaks its threshold; inconclusive with too few samples or missing values."""
     samples = values.get("samples") or 0.0
@@ -87,11 +83,12 @@ def judge_slo(values: dict[str, float | None], policy: SloPolicy) -> SloVerdict:
 
 def evaluate_slo(url: str, model: str, version: str, policy: SloPolicy) -> SloVerdict:
     """Query and judge one production version; raises PrometheusUnavailable when Prometheus cannot answer."""
-    values = read_slo(url, model, version, policy.window)
+    queries = slo_queries(model, version, policy.window)
+    values = {name: query(url, promql) for name, promql in queries.items()}
     verdict = judge_slo(values, policy)
     reasons = list(verdict.reasons)
     if not values.get("samples"):
         serving = served_versions(url, model)
         if serving and version not in serving:
             reasons.append(f"the servers serve version {', '.join(serving)}, not production {version}: its load may have been refused (see the server log)")
-    return SloVerdict(verdict.outcome, verdict.values, reasons, slo_queries(model, version, policy.window))
+    return SloVerdict(verdict.outcome, verdict.values, reasons, queries)
