@@ -35,6 +35,18 @@ class Env:
     def data(self) -> Path:
         return Path(self.env["MODELCD_DATA"])
 
+    def sensor_resources(self, prometheus_url: str) -> dict:
+        """The resources slo_sensor takes, bound to this state folder and a Prometheus."""
+        from modelcd_assets.resources.policy import PolicyResource
+        from modelcd_assets.resources.prometheus import PrometheusResource
+        from modelcd_assets.resources.registry import MlflowRegistryResource
+
+        return {
+            "registry": MlflowRegistryResource(tracking_uri=self.env["MLFLOW_TRACKING_URI"], artifact_location=self.env["MODELCD_MLFLOW_ARTIFACTS"]),
+            "policy": PolicyResource(policy_dir=self.env["MODELCD_POLICY_DIR"]),
+            "prometheus": PrometheusResource(url=prometheus_url),
+        }
+
     def policy(self, model_name: str, text: str) -> Path:
         path = Path(self.env["MODELCD_POLICY_DIR"]) / f"{model_name}.yaml"
         path.write_text(text)

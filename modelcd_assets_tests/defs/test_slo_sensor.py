@@ -19,8 +19,6 @@ from modelcd_assets.defs.sensors.slo_sensor import slo_sensor
 from modelcd_assets.lib.prometheus_server import PrometheusServer
 from modelcd_assets.lib.slo import PASS, evaluate_slo
 from modelcd_assets.resources.policy import PolicyResource
-from modelcd_assets.resources.prometheus import PrometheusResource
-from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.serving.metrics import ServerMetrics
 from modelcd_assets_tests.serving.conftest import free_port
 
@@ -59,13 +57,8 @@ def exporter(modelcd_env, tiny_base, tmp_path):
 
 
 def tick(env, url: str, cursor: str | None):
-    resources = {
-        "registry": MlflowRegistryResource(tracking_uri=env.env["MLFLOW_TRACKING_URI"], artifact_location=env.env["MODELCD_MLFLOW_ARTIFACTS"]),
-        "policy": PolicyResource(policy_dir=env.env["MODELCD_POLICY_DIR"]),
-        "prometheus": PrometheusResource(url=url),
-    }
     with dg.instance_for_test() as instance:
-        return slo_sensor(dg.build_sensor_context(cursor=cursor, instance=instance, resources=resources))
+        return slo_sensor(dg.build_sensor_context(cursor=cursor, instance=instance, resources=env.sensor_resources(url)))
 
 
 def test_each_model_is_judged_on_its_own_and_rolled_back_once(exporter):

@@ -20,8 +20,6 @@ from modelcd_assets.lib.prometheus_server import PrometheusServer
 from modelcd_assets.lib.registry import PROMOTION, ROLLED_BACK
 from modelcd_assets.lib.slo import FAIL, evaluate_slo
 from modelcd_assets.resources.policy import PolicyResource
-from modelcd_assets.resources.prometheus import PrometheusResource
-from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets_tests.serving.conftest import MODEL, ServerProcess, free_port, gated_state
 
 pytestmark = pytest.mark.slow
@@ -64,17 +62,8 @@ def stack(served, tmp_path_factory):
         server.stop()
 
 
-def resources(served, url: str) -> dict:
-    env = served.env.env
-    return {
-        "registry": MlflowRegistryResource(tracking_uri=env["MLFLOW_TRACKING_URI"], artifact_location=env["MODELCD_MLFLOW_ARTIFACTS"]),
-        "policy": PolicyResource(policy_dir=env["MODELCD_POLICY_DIR"]),
-        "prometheus": PrometheusResource(url=url),
-    }
-
-
 def tick(served, url: str, cursor: str | None):
-    return slo_sensor(dg.build_sensor_context(cursor=cursor, instance=served.instance, resources=resources(served, url)))
+    return slo_sensor(dg.build_sensor_context(cursor=cursor, instance=served.instance, resources=served.env.sensor_resources(url)))
 
 
 def wait_for(outcome: str, served, url: str, version: str, timeout: float = 60):
