@@ -15,7 +15,8 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from modelcd_assets.lib.artifact import ADAPTER, inspect_artifact
-from modelcd_assets.lib.errors import BadCandidate, ModelcdError
+from modelcd_assets.lib.errors import BadCandidate, ModelcdError, RegistryUnavailable, Superseded
+from modelcd_assets.lib.failpoints import failpoint
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.safety import SafetyLimits, scan_artifact
 
@@ -165,26 +166,41 @@ class Registry:
             self.client.set_model_version_tag(ref.name, ref.version, k, v)
 
     def production(self, name: str) -> CandidateRef | None:
-        """The version the production alias points to, or None."""
+        """The version the production alias points to; None only when the registry answers that there is none."""
         try:
-            mv = self.client.get_model_version_by_alias(name, PRODUCTION)
-        except MlflowException:
-            return None
-        return CandidateRef(name, str(mv.version))
+            aliases = self.client.get_registered_model(name).aliases
+        except MlflowException as e:
+            if e.error_code == "RESOURCE_DOES_NOT_EXIST":  # the model itself is not registered: no alias either
+                return None
+            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.tracking_uri}: {e.message}; nothing was decided, retry when the registry answers") from e
+        except Exception as e:  # a network or database error is not an answer
+            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.tracking_uri}: {type(e).__name__}: {e}; nothing was decided, retry when the registry answers") from e
+        version = aliases.get(PRODUCTION)
+        return CandidateRef(name, str(version)) if version is not None else None
 
-    def move_production(self, ref: CandidateRef, reason: dict) -> CandidateRef | None:
-        """Point the production alias at ref, recording why on the version; returns the previous one."""
-        previous = self.production(ref.name)
+    def move_production(self, ref: CandidateRef, reason: dict, expected: CandidateRef | None) -> CandidateRef | None:
+        """Point the production alias at ref only if it still points at expected (compare-and-set), recording why on ref.
+
+        Callers serialize moves of one model (the Dagster pool `modelcd_promotion`), so nothing moves the alias between
+        the compare and the set. Returns the previous version.
+        """
+        current = self.production(ref.name)
+        if current != expected:
+            raise Superseded(f"production of {ref.name} moved from {expected.version if expected else 'nothing'} to "
+                             f"{current.version if current else 'nothing'} while {ref.uri} was gated; re-gate it against "
+                             f"{current.version if current else 'nothing'} with 'modelcd gate {ref.name} {ref.version}'")
         self.version(ref)
-        record = {PROMOTION: json.dumps(reason, sort_keys=True), PREVIOUS_PRODUCTION: previous.version if previous else ""}
+        record = {PROMOTION: json.dumps(reason, sort_keys=True), PREVIOUS_PRODUCTION: current.version if current else ""}
         self.set_tags(ref, record)
+        failpoint("after_tags")
         try:
             self.client.set_registered_model_alias(ref.name, PRODUCTION, ref.version)
         except Exception:
             for k in record:
                 self.client.delete_model_version_tag(ref.name, ref.version, k)
             raise
-        return previous
+        failpoint("after_alias")
+        return current
 
     def versions(self, name: str) -> list[CandidateRef]:
         """All versions of a registered model, oldest first."""

@@ -6,6 +6,7 @@ import json
 from typing import Callable
 
 from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.failpoints import failpoint
 from modelcd_assets.lib.registry import PREVIOUS_PRODUCTION, ROLLED_BACK, CandidateRef, Registry
 
 
@@ -42,4 +43,5 @@ def rollback_target(registry: Registry, bad: CandidateRef, gate_problems_of: Cal
 def roll_back(registry: Registry, bad: CandidateRef, target: CandidateRef, reason: dict) -> None:
     """Mark bad as rolled back from and point production at target, both with the reason."""
     registry.set_tags(bad, {ROLLED_BACK: json.dumps(reason, sort_keys=True)})
-    registry.move_production(target, {"rollback_from": bad.version, **reason})
+    failpoint("mid_rollback")
+    registry.move_production(target, {"rollback_from": bad.version, **reason}, expected=bad)

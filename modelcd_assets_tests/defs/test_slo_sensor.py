@@ -33,8 +33,8 @@ def exporter(modelcd_env, tiny_base, tmp_path):
     for name in ("intent-a", "intent-b", "intent-c"):
         reg.register(tiny_base, name)
         modelcd_env.policy(name, SLO)
-    reg.move_production(reg.versions("intent-a")[0], {"test": True})
-    reg.move_production(reg.versions("intent-b")[0], {"test": True})
+    reg.move_production(reg.versions("intent-a")[0], {"test": True}, expected=None)
+    reg.move_production(reg.versions("intent-b")[0], {"test": True}, expected=None)
     metrics = ServerMetrics()
     port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=metrics.registry)

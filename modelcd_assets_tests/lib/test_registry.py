@@ -1,9 +1,11 @@
 """The MLflow registry client against a real SQLite-backed MLflow."""
 
 import pytest
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
 
-from modelcd_assets.lib.errors import BadCandidate, ModelcdError
-from modelcd_assets.lib.registry import CONTENT, KIND, CandidateRef
+from modelcd_assets.lib.errors import BadCandidate, ModelcdError, RegistryUnavailable, Superseded
+from modelcd_assets.lib.registry import CONTENT, KIND, PREVIOUS_PRODUCTION, PROMOTION, CandidateRef
 
 
 def test_register_fetch_and_alias(modelcd_env, tiny_base, tmp_path):
@@ -15,10 +17,10 @@ def test_register_fetch_and_alias(modelcd_env, tiny_base, tmp_path):
     got = reg.fetch(ref, tmp_path / "fetched")
     assert (got / "model.safetensors").read_bytes() == (tiny_base / "model.safetensors").read_bytes()
     assert reg.production("m") is None
-    assert reg.move_production(ref, {"why": "test"}) is None
+    assert reg.move_production(ref, {"why": "test"}, expected=None) is None
     assert reg.production("m") == ref
     ref2 = reg.register(tiny_base, "m")
-    assert reg.move_production(ref2, {"why": "test"}) == ref
+    assert reg.move_production(ref2, {"why": "test"}, expected=ref) == ref
     assert reg.tags(ref2)["modelcd.previous_production"] == "1"
     assert reg.versions("m") == [ref, ref2]
     assert reg.candidate_models() == ["m"]
@@ -51,3 +53,35 @@ def test_role_clash_and_bad_references(modelcd_env, tiny_base):
         CandidateRef.from_uri("hf://x")
     with pytest.raises(ModelcdError, match="not in the registry"):
         reg.version(CandidateRef("b", "7"))
+
+
+@pytest.mark.parametrize("fault", [MlflowException("database is locked", error_code=INTERNAL_ERROR), ConnectionError("connection refused")])
+def test_a_registry_error_is_not_no_production(modelcd_env, tiny_base, monkeypatch, fault):
+    reg = modelcd_env.registry
+    ref = reg.register(tiny_base, "m")
+    reg.move_production(ref, {"why": "test"}, expected=None)
+
+    def broken(name):
+        raise fault
+
+    monkeypatch.setattr(reg.client, "get_registered_model", broken)
+    with pytest.raises(RegistryUnavailable, match="could not read the production alias of 'm'.*nothing was decided"):
+        reg.production("m")
+
+
+def test_only_the_registry_saying_so_means_no_production(modelcd_env, tiny_base):
+    reg = modelcd_env.registry
+    assert reg.production("never-registered") is None
+    reg.register(tiny_base, "m")
+    assert reg.production("m") is None
+
+
+def test_promotion_is_compare_and_set(modelcd_env, tiny_base):
+    reg = modelcd_env.registry
+    v1, v2, v3 = (reg.register(tiny_base, "m") for _ in range(3))
+    reg.move_production(v1, {"why": "test"}, expected=None)
+    reg.move_production(v2, {"why": "judged against 1"}, expected=v1)
+    with pytest.raises(Superseded, match="production of m moved from 1 to 2 while models:/m/3 was gated; re-gate it against 2"):
+        reg.move_production(v3, {"why": "judged against 1"}, expected=v1)
+    assert reg.production("m") == v2
+    assert PROMOTION not in reg.tags(v3) and PREVIOUS_PRODUCTION not in reg.tags(v3)

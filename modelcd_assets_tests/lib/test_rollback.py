@@ -12,7 +12,7 @@ def history(modelcd_env, tiny_base):
     reg = modelcd_env.registry
     refs = [reg.register(tiny_base, "intent-r") for _ in range(4)]
     for ref in (refs[0], refs[2], refs[1], refs[3]):  # production went 1 -> 3 -> 2 -> 4
-        reg.move_production(ref, {"test": True})
+        reg.move_production(ref, {"test": True}, expected=reg.production(ref.name))
     return reg, refs
 
 

@@ -128,11 +128,11 @@ def test_unloading_the_default_version_is_refused(served, client):
 
 def test_the_server_follows_the_production_alias(served, client):
     reg = served.env.registry
-    reg.move_production(served.v1, {"test": "alias moved by hand"})
+    reg.move_production(served.v1, {"test": "alias moved by hand"}, expected=reg.production(MODEL))
     try:
         assert wait_serving(client, served.v1.version, timeout=10)["adapter_sha256"] == content(served, served.v1)
     finally:
-        reg.move_production(served.v2, {"test": "alias moved back"})
+        reg.move_production(served.v2, {"test": "alias moved back"}, expected=reg.production(MODEL))
     wait_serving(client, served.v2.version, timeout=10)
 
 

@@ -144,7 +144,7 @@ def test_a_production_version_the_server_refused_is_named_not_judged(served, sta
     server, prometheus = stack
     server.admin("POST", "/v1/admin/faults", json={"version": served.v1.version})
     reg = served.env.registry
-    reg.move_production(served.ungated, {"test": "alias moved by hand to a version that was never gated"})
+    reg.move_production(served.ungated, {"test": "alias moved by hand to a version that was never gated"}, expected=reg.production(MODEL))
     try:
         time.sleep(3)  # a few polls: the server refuses the version and keeps serving v1
         assert httpx.get(f"{server.url}/readyz").json()["version"] == served.v1.version
@@ -153,7 +153,7 @@ def test_a_production_version_the_server_refused_is_named_not_judged(served, sta
         assert verdict.outcome == "inconclusive"
         assert f"the servers serve version {served.v1.version}, not production {served.ungated.version}" in " ".join(verdict.reasons)
     finally:
-        reg.move_production(served.v1, {"test": "alias moved back"})
+        reg.move_production(served.v1, {"test": "alias moved back"}, expected=reg.production(MODEL))
 
 
 def test_prometheus_down_is_a_skip_that_keeps_the_cursor(served):
