@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.stats import median_ci_min_n
 
 
 class _Strict(BaseModel):
@@ -38,13 +40,17 @@ class DriftPolicy(_Strict):
 class ThroughputPolicy(_Strict):
     min_ratio: float = Field(0.88, gt=0, description="Candidate throughput / production throughput, judged on the median of paired ratios.")
     p99_slo_ms: float = Field(100.0, gt=0, description="p99 latency SLO at batch 1, milliseconds.")
-    pairs: int = Field(12, ge=4, le=200, description="Interleaved A/B trial pairs per batch size in the first round.")
-    max_pairs: int = Field(36, ge=4, le=1000, description="Pairs allowed in total before the verdict is 'inconclusive'.")
+    pairs: int = Field(12, ge=2, le=200, description="Interleaved A/B trial pairs per batch size in the first round; at least what the median CI needs for `confidence` (6 at 0.95).")
+    max_pairs: int = Field(36, ge=2, le=1000, description="Pairs allowed in total before the verdict is 'inconclusive'.")
     confidence: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence of the interval on the median ratio.")
     on_inconclusive: str = Field("block", pattern="^(block|pass)$", description="What an inconclusive throughput verdict does.")
 
     @model_validator(mode="after")
     def _pairs_fit(self) -> "ThroughputPolicy":
+        need = median_ci_min_n(self.confidence)
+        if self.pairs < need:
+            raise ValueError(f"pairs ({self.pairs}) is too few for a {100 * self.confidence:g}% CI on the median ratio: even (min, max) of "
+                             f"{self.pairs} pairs covers the median only {100 * (1 - 2 * 0.5**self.pairs):g}% of the time; use at least {need} pairs")
         if self.max_pairs < self.pairs:
             raise ValueError(f"max_pairs ({self.max_pairs}) must be at least pairs ({self.pairs})")
         return self
@@ -54,11 +60,15 @@ class SafetyPolicy(_Strict):
     max_file_mb: float = Field(2048, gt=0, description="Largest single file a candidate may contain, MiB.")
     max_total_mb: float = Field(4096, gt=0, description="Largest candidate in all, MiB.")
     max_files: int = Field(200, ge=1, description="Most files a candidate may contain.")
+    allow: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, description=(
+        "Glob patterns (fnmatch, on the path relative to the artifact folder; * crosses folders) of files exempt from the file-type allowlist. "
+        "Pickles, code, links, and malformed safetensors or ONNX are refused whatever they match."))
 
     def limits(self):
         from modelcd_assets.lib.safety import SafetyLimits
 
-        return SafetyLimits(max_total_bytes=int(self.max_total_mb * 2**20), max_file_bytes=int(self.max_file_mb * 2**20), max_files=self.max_files)
+        return SafetyLimits(max_total_bytes=int(self.max_total_mb * 2**20), max_file_bytes=int(self.max_file_mb * 2**20), max_files=self.max_files,
+                            allow=tuple(self.allow))
 
 
 class ServingPolicy(_Strict):

@@ -1,18 +1,30 @@
 """Artifact safety: refuse what could execute code or escape its folder, before any weight is deserialized.
 
-Everything here reads bytes and JSON only; nothing in a candidate is imported, unpickled or loaded.
+Everything here reads bytes, JSON and protobuf only; nothing in a candidate is imported, unpickled or loaded.
+Only known file types pass: safetensors, JSON/config, tokenizer files, ONNX with its external data, text docs.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import struct
 from dataclasses import dataclass
-from pathlib import Path
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
 CODE_SUFFIXES = (".py", ".pyc", ".so", ".dll", ".dylib")
+TEXT_SUFFIXES = (".md", ".txt")
+TEXT_NAMES = ("license", ".gitattributes")
+SENTENCEPIECE_NAMES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+NOT_ALLOWED = ("not an allowed file type (safetensors, JSON/config, tokenizer files, ONNX, text docs); "
+               "remove it, or allow the pattern in the policy's safety.allow")
+# Leading bytes of formats that can run code when loaded, whatever the file is called: pickles (protocol 2+),
+# zips (torch.save, .keras, .npz hold pickles or Lambda code), HDF5 (Keras .h5 Lambda layers), .npy (object arrays), executables.
+CODE_MAGIC = {b"\x80\x02": "a pickle", b"\x80\x03": "a pickle", b"\x80\x04": "a pickle", b"\x80\x05": "a pickle",
+              b"PK\x03\x04": "a zip archive", b"\x89HDF\r\n\x1a\n": "HDF5", b"\x93NUMPY": "a numpy array", b"\x7fELF": "an executable"}
 SAFETENSORS_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
                            "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 
@@ -23,6 +35,7 @@ class SafetyLimits:
     max_file_bytes: int = 2 << 30
     max_files: int = 200
     max_safetensors_header_bytes: int = 25 << 20
+    allow: tuple[str, ...] = ()  # globs on the path relative to the artifact root, exempt from the file-type allowlist
 
 
 @dataclass(frozen=True)
@@ -35,7 +48,7 @@ class Finding:
 
 
 def _safetensors_problem(path: Path, limits: SafetyLimits) -> str | None:
-    """Why a safetensors file is malformed, or None: header size, JSON, dtypes, offsets and total length."""
+    """Why a safetensors file would not load, or None: header size, JSON, dtypes, shapes, and tensors tiling the data exactly."""
     size = path.stat().st_size
     if size < 8:
         return "safetensors file is shorter than its 8-byte header length"
@@ -47,7 +60,7 @@ def _safetensors_problem(path: Path, limits: SafetyLimits) -> str | None:
             return f"safetensors header claims {n} bytes but the file has only {size - 8} after the length"
         try:
             header = json.loads(f.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
             return f"safetensors header is not valid JSON ({e})"
     if not isinstance(header, dict):
         return "safetensors header is not a JSON object"
@@ -55,13 +68,15 @@ def _safetensors_problem(path: Path, limits: SafetyLimits) -> str | None:
     spans = []
     for name, info in header.items():
         if name == "__metadata__":
+            if not (isinstance(info, dict) and all(isinstance(v, str) for v in info.values())):
+                return "safetensors __metadata__ is not a map of strings"
             continue
         if not isinstance(info, dict) or info.get("dtype") not in SAFETENSORS_DTYPE_BYTES:
             return f"tensor {name!r} has an unknown dtype {info.get('dtype') if isinstance(info, dict) else info!r}"
         shape, offsets = info.get("shape"), info.get("data_offsets")
-        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
             return f"tensor {name!r} has an invalid shape {shape!r}"
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets) and 0 <= offsets[0] <= offsets[1]):
             return f"tensor {name!r} has invalid data_offsets {offsets!r}"
         count = 1
         for d in shape:
@@ -70,30 +85,145 @@ def _safetensors_problem(path: Path, limits: SafetyLimits) -> str | None:
             return f"tensor {name!r} spans {offsets[1] - offsets[0]} bytes, but {info['dtype']}{shape} needs {count * SAFETENSORS_DTYPE_BYTES[info['dtype']]}"
         if offsets[1] > data_len:
             return f"tensor {name!r} ends at byte {offsets[1]} but the data section has {data_len} (truncated file)"
-        spans.append(tuple(offsets))
-    spans.sort()
-    for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
-        if b0 < a1:
-            return "safetensors tensors overlap"
+        spans.append((offsets[0], offsets[1], name))
+    # The safetensors loader refuses a data section that the tensors do not cover exactly, in order.
+    end, previous = 0, None
+    for start, stop, name in sorted(spans):
+        if start < end:
+            return f"tensors {previous!r} and {name!r} overlap (bytes {start}..{end})"
+        if start > end:
+            return f"{start - end} unused bytes before tensor {name!r} (a gap at byte {end} of the data section)"
+        end, previous = stop, name
+    if end != data_len:
+        return f"{data_len - end} trailing bytes after the last tensor (data section has {data_len}, tensors cover {end})"
     return None
 
 
-def _onnx_external_data_problem(path: Path, root: Path) -> str | None:
-    """An ONNX model whose external-data location leaves the candidate folder."""
+def _onnx_tensors(message):
+    """Every TensorProto anywhere in an ONNX protobuf: initializers, sparse tensors, attributes, subgraphs, functions."""
+    from google.protobuf.message import Message
+
+    if message.DESCRIPTOR.full_name == "onnx.TensorProto":
+        yield message
+        return
+    for field, value in message.ListFields():
+        if field.message_type is not None:
+            for item in [value] if isinstance(value, Message) else value:
+                yield from _onnx_tensors(item)
+
+
+def _external_data_file(base: Path, root: Path, info: dict[str, str]) -> tuple[Path | None, str | None]:
+    """The regular file inside root that one external-data entry reads, or why it is refused."""
+    location = info.get("location", "")
+    parts = PurePosixPath(location.replace("\\", "/")).parts
+    if not parts or "\0" in location:
+        return None, f"external data location {location!r} is empty or malformed"
+    if PurePosixPath(parts[0]).is_absolute() or PureWindowsPath(location).drive or ".." in parts:
+        return None, f"external data location {location!r} escapes the candidate folder"
+    target = base
+    for part in parts:
+        target = target / part
+        if target.is_symlink():
+            return None, f"external data location {location!r} goes through a symlink ({target.relative_to(root).as_posix()}); copy the data instead"
+    if root not in target.resolve().parents:
+        return None, f"external data location {location!r} escapes the candidate folder"
+    if not target.is_file():
+        return None, f"external data file {location!r} is missing or not a regular file"
+    size = target.stat().st_size
+    try:
+        offset = int(info.get("offset", "0"))
+        length = int(info.get("length", str(size - offset)))
+    except ValueError:
+        return None, f"external data in {location!r} has a non-integer offset or length"
+    if offset < 0 or length < 0 or offset + length > size:
+        return None, f"external data in {location!r} (offset {offset}, length {length}) runs past its {size} bytes"
+    return target, None
+
+
+def _onnx_external_data(path: Path, root: Path) -> tuple[str | None, set[Path]]:
+    """Why an ONNX model's external data is refused (or None), and the files it reads; nothing is loaded."""
     import onnx
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors
 
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # noqa: BLE001 - onnx raises several parser errors
-        return f"ONNX file does not parse ({type(e).__name__})"
-    for tensor in _get_all_tensors(model):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            location = ExternalDataInfo(tensor).location
-            target = (path.parent / location).resolve()
-            if os.path.isabs(location) or ".." in Path(location).parts or root not in target.parents:
-                return f"external data location {location!r} escapes the candidate folder"
+        return f"ONNX file does not parse ({type(e).__name__})", set()
+    files = set()
+    for tensor in _onnx_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        # Key/value pairs read directly: older onnx's ExternalDataInfo setattr()s any key a file declares (CVE-2026-34445).
+        info = {e.key: e.value for e in tensor.external_data}
+        try:
+            target, problem = _external_data_file(path.parent, root, info)
+        except OSError as e:  # e.g. a name too long for the filesystem
+            target, problem = None, f"external data location {info.get('location')!r} cannot be checked ({e.strerror})"
+        if problem:
+            return f"tensor {tensor.name!r}: {problem}", files
+        files.add(target)
+    return None, files
+
+
+def _code_magic_problem(path: Path) -> str | None:
+    """A file whose first bytes say pickle, zip, HDF5, .npy or executable, whatever its name."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    for magic, kind in CODE_MAGIC.items():
+        if head.startswith(magic):
+            return f"content is {kind}, which can run code when loaded, whatever the file is called; convert the weights to safetensors"
     return None
+
+
+def _json_problem(path: Path) -> str | None:
+    try:
+        cfg = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return "not valid JSON"
+    if isinstance(cfg, dict) and "auto_map" in cfg:
+        return "declares auto_map (remote code); modelcd never sets trust_remote_code"
+    return None
+
+
+def _text_problem(path: Path) -> str | None:
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                if b"\0" in chunk:
+                    return "not UTF-8 text (NUL bytes); text docs and vocabularies must be plain text"
+                decoder.decode(chunk)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return "not UTF-8 text; text docs and vocabularies must be plain text"
+    return None
+
+
+def _file_problem(p: Path, name: str, rel: str, limits: SafetyLimits) -> str | None:
+    """Why one regular file of an allowed type is malformed, or why its type is refused."""
+    if name.endswith(".safetensors"):
+        return _safetensors_problem(p, limits)
+    problem = _code_magic_problem(p)
+    if problem:
+        return problem
+    if name.endswith(".json"):
+        return _json_problem(p)
+    if name in SENTENCEPIECE_NAMES:
+        with open(p, "rb") as f:
+            # A sentencepiece ModelProto starts with its first `pieces` entry: field 1, length-delimited.
+            return None if f.read(1) == b"\x0a" else "not a sentencepiece model (protobuf)"
+    if name.endswith(TEXT_SUFFIXES) or name in TEXT_NAMES:
+        return _text_problem(p)
+    if any(fnmatchcase(rel, pattern) for pattern in limits.allow):
+        return None
+    return NOT_ALLOWED
+
+
+def _inside(p: Path, root: Path) -> bool:
+    try:
+        target = p.resolve()
+    except (OSError, RuntimeError):  # symlink loops
+        return False
+    return target == root or root in target.parents
 
 
 def scan_artifact(folder: Path, limits: SafetyLimits = SafetyLimits()) -> list[Finding]:
@@ -101,20 +231,28 @@ def scan_artifact(folder: Path, limits: SafetyLimits = SafetyLimits()) -> list[F
     root = Path(folder).resolve()
     findings: list[Finding] = []
     total = 0
-    entries = sorted(Path(folder).rglob("*"))
+    entries = sorted(root.rglob("*"))
     if len(entries) > limits.max_files:
         findings.append(Finding(".", f"{len(entries)} files, over the limit of {limits.max_files}"))
+    # ONNX first: an external-data file is allowed because an ONNX model here reads it, whatever its name.
+    onnx_problems: dict[Path, str | None] = {}
+    external: set[Path] = set()
     for p in entries:
-        rel = p.relative_to(folder).as_posix()
+        if p.name.lower().endswith(".onnx") and _inside(p, root) and p.is_file() and p.stat().st_size <= limits.max_file_bytes:
+            onnx_problems[p], files = _onnx_external_data(p, root)
+            external |= files
+    for p in entries:
+        rel = p.relative_to(root).as_posix()
         if ".." in Path(rel).parts:
             findings.append(Finding(rel, "path contains '..'"))
             continue
-        if p.is_symlink():
-            target = p.resolve()
-            if root != target and root not in target.parents:
-                findings.append(Finding(rel, f"symlink points outside the candidate folder ({os.readlink(p)})"))
+        if p.is_symlink() and not _inside(p, root):
+            findings.append(Finding(rel, f"symlink points outside the candidate folder ({os.readlink(p)})"))
             continue
         if p.is_dir():
+            continue
+        if not p.is_file():
+            findings.append(Finding(rel, "not a regular file (a dangling link, pipe, socket or device)"))
             continue
         st = p.stat()
         if st.st_nlink > 1:
@@ -124,25 +262,17 @@ def scan_artifact(folder: Path, limits: SafetyLimits = SafetyLimits()) -> list[F
             findings.append(Finding(rel, f"{st.st_size} bytes, over the per-file limit of {limits.max_file_bytes}"))
         name = p.name.lower()
         if name.endswith(PICKLE_SUFFIXES) or ".joblib" in name:
-            findings.append(Finding(rel, "pickle-based weights can run code when loaded; convert to safetensors"))
+            problem = "pickle-based weights can run code when loaded; convert to safetensors"
         elif name.endswith(CODE_SUFFIXES):
-            findings.append(Finding(rel, "code files are refused; modelcd never sets trust_remote_code"))
-        elif name.endswith(".safetensors"):
-            problem = _safetensors_problem(p, limits)
-            if problem:
-                findings.append(Finding(rel, problem))
+            problem = "code files are refused; modelcd never sets trust_remote_code"
         elif name.endswith(".onnx"):
-            problem = _onnx_external_data_problem(p, root)
-            if problem:
-                findings.append(Finding(rel, problem))
-        elif name.endswith(".json"):
-            try:
-                cfg = json.loads(p.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                findings.append(Finding(rel, "not valid JSON"))
-                continue
-            if isinstance(cfg, dict) and "auto_map" in cfg:
-                findings.append(Finding(rel, "declares auto_map (remote code); modelcd never sets trust_remote_code"))
+            problem = onnx_problems.get(p)
+        elif p in external:
+            problem = None
+        else:
+            problem = _file_problem(p, name, rel, limits)
+        if problem:
+            findings.append(Finding(rel, problem))
     if total > limits.max_total_bytes:
         findings.append(Finding(".", f"{total} bytes in all, over the limit of {limits.max_total_bytes}"))
     return findings

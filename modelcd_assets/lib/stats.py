@@ -28,12 +28,24 @@ def paired_bootstrap_ci(candidate_correct: np.ndarray, production_correct: np.nd
     return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 
 
+def median_ci_min_n(confidence: float) -> int:
+    """Fewest values for which median_ci reaches confidence: its widest interval, (min, max), misses with probability 2 * 0.5**n."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    n = 1
+    while 2 * 0.5**n > 1 - confidence:
+        n += 1
+    return n
+
+
 def median_ci(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
-    """Median and its distribution-free CI from binomial order statistics."""
+    """Median and its distribution-free CI from binomial order statistics; too few values for confidence is a ValueError."""
     x = np.sort(np.asarray(values, np.float64))
     n = len(x)
-    if n < 2:
-        raise ValueError("a median CI needs at least two values")
+    need = median_ci_min_n(confidence)
+    if n < need:
+        raise ValueError(f"a {100 * confidence:g}% CI on the median needs at least {need} values, got {n}: "
+                         f"even (min, max) of {n} covers the median with probability {100 * max(0.0, 1 - 2 * 0.5**n):g}% only")
     alpha = 1 - confidence
     # Largest k with P(Binom(n, 1/2) <= k - 1) <= alpha / 2; the interval is (x_k, x_{n-k+1}).
     k = int(binom.ppf(alpha / 2, n, 0.5))

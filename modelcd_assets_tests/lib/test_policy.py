@@ -26,6 +26,13 @@ def test_a_policy_file_overrides_and_declares_golden_cases(tmp_path):
         ("accuracy:\n  absolute_floor: 1.5\n", "accuracy.absolute_floor"),
         ("throughput:\n  pairs: 20\n  max_pairs: 10\n", "max_pairs (10) must be at least pairs (20)"),
         ("throughput:\n  on_inconclusive: maybe\n", "throughput.on_inconclusive"),
+        ("throughput:\n  pairs: 4\n", "pairs (4) is too few for a 95% CI on the median ratio: even (min, max) of 4 pairs covers the median only 87.5%"),
+        ("throughput:\n  pairs: 5\n", "covers the median only 93.75% of the time; use at least 6 pairs"),
+        ("throughput:\n  pairs: 6\n  confidence: 0.99\n", "pairs (6) is too few for a 99% CI"),
+        ("safety:\n  allow: '*.dat'\n", "safety.allow: Input should be a valid list"),
+        ("safety:\n  allow: ['']\n", "safety.allow.0"),
+        ("safety:\n  allow: [3]\n", "safety.allow.0"),
+        ("safety:\n  allowed: ['*.dat']\n", "safety.allowed: Extra inputs are not permitted"),
         ("- a\n- b\n", "must hold a mapping"),
         ("accuracy: [\n", "not valid YAML"),
     ],
@@ -36,6 +43,20 @@ def test_invalid_policies_name_the_problem(tmp_path, text, message):
     with pytest.raises(ModelcdError) as e:
         load_policy(f)
     assert message in str(e.value) and str(f) in str(e.value)
+
+
+def test_safety_allow_patterns_reach_the_scan_limits(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text("safety:\n  allow: ['*.csv', 'extra/*']\n")
+    assert load_policy(f).safety.limits().allow == ("*.csv", "extra/*")
+    assert load_policy(None).safety.limits().allow == ()
+
+
+def test_default_pairs_suffice_for_the_default_confidence():
+    from modelcd_assets.lib.stats import median_ci_min_n
+
+    p = load_policy(None).throughput
+    assert median_ci_min_n(p.confidence) <= p.pairs <= p.max_pairs
 
 
 def test_missing_file_is_a_clear_error(tmp_path):

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from modelcd_assets.lib.stats import mcnemar_worse_pvalue, median_ci, paired_bootstrap_ci
+from modelcd_assets.lib.policy import ThroughputPolicy
+from modelcd_assets.lib.stats import mcnemar_worse_pvalue, median_ci, median_ci_min_n, paired_bootstrap_ci
 
 
 def test_mcnemar_identical_models_is_not_worse():
@@ -34,7 +35,7 @@ def test_paired_bootstrap_ci_covers_the_true_difference():
     assert hi < 0
 
 
-@pytest.mark.parametrize("n", [4, 12, 36])
+@pytest.mark.parametrize("n", [6, 12, 36])
 def test_median_ci_brackets_the_median(n):
     x = np.random.default_rng(n).normal(1.0, 0.05, n)
     med, lo, hi = median_ci(x, 0.95)
@@ -47,3 +48,61 @@ def test_median_ci_narrows_with_more_pairs():
     wide = median_ci(rng.normal(1, 0.1, 8))
     narrow = median_ci(rng.normal(1, 0.1, 200))
     assert (narrow[2] - narrow[1]) < (wide[2] - wide[1])
+
+
+@pytest.mark.parametrize("confidence, n", [(0.95, 6), (0.9, 5), (0.99, 8), (0.75, 3)])
+def test_median_ci_min_n_is_the_fewest_values_reaching_the_confidence(confidence, n):
+    assert median_ci_min_n(confidence) == n
+    assert 1 - 2 * 0.5**n >= confidence > 1 - 2 * 0.5 ** (n - 1)
+
+
+@pytest.mark.parametrize("n", [0, 1, 4, 5])
+def test_median_ci_refuses_too_few_values_for_its_confidence(n):
+    with pytest.raises(ValueError, match=f"a 95% CI on the median needs at least 6 values, got {n}"):
+        median_ci(np.arange(n, dtype=float), 0.95)
+
+
+def _smallest_pairs_the_policy_accepts() -> int:
+    for n in range(1, 50):
+        try:
+            ThroughputPolicy(pairs=n)
+            return n
+        except ValueError:
+            continue
+    raise AssertionError("the policy accepts no number of pairs below 50")
+
+
+def test_the_policy_refuses_four_pairs():
+    with pytest.raises(ValueError, match="pairs"):
+        ThroughputPolicy(pairs=4)
+    assert _smallest_pairs_the_policy_accepts() == median_ci_min_n(ThroughputPolicy().confidence)
+
+
+DRAWS = 10_000
+# Three standard errors of a coverage estimate at the nominal 0.95: a sound interval falls below this by chance about 1 run in 700.
+COVERAGE_FLOOR = 0.95 - 3 * np.sqrt(0.95 * 0.05 / DRAWS)
+
+
+def _coverage(n: int, ranks: tuple[int, int], seed: int) -> float:
+    """Share of DRAWS lognormal samples of size n whose (x_lo, x_hi) order-statistic interval contains the true median, 1."""
+    x = np.sort(np.random.default_rng(seed).lognormal(0.0, 1.0, (DRAWS, n)), axis=1)
+    lo, hi = ranks
+    return float(np.mean((x[:, lo] <= 1.0) & (1.0 <= x[:, hi])))
+
+
+@pytest.mark.parametrize("n", ["policy minimum", 6, 12, 40])
+def test_median_ci_reaches_its_confidence_by_simulation(n):
+    n = _smallest_pairs_the_policy_accepts() if n == "policy minimum" else n
+    # median_ci returns order statistics; read its ranks off 0..n-1, then check them against the real call on some draws.
+    _, lo, hi = median_ci(np.arange(n, dtype=float), 0.95)
+    ranks = (int(lo), int(hi))
+    samples = np.random.default_rng(n).lognormal(0.0, 1.0, (50, n))
+    for s in samples:
+        x = np.sort(s)
+        assert median_ci(s, 0.95)[1:] == (x[ranks[0]], x[ranks[1]])
+    assert _coverage(n, ranks, seed=n) >= COVERAGE_FLOOR
+
+
+def test_the_simulation_catches_the_short_intervals_that_were_allowed():
+    # (min, max) of 5 values is what median_ci used to return for n=5; its true coverage is 93.75%.
+    assert _coverage(5, (0, 4), seed=5) < COVERAGE_FLOOR
