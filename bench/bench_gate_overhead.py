@@ -17,7 +17,7 @@ import time
 import dagster as dg
 
 from modelcd_assets.launch import run_gate
-from modelcd_assets.defs.assets.production_model import code_location_graph, required_gates
+from modelcd_assets.gate_results import code_location_graph, required_gates
 from production_artifact import production_copy
 
 SAFETY_AND_HEALTH_ASSETS = ("candidate", "merged_model")  # the gates on these exist only for safety and health

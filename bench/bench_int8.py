@@ -55,14 +55,14 @@ def main() -> int:
         merge_adapter(base, adapter, merged)
         fp32 = export_onnx(merged, tmp / "model.onnx")
         fused = optimize_transformer(fp32, tmp / "opt.onnx", merged / "config.json")
-        calib = encode(merged, [e.text for e in read_split(Path(env["MODELCD_DATA"]) / "calibration.jsonl")], 64)
+        calib = encode(merged, [e.text for e in read_split(Path(env["MODELCD_DATA"]) / "calibration.jsonl")])
         paths = {
             "ORT FP32": fp32,
             "ORT INT8 static": quantize_static_int8(tmp / "opt.onnx", tmp / "static.onnx", calib),
             "ORT INT8 dynamic": quantize_dynamic_int8(tmp / "opt.onnx", tmp / "dynamic.onnx"),
         }
         evaluation = read_split(Path(env["MODELCD_DATA"]) / "evaluation.jsonl")
-        eval_feeds = encode(merged, [e.text for e in evaluation], 64)
+        eval_feeds = encode(merged, [e.text for e in evaluation])
         truth = label_ids([e.label for e in evaluation], labels_of(merged))
         preds = {name: predict(p, eval_feeds) for name, p in paths.items()}
         accuracy = {name: float(np.mean(p == truth)) for name, p in preds.items()}
@@ -72,7 +72,7 @@ def main() -> int:
         texts = [e.text for e in evaluation[:32]]
         results = {}
         for batch in (1, 32):
-            feeds = encode(merged, (texts * 32)[:batch], SEQ)
+            feeds = encode(merged, (texts * 32)[:batch], pad_to=SEQ)
             tfeeds = {k: torch.from_numpy(v) for k, v in feeds.items()}
             calls = 20 if batch == 1 else 2
             runners = {"PyTorch eager FP32": lambda: model(**tfeeds)}

@@ -6,22 +6,21 @@ import logging
 from dataclasses import dataclass, field
 
 import dagster as dg
-from dagster._core.event_api import PartitionKeyFilter
 
-from modelcd_assets.defs.assets.production_model import code_location_graph, required_gates
+from modelcd_assets.gate_results import read_gates
 from modelcd_assets.defs.assets.production_rollback import production_rollback, rollback_run_config
 from modelcd_assets.defs.jobs import GATE_JOB, ROLLBACK_JOB
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.registry import CandidateRef
 
-PROMOTED, BLOCKED, BAD_INPUT, ERROR = "promoted", "blocked", "bad input", "error"
+PROMOTED, BLOCKED, SUPERSEDED, BAD_INPUT, ERROR = "promoted", "blocked", "superseded", "bad input", "error"
 
 
 @dataclass
 class GateRow:
     gate: str
-    status: str  # pass / fail / inconclusive / not run
+    status: str  # pass / fail / inconclusive / not run / stale / no golden cases declared / ...
     measured: str = ""
     threshold: str = ""
     reason: str = ""
@@ -42,10 +41,8 @@ def definitions() -> dg.Definitions:
     return defs()
 
 
-def _row(gate: str, evaluation) -> GateRow:
-    md = {k: getattr(v, "value", v) for k, v in evaluation.metadata.items()}
-    status = str(md.get("status", "pass" if evaluation.passed else "fail"))
-    return GateRow(gate, status, str(md.get("measured", "")), str(md.get("threshold", "")), str(md.get("reason", "")))
+def _row(record) -> GateRow:
+    return GateRow(record.gate, record.shown, record.measured, record.threshold, record.reason)
 
 
 def _failure_message(result) -> str:
@@ -114,38 +111,28 @@ def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instanc
     finally:
         if bar is not None:
             bar.close()
-    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
-    rows = []
-    for key in required_gates(d.resolve_asset_graph()):
-        ev = evaluations.get(key.name)
-        if ev is None:
-            rows.append(GateRow(key.name, "not run", reason="an earlier step failed or a gate blocked upstream"))
-            continue
-        rows.append(_row(key.name, ev))
+    # The gate table is read back exactly as promotion reads it, so it can never show a pass promotion would refuse.
+    rows = [_row(r) for r in read_gates(instance, ref.key, d.resolve_asset_graph()).records]
+    evaluated = {e.check_name for e in result.get_asset_check_evaluations()}
+    rows = [r if r.gate in evaluated or r.status != "not run" else GateRow(r.gate, "not run", reason="an earlier step failed or a gate blocked upstream")
+            for r in rows]
     if any(e.asset_key == dg.AssetKey("production_model") for e in result.get_asset_materialization_events()):
         return GateRun(ref, PROMOTED, result.run_id, rows)
-    failed_gates = [r for r in rows if r.status in ("fail", "inconclusive")]
     message = _failure_message(result)
+    if "Superseded" in message:
+        return GateRun(ref, SUPERSEDED, result.run_id, rows, message.split("Superseded: ")[-1])
+    failed_gates = [r for r in rows if r.gate in evaluated and r.status not in ("pass", "no golden cases declared")]
     if failed_gates:
-        return GateRun(ref, BLOCKED, result.run_id, rows, "; ".join(f"{r.gate}: {r.reason}" for r in failed_gates))
+        return GateRun(ref, BLOCKED, result.run_id, rows, "; ".join(f"{r.gate}: {r.reason or r.status}" for r in failed_gates))
     if any(name in message for name in ("BadCandidate", "ModelcdError")):
         return GateRun(ref, BAD_INPUT, result.run_id, rows, message)
     return GateRun(ref, ERROR, result.run_id, rows, message or "the run failed; see it in the Dagster UI")
 
 
-def latest_gate_rows(instance: dg.DagsterInstance, ref: CandidateRef) -> list[GateRow]:
-    """The last stored result of every gate for one candidate."""
-    keys = required_gates(code_location_graph())
-    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys, partition_filter=PartitionKeyFilter(key=ref.key))
-    rows = []
-    for key in keys:
-        rec = latest.get(key)
-        ev = rec.evaluation if rec and rec.status.value in ("SUCCEEDED", "FAILED") else None
-        if ev is None:
-            rows.append(GateRow(key.name, "not run" if rec is None or rec.status.value == "PLANNED" else rec.status.value.lower()))
-            continue
-        rows.append(_row(key.name, ev))
-    return rows
+def latest_gate_rows(instance: dg.DagsterInstance, ref: CandidateRef, graph=None) -> tuple[list[GateRow], list[str]]:
+    """The last stored result of every gate for one candidate, and what stops its promotion, exactly as promotion judges it."""
+    decision = read_gates(instance, ref.key, graph)
+    return [_row(r) for r in decision.records], decision.problems
 
 
 def run_rollback(name: str, from_version: str, reason: dict, instance: dg.DagsterInstance | None = None) -> dict:

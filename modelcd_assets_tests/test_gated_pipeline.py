@@ -52,7 +52,8 @@ def test_first_candidate_is_judged_against_floors_and_promoted(env, instance, ba
     ref = env.registry.register(tiny_adapters["good"], MODEL)
     run = run_gate(ref, instance=instance)
     assert run.outcome == PROMOTED, run.error
-    assert set(statuses(run).values()) == {"pass"}
+    # The tiny model's policy declares no golden cases: that gate says so rather than "pass".
+    assert set(statuses(run).values()) == {"pass", "no golden cases declared"}
     accuracy = next(r for r in run.rows if r.gate == "accuracy_within_tolerance")
     assert "first candidate" in accuracy.reason and "floor only" in accuracy.threshold
     assert production(env) == ref
@@ -64,7 +65,7 @@ def test_byte_identical_reregistration_passes_every_gate(env, instance, base, ti
     ref = env.registry.register(tiny_adapters["good"], MODEL)
     run = run_gate(ref, instance=instance)
     assert run.outcome == PROMOTED, (run.error, statuses(run))
-    assert set(statuses(run).values()) == {"pass"}
+    assert set(statuses(run).values()) == {"pass", "no golden cases declared"}
     assert production(env) == ref
 
 
@@ -99,8 +100,58 @@ def test_shifted_traffic_fails_the_drift_gate(env, instance, base):
     assert run.outcome == BLOCKED
     assert got["no_drift_detected"] == "fail", got
     assert "traffic has drifted" in next(r.reason for r in run.rows if r.gate == "no_drift_detected")
-    assert {s for g, s in got.items() if g != "no_drift_detected"} <= {"pass"}
+    assert {s for g, s in got.items() if g != "no_drift_detected"} <= {"pass", "no golden cases declared"}
     assert production(env) == prod
+
+
+def test_a_registry_error_mid_run_fails_the_run_and_promotes_nothing(env, instance, base, tiny_adapters, monkeypatch):
+    """Before, any MlflowException read as 'no production': the candidate became a 'first candidate' judged on floors only."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
+
+    from modelcd_assets.launch import ERROR
+
+    before = production(env)
+    ref = env.registry.register(tiny_adapters["good"], MODEL)
+
+    def outage(self, name):
+        raise MlflowException("(sqlite3.OperationalError) database is locked", error_code=INTERNAL_ERROR)
+
+    monkeypatch.setattr(MlflowClient, "get_registered_model", outage)
+    run = run_gate(ref, instance=instance)
+    monkeypatch.undo()
+    assert run.outcome == ERROR, (run.outcome, run.error)
+    assert "could not read the production alias" in run.error and "nothing was decided" in run.error
+    assert production(env) == before
+    assert "modelcd.promotion" not in env.registry.tags(ref)
+
+
+def test_production_moved_while_gated_is_superseded(env, instance, base, tiny_adapters, monkeypatch):
+    """Compare-and-set: another promotion lands between the last gate and this one; this candidate must not overwrite it."""
+    from modelcd_assets.defs.assets import production_model as step
+    from modelcd_assets.launch import SUPERSEDED
+
+    judged_against = production(env)
+    rival = env.registry.register(tiny_adapters["good"], MODEL)
+    assert run_gate(rival, instance=instance).outcome == PROMOTED  # a real, gated rival...
+    env.registry.move_production(judged_against, {"test": "back, so the rival can land mid-run"}, expected=rival)
+    ref = env.registry.register(tiny_adapters["good"], MODEL)
+
+    def another_promotion_lands(name):
+        if name == "before_promotion":
+            env.registry.move_production(rival, {"test": "a concurrent promotion"}, expected=judged_against)
+
+    monkeypatch.setattr(step, "failpoint", another_promotion_lands)
+    run = run_gate(ref, instance=instance)
+    assert run.outcome == SUPERSEDED, (run.outcome, run.error)
+    assert run.error.startswith(f"production of {MODEL} moved from {judged_against.version} to {rival.version} while {ref.uri} was gated")
+    assert production(env) == rival
+    assert "modelcd.promotion" not in env.registry.tags(ref)
+    monkeypatch.undo()
+    again = run_gate(ref, instance=instance)  # re-gated against the new production, it goes through
+    assert again.outcome == PROMOTED, (again.outcome, again.error)
+    assert env.registry.tags(ref)["modelcd.previous_production"] == rival.version
 
 
 def test_promotion_step_refuses_when_a_gate_result_is_missing(env, instance, base, tiny_adapters):

@@ -18,7 +18,7 @@ pytestmark = [
 def test_cuda_is_preferred_and_matches_cpu(tiny_trained, tmp_path):
     assert providers()[0] == "CUDAExecutionProvider"
     onnx_path = export_onnx(tiny_trained, tmp_path / "model.onnx")
-    feeds = encode(tiny_trained, [e.text for e in generate(64, 3)], 64)
+    feeds = encode(tiny_trained, [e.text for e in generate(64, 3)])
     gpu = session(onnx_path, provider="CUDAExecutionProvider")
     assert gpu.get_providers()[0] == "CUDAExecutionProvider"
     cpu = logits(session(onnx_path, provider="CPUExecutionProvider"), feeds)

@@ -39,16 +39,6 @@ class Build:
     def int8(self, variant: str) -> Path:
         return self.dir / f"int8_{variant}.onnx"
 
-    @property
-    def chosen_file(self) -> Path:
-        return self.dir / "quantization.json"
-
-    def chosen_int8(self) -> Path:
-        """The INT8 variant that quantized_model selected for this build."""
-        if not self.chosen_file.is_file():
-            raise FileNotFoundError(f"build {self.key} has no quantized model yet; materialize quantized_model for it first")
-        return self.int8(json.loads(self.chosen_file.read_text())["chosen"])
-
 
 def write_json(path: Path, payload: dict) -> None:
     """Write JSON atomically, so a crashed step never leaves a half-written report."""

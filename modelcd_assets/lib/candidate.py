@@ -1,14 +1,18 @@
-"""The record of a fetched candidate: what it is, where its files and its build live."""
+"""The record of a fetched candidate: what it is, where its files and build live, and what it is judged against."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import json
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from modelcd_assets.lib.builds import Build, read_json, write_json
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.policy import Policy
 from modelcd_assets.lib.registry import CandidateRef
 
 RECORD_FILE = "candidate.json"
+CHOSEN_FILE = "quantization.json"
 
 
 @dataclass(frozen=True)
@@ -19,9 +23,17 @@ class CandidateRecord:
     content_hash: str
     artifact_dir: str
     build_dir: str
+    candidate_dir: str
     base_uri: str | None = None
     base_hash: str | None = None
     base_dir: str | None = None
+    # The production version when the candidate was fetched: every later step judges against it, and
+    # promotion moves the alias only if production is still this version (compare-and-set).
+    production_version: str | None = None
+    production_content_hash: str | None = None
+    # The effective policy for this run and where it came from (a file's path, or "defaults").
+    policy: dict = field(default_factory=dict)
+    policy_source: str = "defaults"
 
     @property
     def ref(self) -> CandidateRef:
@@ -31,23 +43,57 @@ class CandidateRecord:
     def build(self) -> Build:
         return Build(Path(self.build_dir))
 
-    def save(self, candidate_dir: Path) -> None:
-        write_json(Path(candidate_dir) / RECORD_FILE, asdict(self))
+    @property
+    def baseline_ref(self) -> CandidateRef | None:
+        return CandidateRef(self.name, self.production_version) if self.production_version else None
+
+    def effective_policy(self) -> Policy:
+        return Policy.model_validate(self.policy)
+
+    @property
+    def chosen_file(self) -> Path:
+        """This candidate's INT8 variant choice; per candidate, since models sharing a build may have different policies."""
+        return Path(self.candidate_dir) / CHOSEN_FILE
+
+    def chosen_variant(self) -> str:
+        if not self.chosen_file.is_file():
+            raise FileNotFoundError(f"{self.ref.uri} has no quantized model yet; materialize quantized_model for {self.ref.key} first")
+        return read_json(self.chosen_file)["chosen"]
+
+    def chosen_int8(self) -> Path:
+        """The INT8 model quantized_model selected for this candidate."""
+        return self.build.int8(self.chosen_variant())
+
+    def save(self) -> None:
+        write_json(Path(self.candidate_dir) / RECORD_FILE, asdict(self))
 
     @classmethod
     def load(cls, candidate_dir: Path) -> "CandidateRecord":
         path = Path(candidate_dir) / RECORD_FILE
         if not path.is_file():
             raise FileNotFoundError(f"no fetched candidate at {candidate_dir}; materialize the candidate asset for this partition first")
-        return cls(**read_json(path))
+        raw = read_json(path)
+        missing = {f.name for f in fields(cls) if f.name not in raw}
+        if missing & {"candidate_dir"}:
+            raise FileNotFoundError(f"{path} was written by an older modelcd; re-materialize the candidate asset for this partition")
+        return cls(**raw)
+
+    def baseline(self, candidate_dir_of) -> "CandidateRecord | None":
+        """The record of the production version this candidate is judged against; None when there was none."""
+        ref = self.baseline_ref
+        if ref is None:
+            return None
+        if ref == self.ref:  # production judged again: against itself
+            return self
+        record = CandidateRecord.load(candidate_dir_of(ref))
+        if record.content_hash != self.production_content_hash:
+            raise ModelcdError(f"the local record of production {ref.uri} holds other files (sha256 {record.content_hash[:12]}) than the registry "
+                               f"(sha256 {str(self.production_content_hash)[:12]}); run 'modelcd gate {ref.name} {ref.version}' to rebuild it")
+        if not record.chosen_file.is_file():
+            raise FileNotFoundError(f"production {ref.uri} has no build in this state folder; run 'modelcd gate {ref.name} {ref.version}' to rebuild it")
+        return record
 
 
-def production_record(registry, candidate_dir_of, name: str) -> CandidateRecord | None:
-    """The record of the version the production alias points to; None when nothing is in production."""
-    prod = registry.production(name)
-    if prod is None:
-        return None
-    record = CandidateRecord.load(candidate_dir_of(prod))
-    if not record.build.chosen_file.is_file():
-        raise FileNotFoundError(f"production {prod.uri} has no build in this state folder; run 'modelcd gate {prod.name} {prod.version}' to rebuild it")
-    return record
+def policy_snapshot(policy: Policy, source: Path | None) -> tuple[dict, str]:
+    """The policy as recorded with a candidate: every field with its effective value, and its source."""
+    return json.loads(policy.model_dump_json()), str(source) if source else "defaults"

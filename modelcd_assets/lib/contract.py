@@ -10,7 +10,7 @@ import onnx
 
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.model_io import labels_of, load_tokenizer
-from modelcd_assets.lib.tokens import tokenizer_hash
+from modelcd_assets.lib.tokens import tokenizer_hash, truncation_length
 
 LEVELS = ("patch", "minor", "major")
 
@@ -33,6 +33,7 @@ def extract_contract(onnx_path: Path, model_dir: Path) -> dict:
         "tokenizer_sha256": tokenizer_hash(model_dir),
         "vocab_size": len(load_tokenizer(model_dir)),
         "max_length": int(cfg.get("max_position_embeddings", 0)),
+        "truncation_length": truncation_length(model_dir),
         "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0),
     }
 
@@ -71,6 +72,9 @@ def diff_contracts(old: dict, new: dict, token_ids_changed: bool) -> list[Change
         changes.append(Change("minor", f"max length increased {old['max_length']} -> {new['max_length']}"))
     elif new["max_length"] < old["max_length"]:
         changes.append(Change("major", f"max length decreased {old['max_length']} -> {new['max_length']}"))
+    if "truncation_length" in old and new["truncation_length"] != old["truncation_length"]:
+        longer = new["truncation_length"] > old["truncation_length"]
+        changes.append(Change("minor" if longer else "major", f"inputs cut at {old['truncation_length']} -> {new['truncation_length']} tokens"))
     if new["opset"] != old["opset"]:
         changes.append(Change("minor" if new["opset"] > old["opset"] else "major", f"ONNX opset {old['opset']} -> {new['opset']}"))
     return changes

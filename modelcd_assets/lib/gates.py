@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from modelcd_assets.lib.policy import AccuracyPolicy, DriftPolicy, FidelityPolicy, ThroughputPolicy
+from modelcd_assets.lib.promotion import NO_CASES
 from modelcd_assets.lib.stats import mcnemar_worse_pvalue, paired_bootstrap_ci
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
@@ -23,7 +24,8 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
-        return self.status == PASS
+        """PASS, or nothing to judge (NO_CASES): only these let promotion go ahead."""
+        return self.status in (PASS, NO_CASES)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -117,7 +119,8 @@ def judge_golden(predicted: list[str], expected: list[str], texts: list[str]) ->
     reason = "no golden cases declared" if n == 0 else (
         f"all {n} golden cases predicted correctly" if not misses
         else "; ".join(f"{t!r}: expected {e}, got {p}" for t, e, p in misses[:3]) + (f" (+{len(misses) - 3} more)" if len(misses) > 3 else ""))
-    return Verdict("golden", FAIL if misses else PASS, f"{n - len(misses)}/{n} correct", "all", reason, {"cases": n, "misses": len(misses)})
+    status = NO_CASES if n == 0 else FAIL if misses else PASS
+    return Verdict("golden", status, f"{n - len(misses)}/{n} correct", "all", reason, {"cases": n, "misses": len(misses)})
 
 
 def judge_safety(findings: list[str]) -> Verdict:

@@ -10,6 +10,7 @@ import torch
 
 from modelcd_assets.lib.artifact import ADAPTER
 from modelcd_assets.lib.model_io import load_tokenizer, quiet_transformers
+from modelcd_assets.lib.tokens import MAX_LENGTH, tokenize
 
 PROBE_TEXTS = (
     "i was charged twice for my invoice.",
@@ -75,7 +76,7 @@ def adapter_fit(adapter_dir: Path, base_model: torch.nn.Module, base_missing: li
 
 
 def _probe_feeds(tokenizer) -> dict:
-    return tokenizer(list(PROBE_TEXTS), padding=True, truncation=True, max_length=64, return_tensors="pt")
+    return tokenize(tokenizer, list(PROBE_TEXTS), MAX_LENGTH, "pt")
 
 
 def measure(build_merged: Path, kind: str, artifact_dir: Path, base_dir: Path | None, registered_base: str | None,

@@ -34,6 +34,13 @@ def apply_local_defaults(environ: dict | None = None) -> dict[str, str]:
         Path(env[key]).mkdir(parents=True, exist_ok=True)
     instance_yaml = Path(env["DAGSTER_HOME"]) / "dagster.yaml"
     template = Path(__file__).resolve().parents[2] / "dagster.yaml"
-    if not instance_yaml.exists() and template.is_file():
+    # The embedded default follows the repository's template, so a changed template (a new pool limit) takes effect;
+    # an instance file the user wrote themselves (not starting with the template's first line) is left alone.
+    if template.is_file() and (not instance_yaml.exists() or _ours_and_outdated(instance_yaml, template)):
         shutil.copy2(template, instance_yaml)
     return {k: env[k] for k in defaults}
+
+
+def _ours_and_outdated(instance_yaml: Path, template: Path) -> bool:
+    ours, theirs = template.read_text(), instance_yaml.read_text()
+    return theirs != ours and theirs.splitlines()[:1] == ours.splitlines()[:1]

@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.registry import CandidateRef
 
 
@@ -23,6 +24,10 @@ class LocalStateResource(dg.ConfigurableResource):
     def candidate_dir(self, ref: CandidateRef) -> Path:
         """Per-version reports and the fetched artifact."""
         return self.root / "candidates" / ref.name / ref.version
+
+    def record(self, ref: CandidateRef) -> CandidateRecord:
+        """The candidate's record: its files, build, production baseline and effective policy."""
+        return CandidateRecord.load(self.candidate_dir(ref))
 
     def cache_dir(self, kind: str) -> Path:
         """Content-addressed work shared by every candidate: bases, builds, tokenized inputs."""

@@ -10,6 +10,7 @@ import numpy as np
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.export import INPUT_NAMES
 from modelcd_assets.lib.runtime import logits, session
+from modelcd_assets.lib.tokens import tokenize
 
 
 class SwapRefused(ModelcdError):
@@ -28,7 +29,7 @@ class Consistency:
 
 def onnx_logits(onnx_path: Path, tokenizer, texts: list[str], max_length: int) -> np.ndarray:
     """Logits of the gated ONNX model on texts, tokenized as the server tokenizes them."""
-    enc = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="np")
+    enc = tokenize(tokenizer, texts, max_length, "np")
     feeds = {k: np.asarray(enc[k], dtype=np.int64) for k in INPUT_NAMES if k in enc}
     return logits(session(onnx_path, threads=1), feeds)
 

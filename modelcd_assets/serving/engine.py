@@ -10,10 +10,8 @@ import numpy as np
 import torch
 
 from modelcd_assets.lib.model_io import labels_of, load_classifier, load_tokenizer
+from modelcd_assets.lib.tokens import tokenize, truncation_length
 from modelcd_assets.serving.lora import LoraAdapter, bound, install
-
-MAX_LENGTH = 128
-
 
 class Engine:
     """One loaded classifier; adapters are installed into it without copying its weights."""
@@ -23,6 +21,7 @@ class Engine:
         self.model = load_classifier(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.labels = labels_of(self.model_dir)
+        self.max_length = truncation_length(self.model_dir)
         # A fast tokenizer raises "Already borrowed" when two threads call it at once.
         self._tokenizer_lock = threading.Lock()
 
@@ -33,7 +32,7 @@ class Engine:
     def logits(self, texts: list[str], adapter: LoraAdapter | None) -> np.ndarray:
         """FP32 logits of texts, every row computed under the same adapter."""
         with self._tokenizer_lock:
-            enc = self.tokenizer(texts, padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+            enc = tokenize(self.tokenizer, texts, self.max_length, "pt")
         with torch.inference_mode(), bound(adapter):
             return self.model(**enc).logits.float().numpy()
 

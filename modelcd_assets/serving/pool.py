@@ -22,7 +22,7 @@ from modelcd_assets.lib.policy import ServingPolicy
 from modelcd_assets.lib.registry import CONTENT, CandidateRef, Registry
 from modelcd_assets.lib.safety import SafetyLimits, scan_artifact
 from modelcd_assets.serving.consistency import Consistency, SwapRefused, compare, onnx_logits
-from modelcd_assets.serving.engine import MAX_LENGTH, Engine, Served
+from modelcd_assets.serving.engine import Engine, Served
 from modelcd_assets.serving.lora import read_adapter
 
 
@@ -126,7 +126,7 @@ class ServingPool:
             served = Served(self.model, ref.version, record.content_hash, engine, adapter)
             reference = self._references.get(record.build.key)
             if reference is None:
-                reference = onnx_logits(record.build.onnx, engine.tokenizer, self.probe_texts, MAX_LENGTH)
+                reference = onnx_logits(record.build.onnx, engine.tokenizer, self.probe_texts, engine.max_length)
             consistency = compare(served.logits(self.probe_texts), reference, self.policy.max_abs_logit_diff,
                                   self.policy.min_top1_agreement, what)
             self._references[record.build.key] = reference

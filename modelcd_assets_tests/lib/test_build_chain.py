@@ -21,8 +21,8 @@ def chain(tiny_trained, tiny_adapters, tmp_path_factory):
     onnx = export_onnx(merged, root / "model.onnx")
     fused = optimize_transformer(onnx, root / "opt.onnx", merged / "config.json")
     texts = [e.text for e in generate(300, 9)]
-    feeds = encode(merged, texts, 64, root / "tokens")
-    calib = encode(merged, [e.text for e in generate(64, 10)], 64)
+    feeds = encode(merged, texts, root / "tokens")
+    calib = encode(merged, [e.text for e in generate(64, 10)])
     return {"merged": merged, "onnx": onnx, "opt": root / "opt.onnx", "fused": fused, "feeds": feeds, "calib": calib, "root": root}
 
 
@@ -51,9 +51,9 @@ def test_fusion_and_int8_variants(chain):
 
 def test_tokenization_is_cached_by_content(chain):
     texts = ["one ticket", "another ticket"]
-    a = encode(chain["merged"], texts, 16, chain["root"] / "tokens")
+    a = encode(chain["merged"], texts, chain["root"] / "tokens")
     files = set((chain["root"] / "tokens").glob("*.npz"))
-    b = encode(chain["merged"], texts, 16, chain["root"] / "tokens")
+    b = encode(chain["merged"], texts, chain["root"] / "tokens")
     assert set((chain["root"] / "tokens").glob("*.npz")) == files
     assert all((a[k] == b[k]).all() for k in a)
 
@@ -72,3 +72,17 @@ def test_choose_variant_treats_a_timing_tie_as_a_tie():
     assert name == "dynamic" and "within 5% of the fastest" in why
     close["static"]["top1_agreement"] = 0.999
     assert choose_variant(close, 0.99)[0] == "static"
+
+
+def test_one_input_length_for_gates_and_server(chain):
+    """The gates cut inputs where the server does (they used to judge 64 tokens while the server served 128)."""
+    from modelcd_assets.lib.model_io import load_tokenizer
+    from modelcd_assets.lib.tokens import MAX_LENGTH, tokenize, truncation_length
+
+    long_text = " ".join(["refund"] * 400)
+    cut = truncation_length(chain["merged"])
+    assert 0 < cut <= MAX_LENGTH
+    gated = encode(chain["merged"], [long_text, "short"])
+    served = tokenize(load_tokenizer(chain["merged"]), [long_text, "short"], cut, "np")
+    assert gated["input_ids"].shape[1] == cut
+    assert (gated["input_ids"] == served["input_ids"]).all()

@@ -11,7 +11,7 @@ from modelcd_assets.lib.tokens import encode
 
 def _frame(base, examples):
     texts = [e.text for e in examples]
-    return describe(texts, encode(base, texts, 64)["attention_mask"])
+    return describe(texts, encode(base, texts)["attention_mask"])
 
 
 def test_current_traffic_does_not_drift_and_shifted_traffic_does(tiny_base):

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from modelcd_assets.lib.promotion import NO_CASES, GateRecord
 from modelcd_assets.lib.gates import FAIL, INCONCLUSIVE, PASS, judge_accuracy, judge_drift, judge_fidelity, judge_golden, judge_throughput
 from modelcd_assets.lib.policy import AccuracyPolicy, DriftPolicy, FidelityPolicy, ThroughputPolicy
 
@@ -68,3 +69,11 @@ def test_golden():
     assert judge_golden(["billing"], ["billing"], ["x"]).status == PASS
     v = judge_golden(["billing", "shipping"], ["billing", "account"], ["a", "b"])
     assert v.status == FAIL and "expected account, got shipping" in v.reason
+
+
+def test_no_golden_cases_is_not_reported_as_passed():
+    v = judge_golden([], [], [])
+    assert v.status == NO_CASES and v.status != PASS and v.reason == "no golden cases declared"
+    assert v.passed  # nothing to judge does not block: the policy declared no cases
+    shown = GateRecord("golden_cases_pass", "SUCCEEDED", True, True, verdict=v.status).shown
+    assert shown == "no golden cases declared"

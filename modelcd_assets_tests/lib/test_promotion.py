@@ -1,4 +1,4 @@
-from modelcd_assets.lib.promotion import GateRecord, gate_problems
+from modelcd_assets.lib.promotion import GateRecord, gate_problems, lineage_problems
 
 
 def test_all_passed_and_current_promotes():
@@ -21,25 +21,84 @@ def test_no_gates_at_all_refuses():
     assert gate_problems([]) != []
 
 
-def test_planned_but_never_run_gate_refuses(tmp_path, monkeypatch):
-    """A gate that a run planned but never executed (blocked upstream) is read back as not passed."""
+def test_lineage_is_judged_all_the_way_up():
+    latest = {"candidate": 1, "merged_model": 2, "quantized_model": 3, "evaluation": 4}
+    parents = {"candidate": [], "merged_model": ["candidate"], "quantized_model": ["merged_model"], "evaluation": ["quantized_model"]}
+    assert lineage_problems(latest, parents) == []
+    rebuilt = dict(latest, merged_model=9)  # merged_model re-materialized after everything below it
+    problems = lineage_problems(rebuilt, parents)
+    assert problems == ["merged_model was re-materialized after quantized_model was built from it; results downstream of merged_model are stale: re-run the gated job"]
+    assert lineage_problems(dict(latest, evaluation=None), parents) == ["evaluation was never materialized for this candidate"]
+    assert gate_problems([GateRecord("a", "SUCCEEDED", True, True)], problems) == problems
+
+
+def _graph(*assets_and_checks):
     import dagster as dg
 
-    from modelcd_assets.defs.assets.production_model import gate_records
+    checks = [c for c in assets_and_checks if isinstance(c, dg.AssetChecksDefinition)]
+    return dg.Definitions(assets=[a for a in assets_and_checks if a not in checks], asset_checks=checks).resolve_asset_graph()
+
+
+def _partitioned_chain(fail_upstream: bool = False):
+    import dagster as dg
 
     parts = dg.DynamicPartitionsDefinition(name="p")
 
     @dg.asset(partitions_def=parts)
     def up():
-        raise RuntimeError("upstream broke")
+        if fail_upstream:
+            raise RuntimeError("upstream broke")
 
     @dg.asset_check(asset=up, blocking=True, partitions_def=parts)
     def up_ok():
-        return dg.AssetCheckResult(passed=True)
+        return dg.AssetCheckResult(passed=True, metadata={"status": "pass", "measured": "1", "threshold": "1", "reason": "fine"})
 
+    @dg.asset(partitions_def=parts, deps=[up])
+    def mid():
+        pass
+
+    @dg.asset(partitions_def=parts, deps=[mid])
+    def production_model():
+        pass
+
+    return up, up_ok, mid, production_model
+
+
+def test_planned_but_never_run_gate_refuses():
+    """A gate that a run planned but never executed (blocked upstream) is read back as not passed."""
+    import dagster as dg
+
+    from modelcd_assets.gate_results import read_gates
+
+    up, up_ok, mid, prod = _partitioned_chain(fail_upstream=True)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("p", ["k"])
         dg.materialize([up, up_ok], instance=instance, partition_key="k", raise_on_error=False)
-        records = gate_records(instance, [up_ok.check_key], "k")
-    assert records[0].status == "PLANNED" and records[0].passed is None
-    assert gate_problems(records) == ["up_ok: planned"]
+        decision = read_gates(instance, "k", _graph(up, up_ok, mid, prod))
+    assert decision.records[0].status == "PLANNED" and decision.records[0].passed is None
+    assert decision.records[0].shown == "not run"
+    assert decision.problems[0] == "up_ok: planned" and not decision.promotable
+
+
+def test_rematerializing_an_upstream_asset_makes_downstream_results_stale():
+    """The old rule looked one step up only: a check on up stayed current after mid was rebuilt from it... and the reverse."""
+    import dagster as dg
+
+    from modelcd_assets.gate_results import read_gates
+
+    up, up_ok, mid, prod = _partitioned_chain()
+    graph = _graph(up, up_ok, mid, prod)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("p", ["k"])
+        dg.materialize([up, up_ok, mid], instance=instance, partition_key="k")
+        decision = read_gates(instance, "k", graph)
+        assert decision.promotable, decision.problems
+        assert [(r.gate, r.shown, r.reason) for r in decision.records] == [("up_ok", "pass", "fine")]
+        dg.materialize([up, mid], instance=instance, partition_key="k", selection=[up])  # up rebuilt, its check not re-run
+        stale = read_gates(instance, "k", graph)
+        assert stale.records[0].shown == "stale" and not stale.promotable
+        dg.materialize([up, up_ok, mid], instance=instance, partition_key="k")
+        dg.materialize([up, up_ok, mid], instance=instance, partition_key="k", selection=[up, up_ok])  # up and its check again, mid not rebuilt
+        lineage = read_gates(instance, "k", graph)
+        assert lineage.records[0].shown == "pass"  # the check itself is current...
+        assert any("up was re-materialized after mid was built from it" in p for p in lineage.problems)  # ...but mid is not

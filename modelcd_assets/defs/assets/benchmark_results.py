@@ -6,14 +6,11 @@ from modelcd_assets.defs.assets.quantized_model import quantized_model
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.benchmark import merge_runs, paired_throughput, summarize
 from modelcd_assets.lib.builds import write_json
-from modelcd_assets.lib.candidate import CandidateRecord, production_record
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.plots import latency_plot_md
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.runtime import session
 from modelcd_assets.lib.tokens import encode
-from modelcd_assets.resources.policy import PolicyResource
-from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
 REPORT_FILE = "benchmark.json"
@@ -23,17 +20,17 @@ CALLS = {1: 20, 32: 2}
 
 
 @dg.asset(partitions_def=candidates, deps=[quantized_model], group_name="evaluation", kinds={"onnx"})
-def benchmark_results(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource, policy: PolicyResource) -> dg.MaterializeResult:
+def benchmark_results(context: dg.AssetExecutionContext, state: LocalStateResource) -> dg.MaterializeResult:
     """A B A B ... trials at batch 1 and 32; a second round only when the first is inconclusive."""
     ref = CandidateRef.parse(context.partition_key)
-    record = CandidateRecord.load(state.candidate_dir(ref))
-    prod_record = production_record(registry.registry(), state.candidate_dir, ref.name)
-    tp = policy.for_model(ref.name).throughput
+    record = state.record(ref)
+    prod_record = record.baseline(state.candidate_dir)
+    tp = record.effective_policy().throughput
     texts = [ex.text for ex in read_split(state.split("evaluation"))[:64]]
-    feeds = encode(record.build.merged, texts, SEQUENCE_LENGTH, state.cache_dir("tokens"))
-    cand = session(record.build.chosen_int8())
+    feeds = encode(record.build.merged, texts, state.cache_dir("tokens"), pad_to=SEQUENCE_LENGTH)
+    cand = session(record.chosen_int8())
     # With nothing in production the candidate is paired with itself: the ratio then shows the noise floor.
-    prod = session(prod_record.build.chosen_int8()) if prod_record else session(record.build.chosen_int8())
+    prod = session(prod_record.chosen_int8()) if prod_record else session(record.chosen_int8())
     results, plots = {}, {}
     for batch in (1, 32):
         run = paired_throughput(cand, prod, feeds, batch, tp.pairs, CALLS[batch])

@@ -5,18 +5,22 @@ import dagster as dg
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.builds import Build
-from modelcd_assets.lib.candidate import CandidateRecord
+from modelcd_assets.lib.candidate import CandidateRecord, policy_snapshot
 from modelcd_assets.lib.hashing import folder_hash
 from modelcd_assets.lib.registry import BASE, CONTENT, CandidateRef
+from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
 
 @dg.asset(partitions_def=candidates, group_name="candidate", kinds={"mlflow"})
-def candidate(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource) -> dg.MaterializeResult:
-    """The candidate version's files and, for an adapter, its registered base model."""
+def candidate(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource, policy: PolicyResource) -> dg.MaterializeResult:
+    """The candidate version's files, its registered base, the production baseline it is judged against, and the effective policy."""
     ref = CandidateRef.parse(context.partition_key)
     reg = registry.registry()
+    # Production is looked up once per run, here; every later step judges against this recorded baseline.
+    prod = reg.production(ref.name)
+    prod_hash = reg.tags(prod)[CONTENT] if prod else None
     tags = reg.tags(ref)
     folder = reg.fetch(ref, state.candidate_dir(ref) / "artifact")
     info = inspect_artifact(folder)
@@ -30,18 +34,23 @@ def candidate(context: dg.AssetExecutionContext, state: LocalStateResource, regi
             reg.fetch(base_ref, base_path)
         base_dir = str(base_path)
     content = tags[CONTENT]
+    effective, source = policy_snapshot(policy.for_model(ref.name), policy.path_for(ref.name))
     record = CandidateRecord(
         name=ref.name, version=ref.version, kind=info.kind, content_hash=content, artifact_dir=str(folder),
-        build_dir=str(Build.for_content(state.cache_dir("builds"), base_hash, content).dir), base_uri=base_uri,
-        base_hash=base_hash, base_dir=base_dir,
+        build_dir=str(Build.for_content(state.cache_dir("builds"), base_hash, content).dir), candidate_dir=str(state.candidate_dir(ref)),
+        base_uri=base_uri, base_hash=base_hash, base_dir=base_dir, production_version=prod.version if prod else None,
+        production_content_hash=prod_hash, policy=effective, policy_source=source,
     )
-    record.save(state.candidate_dir(ref))
+    record.save()
     files = sorted(p.name for p in folder.iterdir())
     return dg.MaterializeResult(
         metadata={
             "kind": info.kind,
             "content_sha256": content,
             "base": base_uri or "(full model)",
+            "production_baseline": f"{prod.version} (sha256 {prod_hash[:12]})" if prod else "none: first candidate",
+            "policy_source": source,
+            "policy": dg.MetadataValue.json(effective),
             "files": dg.MetadataValue.md("\n".join(f"- `{f}`" for f in files)),
             "size_mb": round(sum(p.stat().st_size for p in folder.iterdir()) / 2**20, 2),
         },

@@ -3,18 +3,15 @@
 import dagster as dg
 from pydantic import Field
 
-from modelcd_assets.defs.assets.onnx_model import MAX_LENGTH
 from modelcd_assets.defs.assets.quantized_model import quantized_model
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.builds import write_json
-from modelcd_assets.lib.candidate import CandidateRecord, production_record
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.drift import describe, input_drift, prediction_drift
 from modelcd_assets.lib.evaluate import predict
 from modelcd_assets.lib.model_io import labels_of
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.tokens import encode
-from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
 REPORT_FILE = "drift.json"
@@ -26,24 +23,24 @@ class DriftConfig(dg.Config):
 
 
 @dg.asset(partitions_def=candidates, deps=[quantized_model], group_name="evaluation", kinds={"evidently"})
-def drift_report(context: dg.AssetExecutionContext, config: DriftConfig, state: LocalStateResource, registry: MlflowRegistryResource) -> dg.MaterializeResult:
+def drift_report(context: dg.AssetExecutionContext, config: DriftConfig, state: LocalStateResource) -> dg.MaterializeResult:
     """Both drifts measured on the same traffic sample, with the INT8 models that would serve it."""
     ref = CandidateRef.parse(context.partition_key)
-    record = CandidateRecord.load(state.candidate_dir(ref))
+    record = state.record(ref)
     build = record.build
     cache = state.cache_dir("tokens")
     traffic = [ex.text for ex in read_split(state.split(config.traffic_sample))]
     reference = [ex.text for ex in read_split(state.split(config.reference_sample))]
-    traffic_feeds = encode(build.merged, traffic, MAX_LENGTH, cache)
-    reference_feeds = encode(build.merged, reference, MAX_LENGTH, cache)
+    traffic_feeds = encode(build.merged, traffic, cache)
+    reference_feeds = encode(build.merged, reference, cache)
     inputs = input_drift(describe(reference, reference_feeds["attention_mask"]), describe(traffic, traffic_feeds["attention_mask"]))
     labels = labels_of(build.merged)
-    cand_labels = [labels[i] for i in predict(build.chosen_int8(), traffic_feeds)]
-    prod_record = production_record(registry.registry(), state.candidate_dir, ref.name)
+    cand_labels = [labels[i] for i in predict(record.chosen_int8(), traffic_feeds)]
+    prod_record = record.baseline(state.candidate_dir)
     pred_drift = None
     if prod_record:
-        prod_feeds = encode(prod_record.build.merged, traffic, MAX_LENGTH, cache)
-        prod_labels = [labels_of(prod_record.build.merged)[i] for i in predict(prod_record.build.chosen_int8(), prod_feeds)]
+        prod_feeds = encode(prod_record.build.merged, traffic, cache)
+        prod_labels = [labels_of(prod_record.build.merged)[i] for i in predict(prod_record.chosen_int8(), prod_feeds)]
         pred_drift = prediction_drift(prod_labels, cand_labels)
     report = {"traffic_sample": config.traffic_sample, "reference_sample": config.reference_sample, "traffic_examples": len(traffic),
               "input_drift": inputs, "prediction_drift": pred_drift, "production": prod_record.ref.key if prod_record else None}

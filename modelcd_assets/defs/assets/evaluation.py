@@ -5,52 +5,50 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 
-from modelcd_assets.defs.assets.onnx_model import MAX_LENGTH
 from modelcd_assets.defs.assets.quantized_model import quantized_model
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.builds import Build, read_json, write_json
-from modelcd_assets.lib.candidate import CandidateRecord, production_record
+from modelcd_assets.lib.builds import read_json, write_json
+from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.evaluate import label_ids, predict
 from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.model_io import labels_of
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.tokens import encode
-from modelcd_assets.resources.policy import PolicyResource
-from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
 CORRECTNESS_FILE = "evaluation_correct.npz"
 REPORT_FILE = "evaluation.json"
 
 
-def _correct(build: Build, eval_hash: str, truth: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-example correctness of a build's FP32 and chosen INT8 model."""
+def _correct(record: CandidateRecord, eval_hash: str, truth: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-example correctness of a candidate's FP32 and chosen INT8 model."""
+    build = record.build
     if read_json(build.dir / "quantization_report.json").get("evaluation_sha256") != eval_hash:
         raise FileNotFoundError(f"build {build.key} was evaluated on another evaluation split; re-materialize its quantized_model")
-    chosen = read_json(build.chosen_file)["chosen"]
+    chosen = record.chosen_variant()
     with np.load(build.dir / "eval_predictions.npz") as preds:
         return {"fp32": preds["fp32"] == truth, "int8": preds[chosen] == truth}
 
 
 @dg.asset(partitions_def=candidates, deps=[quantized_model], group_name="evaluation", kinds={"onnx"})
-def evaluation(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource, policy: PolicyResource) -> dg.MaterializeResult:
+def evaluation(context: dg.AssetExecutionContext, state: LocalStateResource) -> dg.MaterializeResult:
     """Paired per-example correctness, so the accuracy gate can test candidate vs production on the same examples."""
     ref = CandidateRef.parse(context.partition_key)
-    record = CandidateRecord.load(state.candidate_dir(ref))
+    record = state.record(ref)
     build = record.build
     eval_file = state.split("evaluation")
     examples = read_split(eval_file)
     labels = labels_of(build.merged)
     truth = label_ids([ex.label for ex in examples], labels)
-    cand = _correct(build, file_sha256(eval_file), truth)
-    prod_record = production_record(registry.registry(), state.candidate_dir, ref.name)
-    prod = _correct(prod_record.build, file_sha256(eval_file), truth) if prod_record else None
-    golden = policy.for_model(ref.name).golden
+    cand = _correct(record, file_sha256(eval_file), truth)
+    prod_record = record.baseline(state.candidate_dir)
+    prod = _correct(prod_record, file_sha256(eval_file), truth) if prod_record else None
+    golden = record.effective_policy().golden
     golden_pred = []
     if golden:
-        feeds = encode(build.merged, [g.text for g in golden], MAX_LENGTH)
-        golden_pred = [labels[i] for i in predict(build.chosen_int8(), feeds)]
+        feeds = encode(build.merged, [g.text for g in golden])
+        golden_pred = [labels[i] for i in predict(record.chosen_int8(), feeds)]
     arrays = {"candidate_int8": cand["int8"], "candidate_fp32": cand["fp32"]}
     if prod:
         arrays |= {"production_int8": prod["int8"], "production_fp32": prod["fp32"]}

@@ -10,7 +10,6 @@ from modelcd_assets.defs.assets.candidate import candidate
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.artifact import ADAPTER
 from modelcd_assets.lib.builds import write_json
-from modelcd_assets.lib.candidate import CandidateRecord, production_record
 from modelcd_assets.lib.health import measure
 from modelcd_assets.lib.model_io import merge_adapter
 from modelcd_assets.lib.registry import TOKENIZER_CHANGE, CandidateRef
@@ -24,7 +23,7 @@ HEALTH_FILE = "health.json"
 def merged_model(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource) -> dg.MaterializeResult:
     """One deployable model folder (reused when the same base and adapter were merged before), and its health report."""
     ref = CandidateRef.parse(context.partition_key)
-    record = CandidateRecord.load(state.candidate_dir(ref))
+    record = state.record(ref)
     build = record.build
     cached = (build.merged / "config.json").is_file()
     start = time.perf_counter()
@@ -42,7 +41,7 @@ def merged_model(context: dg.AssetExecutionContext, state: LocalStateResource, r
     if record.kind == ADAPTER:
         reference = Path(record.base_dir)
     else:  # a full model is compared with the tokenizer production serves, when there is one
-        prod = production_record(reg, state.candidate_dir, ref.name)
+        prod = record.baseline(state.candidate_dir)
         reference = prod.build.merged if prod and prod.ref != ref else None
     health = measure(build.merged, record.kind, Path(record.artifact_dir), Path(record.base_dir) if record.base_dir else None, record.base_uri,
                      reference, reg.tags(ref).get(TOKENIZER_CHANGE) == "true")

@@ -8,7 +8,6 @@ import dagster as dg
 from modelcd_assets.defs.assets.merged_model import HEALTH_FILE, merged_model
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.builds import read_json, write_json
-from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.export import OPSET, check_parity, export_onnx, torch_logits
 from modelcd_assets.lib.contract import bump, changes_to_dicts, diff_contracts, extract_contract, level_between, required_level
@@ -42,14 +41,13 @@ def semver_report(contract: dict, tags: dict, prod_tags: dict | None, token_ids_
             "declared": declared_semver or f"{level} bump", "semver": semver, "production_semver": prod_semver}
 
 PARITY_EXAMPLES = 64
-MAX_LENGTH = 64
 
 
 @dg.asset(partitions_def=candidates, deps=[merged_model], group_name="build", kinds={"onnx"})
 def onnx_model(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource) -> dg.MaterializeResult:
     """Exported once per build; parity is max |logit diff| torch vs ONNX on evaluation examples; the I/O contract is recorded."""
     ref = CandidateRef.parse(context.partition_key)
-    record = CandidateRecord.load(state.candidate_dir(ref))
+    record = state.record(ref)
     build = record.build
     report_path = build.dir / "onnx_export.json"
     start = time.perf_counter()
@@ -59,7 +57,7 @@ def onnx_model(context: dg.AssetExecutionContext, state: LocalStateResource, reg
     else:
         export_onnx(build.merged, build.onnx)
         texts = [ex.text for ex in read_split(state.split("evaluation"))[:PARITY_EXAMPLES]]
-        feeds = encode(build.merged, texts, MAX_LENGTH, state.cache_dir("tokens"))
+        feeds = encode(build.merged, texts, state.cache_dir("tokens"))
         try:
             diff = check_parity(torch_logits(build.merged, feeds), logits(session(build.onnx), feeds))
         except Exception:
@@ -68,7 +66,7 @@ def onnx_model(context: dg.AssetExecutionContext, state: LocalStateResource, reg
         report = {"parity_max_abs_diff": diff, "opset": OPSET, "parity_examples": len(texts)}
         write_json(report_path, report)
     reg = registry.registry()
-    prod = reg.production(ref.name)
+    prod = record.baseline_ref
     health = read_json(state.candidate_dir(ref) / HEALTH_FILE)
     contract = extract_contract(build.onnx, build.merged)
     semver = semver_report(contract, reg.tags(ref), reg.tags(prod) if prod else None,

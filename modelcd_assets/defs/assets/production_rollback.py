@@ -5,8 +5,8 @@ import json
 import dagster as dg
 from pydantic import Field
 
-from modelcd_assets.defs.assets.production_model import code_location_graph, gate_records, required_gates
-from modelcd_assets.lib.promotion import gate_problems
+from modelcd_assets.defs.assets.production_model import PROMOTION_POOL
+from modelcd_assets.gate_results import code_location_graph, read_gates
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.rollback import roll_back, rollback_target
 from modelcd_assets.resources.registry import MlflowRegistryResource
@@ -25,7 +25,7 @@ def rollback_run_config(model: str, from_version: str, trigger: str, reason: dic
     return {"ops": {production_rollback.op.name: {"config": config}}}
 
 
-@dg.asset(group_name="operations", kinds={"mlflow", "prometheus"})
+@dg.asset(group_name="operations", kinds={"mlflow", "prometheus"}, pool=PROMOTION_POOL)
 def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfig, registry: MlflowRegistryResource) -> dg.MaterializeResult:
     """One materialization per rollback: from which version, to which, and why."""
     reg = registry.registry()
@@ -35,8 +35,9 @@ def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfi
         now = current.version if current else "nothing"
         context.log.warning(f"production of {config.model} is {now}, not {bad.version}; nothing to roll back")
         return dg.MaterializeResult(metadata={"outcome": "not needed", "model": config.model, "from_version": bad.version, "production_version": now})
-    keys = required_gates(code_location_graph())
-    target, passed_over = rollback_target(reg, bad, lambda ref: gate_problems(gate_records(context.instance, keys, ref.key)))
+    # Rollback judges versions by the gates that guard promotion, which are not in this job's own graph.
+    graph = code_location_graph()
+    target, passed_over = rollback_target(reg, bad, lambda ref: read_gates(context.instance, ref.key, graph).problems)
     reason = {"trigger": config.trigger, "run_id": context.run_id, "why": json.loads(config.reason)}
     roll_back(reg, bad, target, reason)
     context.log.info(f"production of {config.model} rolled back from {bad.version} to {target.version}")

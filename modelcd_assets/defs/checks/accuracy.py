@@ -7,16 +7,15 @@ from modelcd_assets.defs.checks.verdict import check_result
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.gates import judge_accuracy, judge_golden
 from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.state import LocalStateResource
 
 
 @dg.asset_check(asset=evaluation, blocking=True, partitions_def=candidates)
-def accuracy_within_tolerance(context: dg.AssetCheckExecutionContext, state: LocalStateResource, policy: PolicyResource) -> dg.AssetCheckResult:
+def accuracy_within_tolerance(context: dg.AssetCheckExecutionContext, state: LocalStateResource) -> dg.AssetCheckResult:
     """INT8 accuracy >= production's - tolerance, not significantly worse, and above the floor."""
     ref = CandidateRef.parse(context.partition_key)
     _, arrays = load_evaluation(state.candidate_dir(ref))
-    verdict = judge_accuracy(arrays["candidate_int8"], arrays.get("production_int8"), policy.for_model(ref.name).accuracy)
+    verdict = judge_accuracy(arrays["candidate_int8"], arrays.get("production_int8"), state.record(ref).effective_policy().accuracy)
     return check_result(verdict)
 
 

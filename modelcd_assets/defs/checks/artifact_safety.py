@@ -7,20 +7,18 @@ import dagster as dg
 from modelcd_assets.defs.assets.candidate import candidate
 from modelcd_assets.defs.checks.verdict import check_result
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.gates import judge_safety
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.safety import scan_artifact
-from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.state import LocalStateResource
 
 
 @dg.asset_check(asset=candidate, blocking=True, partitions_def=candidates)
-def artifact_is_safe(context: dg.AssetCheckExecutionContext, state: LocalStateResource, policy: PolicyResource) -> dg.AssetCheckResult:
+def artifact_is_safe(context: dg.AssetCheckExecutionContext, state: LocalStateResource) -> dg.AssetCheckResult:
     """Safetensors only, no code or auto_map, no links or paths leaving the folder, within the policy's size limits; base included."""
     ref = CandidateRef.parse(context.partition_key)
-    record = CandidateRecord.load(state.candidate_dir(ref))
-    limits = policy.for_model(ref.name).safety.limits()
+    record = state.record(ref)
+    limits = record.effective_policy().safety.limits()
     findings = [f"candidate {f}" for f in scan_artifact(Path(record.artifact_dir), limits)]
     if record.base_dir:
         findings += [f"base {f}" for f in scan_artifact(Path(record.base_dir), limits)]

@@ -8,13 +8,12 @@ from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.builds import read_json
 from modelcd_assets.lib.gates import judge_drift
 from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.state import LocalStateResource
 
 
 @dg.asset_check(asset=drift_report, blocking=True, partitions_def=candidates)
-def no_drift_detected(context: dg.AssetCheckExecutionContext, state: LocalStateResource, policy: PolicyResource) -> dg.AssetCheckResult:
+def no_drift_detected(context: dg.AssetCheckExecutionContext, state: LocalStateResource) -> dg.AssetCheckResult:
     """Prediction drift under its threshold and traffic inputs still like the reference data."""
     ref = CandidateRef.parse(context.partition_key)
     report = read_json(state.candidate_dir(ref) / REPORT_FILE)
-    return check_result(judge_drift(report["prediction_drift"], report["input_drift"], policy.for_model(ref.name).drift))
+    return check_result(judge_drift(report["prediction_drift"], report["input_drift"], state.record(ref).effective_policy().drift))

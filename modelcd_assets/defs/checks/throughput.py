@@ -8,18 +8,17 @@ from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.builds import read_json
 from modelcd_assets.lib.gates import FAIL, INCONCLUSIVE, PASS, Verdict, judge_throughput
 from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.state import LocalStateResource
 
 _SEVERITY = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
 
 
 @dg.asset_check(asset=benchmark_results, blocking=True, partitions_def=candidates)
-def throughput_within_tolerance(context: dg.AssetCheckExecutionContext, state: LocalStateResource, policy: PolicyResource) -> dg.AssetCheckResult:
+def throughput_within_tolerance(context: dg.AssetCheckExecutionContext, state: LocalStateResource) -> dg.AssetCheckResult:
     """Judged at batch 1 and batch 32; the worse verdict of the two counts."""
     ref = CandidateRef.parse(context.partition_key)
     report = read_json(state.candidate_dir(ref) / REPORT_FILE)
-    tp = policy.for_model(ref.name).throughput
+    tp = state.record(ref).effective_policy().throughput
     p99 = report["batches"]["1"]["candidate_p99_ms"]
     verdicts = {
         batch: judge_throughput(r["ratio_median"], r["ratio_ci_low"], r["ratio_ci_high"], p99, report["production"] is not None, tp)
