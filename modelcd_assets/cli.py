@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
 from modelcd_assets.lib.settings import apply_local_defaults
 
 EXIT_PROMOTED, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BLOCKED = 0, 1, 2, 3
@@ -67,7 +67,7 @@ def cmd_contract_diff(args) -> int:
 
 def cmd_gate(args) -> int:
     from modelcd_assets.demo import print_gate_table
-    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, run_gate
+    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, SUPERSEDED, run_gate
     from modelcd_assets.lib.registry import CandidateRef
 
     ref = CandidateRef(args.name, str(args.version))
@@ -75,12 +75,15 @@ def cmd_gate(args) -> int:
     run = run_gate(ref, traffic_sample=args.traffic, progress=True)
     print_gate_table([("candidate", run)])
     print(f"run {run.run_id}")
-    return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(run.outcome, EXIT_ERROR)
+    if run.outcome == SUPERSEDED:
+        print(f"superseded: {run.error}")
+    return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, SUPERSEDED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(run.outcome, EXIT_ERROR)
 
 
 def cmd_status(args) -> int:
     import dagster as dg
 
+    from modelcd_assets.gate_results import code_location_graph
     from modelcd_assets.launch import latest_gate_rows
     from modelcd_assets.lib.registry import ROLLED_BACK
     from modelcd_assets.lib.report import table
@@ -91,15 +94,19 @@ def cmd_status(args) -> int:
         print("no candidate models registered yet; use 'modelcd register PATH --name NAME'")
         return 0
     instance = dg.DagsterInstance.get()
+    graph = code_location_graph()
     for name in names:
         prod = reg.production(name)
         print(f"{name}: production = {prod.version if prod else 'none'}")
         rows = []
         for ref in reg.versions(name):
-            gates = latest_gate_rows(instance, ref)
+            gates, problems = latest_gate_rows(instance, ref, graph)
             passed = sum(g.status == "pass" for g in gates)
             others = ", ".join(f"{g.gate}={g.status}" for g in gates if g.status != "pass")
-            summary = "never gated" if all(g.status == "not run" for g in gates) else f"{passed}/{len(gates)} pass" + (f"; {others}" if others else "")
+            verdict = "promotable" if not problems else "not promotable"
+            summary = "never gated" if all(g.status == "not run" for g in gates) else f"{verdict}: {passed}/{len(gates)} pass" + (f"; {others}" if others else "")
+            if problems and not others:  # every gate passed, but on an outdated lineage
+                summary += "; " + problems[0]
             alias = "production" if prod == ref else ("rolled back from" if ROLLED_BACK in reg.tags(ref) else "")
             rows.append([ref.version, alias, summary])
         print(table(["version", "alias", "last gate results"], rows, max_width=200))
@@ -125,7 +132,7 @@ def cmd_ui(args) -> int:
 def cmd_serve(args) -> int:
     from modelcd_assets.serving.server import serve
 
-    return serve(args.name, args.host, args.port, args.workers)
+    return serve(args.name, args.host, args.port, args.workers, allow_ungated=args.allow_ungated, chaos=args.chaos)
 
 
 def cmd_rollback(args) -> int:
@@ -162,7 +169,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--semver", help="this version's Model SemVer, MAJOR.MINOR.PATCH")
     r.add_argument("--bump", choices=["patch", "minor", "major"], help="or the bump over production's SemVer (default: patch, weights only)")
     r.set_defaults(func=cmd_register)
-    g = sub.add_parser("gate", help="run the gated pipeline for one version; exit 0 promoted, 3 blocked, 2 bad input")
+    g = sub.add_parser("gate", help="run the gated pipeline for one version; exit 0 promoted, 3 blocked or superseded, 2 bad input, 1 the run failed (nothing promoted)")
     g.add_argument("name")
     g.add_argument("version", type=int)
     g.add_argument("--traffic", default="traffic_current", help="traffic split to judge drift on (default traffic_current)")
@@ -187,6 +194,8 @@ def parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8080)
     sv.add_argument("--workers", type=int, default=2, help="inference threads, one core each")
+    sv.add_argument("--allow-ungated", action="store_true", help="let the admin API load and activate versions that have not passed their gates")
+    sv.add_argument("--chaos", action="store_true", help="enable POST /v1/admin/faults, fault injection for chaos testing (off: 404)")
     sv.set_defaults(func=cmd_serve)
     rb = sub.add_parser("rollback", help="move production back to the most recent earlier version that passed its gates")
     rb.add_argument("name")
@@ -212,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ModelcdError, FileNotFoundError, ValueError) as e:
         print(f"modelcd: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except RegistryUnavailable as e:
+        print(f"modelcd: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
 

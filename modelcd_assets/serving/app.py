@@ -9,6 +9,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -96,8 +97,13 @@ class Swapper:
         return await asyncio.get_running_loop().run_in_executor(self.executor, self.swap, version, activate)
 
 
-def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: float, workers: int = 2) -> FastAPI:
-    """The server for one registered model; it follows that model's production alias."""
+def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: float, gate_problems: Callable[[str], list[str]] | None,
+               chaos: bool = False, workers: int = 2) -> FastAPI:
+    """The server for one registered model; it follows that model's production alias.
+
+    gate_problems(version) says why a version has not passed its gates (empty when it has); the admin API loads and
+    activates only versions it clears, and None turns the check off. chaos registers the fault-injection endpoint.
+    """
     metrics = ServerMetrics()
     inference = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inference")
     swapper = Swapper(pool, metrics, ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader", initializer=_background_priority))
@@ -179,6 +185,18 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
         metrics.latency.labels(*labels).observe(time.perf_counter() - start)
         return JSONResponse(payload, status_code=status, headers={HASH_HEADER: served.content_hash, VERSION_HEADER: served.version})
 
+    async def ungated(version: str) -> JSONResponse | None:
+        """The 409 refusal for a version that has not passed its gates; None when it has, or the check is off."""
+        if gate_problems is None:
+            return None
+        problems = await asyncio.to_thread(gate_problems, version)
+        if not problems:
+            return None
+        metrics.swaps.labels(pool.model, "refused").inc()
+        active = pool.active
+        return JSONResponse({"error": f"version {version} of {pool.model} has not passed its gates: {'; '.join(problems)}",
+                             "gates": problems, "serving": active.version if active else None}, status_code=409)
+
     @app.get("/v1/admin/adapters", dependencies=[Depends(require_admin)])
     async def list_loaded():
         active = pool.active
@@ -188,6 +206,8 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
 
     @app.post("/v1/admin/adapters", dependencies=[Depends(require_admin)])
     async def load(body: LoadRequest):
+        if (refusal := await ungated(body.version)) is not None:
+            return refusal
         try:
             report = await swapper.swap_async(body.version, body.activate)
         except ModelcdError as e:
@@ -197,6 +217,8 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
 
     @app.post("/v1/admin/adapters/{version}/activate", dependencies=[Depends(require_admin)])
     async def activate(version: str):
+        if (refusal := await ungated(version)) is not None:
+            return refusal
         served = swapper.switch(version)
         return {"serving": served.version, "adapter_sha256": served.content_hash}
 
@@ -210,13 +232,15 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
             return JSONResponse({"error": str(e)}, status_code=409)
         return {"unloaded": version}
 
-    @app.post("/v1/admin/faults", dependencies=[Depends(require_admin)])
     async def inject(body: FaultRequest):
         if body.latency_ms or body.error_ratio or body.nan_ratio:
             faults[body.version] = body
         else:
             faults.pop(body.version, None)
         return {"faults": {v: f.model_dump() for v, f in faults.items()}}
+
+    if chaos:  # without it the route does not exist: a production server cannot be made to misbehave on purpose
+        app.post("/v1/admin/faults", dependencies=[Depends(require_admin)])(inject)
 
     return app
 

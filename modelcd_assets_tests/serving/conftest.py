@@ -22,7 +22,8 @@ from modelcd_assets_tests.conftest import Env, make_env
 MODEL = "tiny-intent"
 ADMIN_TOKEN = "test-admin-token"
 # Serving tests need two versions that both pass; the second tiny adapter is ~1 point less accurate,
-# so the accuracy tolerance is loosened here (the gate itself is tested in test_gated_pipeline.py).
+# so the accuracy tolerance is loosened here, and a throughput verdict left inconclusive by a busy test
+# machine does not block (both gates themselves are tested in test_gated_pipeline.py).
 POLICY = """\
 accuracy:
   absolute_floor: 0.6
@@ -32,6 +33,7 @@ quantization:
   variant: dynamic
 throughput:
   p99_slo_ms: 250
+  on_inconclusive: pass
 serving:
   poll_seconds: 0.5
 slo:
@@ -75,14 +77,14 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`modelcd serve` as a real process on a free loopback port."""
+    """`modelcd serve` as a real process on a free loopback port; flags such as --chaos are passed on."""
 
-    def __init__(self, env: Env, log: Path):
+    def __init__(self, env: Env, log: Path, *flags: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         environ = dict(os.environ, **env.env, MODELCD_ADMIN_TOKEN=ADMIN_TOKEN)
         self.log = open(log, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "serve", MODEL, "--port", str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "serve", MODEL, "--port", str(self.port), *flags],
                                      env=environ, stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, version: str, timeout: float = 120) -> None:

@@ -1,4 +1,5 @@
-"""The serving app in process: readiness, classification, the admin API, refused loads and following the alias."""
+"""The serving app in process: readiness, classification, the admin API and its gate check, refused loads, fault injection
+and following the alias."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import torch
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from modelcd_assets.launch import BLOCKED, run_gate
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.registry import CONTENT
 from modelcd_assets.serving import HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.engine import Engine
 from modelcd_assets.serving.server import app_from_env
-from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, gated_state
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY, gated_state
 
 TEXTS = ["I was charged twice on my invoice", "the app crashes when I log in", "where is my parcel", "reset my password please"]
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -31,8 +33,8 @@ def served(tmp_path_factory, tiny_trained, tiny_adapters):
     mp.undo()
 
 
-def start(served, model: str = MODEL) -> TestClient:
-    return TestClient(app_from_env(model, environ={**served.env.env, "MODELCD_ADMIN_TOKEN": ADMIN_TOKEN}))
+def start(served, model: str = MODEL, **flags) -> TestClient:
+    return TestClient(app_from_env(model, environ={**served.env.env, "MODELCD_ADMIN_TOKEN": ADMIN_TOKEN}, instance=served.instance, **flags))
 
 
 def wait_serving(client: TestClient, version: str, timeout: float = 60) -> dict:
@@ -47,9 +49,23 @@ def wait_serving(client: TestClient, version: str, timeout: float = 60) -> dict:
 
 @pytest.fixture(scope="module")
 def client(served):
-    with start(served) as c:
+    with start(served, chaos=True) as c:
         wait_serving(c, served.v2.version)
         yield c
+
+
+@pytest.fixture(scope="module")
+def failed(served, tiny_adapters):
+    """A version gated and blocked by its accuracy gate: it has a build, but did not pass."""
+    ref = served.env.registry.register(tiny_adapters["worse"], MODEL)
+    # Under the serving policy's loose tolerance even the worse adapter passes; a floor no tiny model reaches fails it.
+    policy = served.env.policy(MODEL, POLICY.replace("absolute_floor: 0.6", "absolute_floor: 0.99"))
+    try:
+        run = run_gate(ref, instance=served.instance)
+    finally:
+        policy.write_text(POLICY)
+    assert run.outcome == BLOCKED, (run.outcome, run.error)
+    return ref
 
 
 def merged_logits(served, ref) -> np.ndarray:
@@ -112,13 +128,47 @@ def test_a_request_can_name_a_loaded_adapter(served, client):
     assert client.post("/v1/classify", json={"texts": TEXTS, "adapter": "99"}).status_code == 404
 
 
-def test_a_failed_load_keeps_the_old_adapter_serving(served, client):
+def test_a_never_gated_version_is_refused_and_the_old_adapter_keeps_serving(served, client):
     r = client.post("/v1/admin/adapters", json={"version": served.ungated.version}, headers=AUTH)
-    assert r.status_code == 422
-    assert "no gated build" in r.json()["error"] and f"modelcd gate {MODEL} {served.ungated.version}" in r.json()["error"]
+    assert r.status_code == 409, r.text
+    assert r.json()["error"].startswith(f"version {served.ungated.version} of {MODEL} has not passed its gates: ")
+    assert "accuracy_within_tolerance: no result recorded" in r.json()["gates"]
     assert r.json()["serving"] == served.v2.version
     assert client.post("/v1/classify", json={"texts": TEXTS}).headers[HASH_HEADER] == content(served, served.v2)
     assert metric_samples(client.get("/metrics").text)[("modelcd_adapter_swaps_total", frozenset({"model": MODEL, "outcome": "refused"}.items()))] >= 1
+
+
+def test_a_version_whose_gate_failed_is_neither_loaded_nor_activated(served, client, failed):
+    for r in (client.post("/v1/admin/adapters", json={"version": failed.version}, headers=AUTH),
+              client.post(f"/v1/admin/adapters/{failed.version}/activate", headers=AUTH)):
+        assert r.status_code == 409, r.text
+        assert "accuracy_within_tolerance: failed (passed=False)" in r.json()["gates"]
+        assert "accuracy_within_tolerance: failed (passed=False)" in r.json()["error"]
+        assert r.json()["serving"] == served.v2.version
+    listed = client.get("/v1/admin/adapters", headers=AUTH).json()
+    assert failed.version not in [s["version"] for s in listed["loaded"]] and listed["default"] == served.v2.version
+
+
+def test_allow_ungated_loads_a_failed_version_but_still_needs_a_build(served, failed):
+    with start(served, allow_ungated=True) as c:
+        wait_serving(c, served.v2.version)
+        r = c.post("/v1/admin/adapters", json={"version": failed.version, "activate": False}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        assert c.post(f"/v1/admin/adapters/{failed.version}/activate", headers=AUTH).json()["serving"] == failed.version
+        # A version with no build is still refused by the load itself: nothing judged it, so nothing can probe it.
+        r = c.post("/v1/admin/adapters", json={"version": served.ungated.version}, headers=AUTH)
+        assert r.status_code == 422
+        assert "no gated build" in r.json()["error"] and f"modelcd gate {MODEL} {served.ungated.version}" in r.json()["error"]
+        assert r.json()["serving"] == failed.version
+
+
+def test_fault_injection_exists_only_with_chaos(served, client):
+    with start(served) as c:
+        wait_serving(c, served.v2.version)
+        assert c.post("/v1/admin/faults", json={"version": served.v2.version, "error_ratio": 1.0}, headers=AUTH).status_code == 404
+        assert "/v1/admin/faults" not in c.app.openapi()["paths"]
+        assert c.post("/v1/classify", json={"texts": TEXTS}).status_code == 200
+    assert client.post("/v1/admin/faults", json={"version": served.v2.version}, headers=AUTH).json() == {"faults": {}}
 
 
 def test_unloading_the_default_version_is_refused(served, client):
