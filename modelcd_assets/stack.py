@@ -3,52 +3,73 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.processes import stop_process
+from modelcd_assets.lib.processes import start_process, stop_processes
 from modelcd_assets.lib.registry import Registry
 from modelcd_assets.lib.prometheus_server import PrometheusServer
 
+STOP_TIMEOUT = 10.0  # then SIGKILL: `up` is gone within 20 s of a stop signal, even on a loaded machine
+
 
 def run_stack(model: str, serve_port: int, prometheus_port: int, ui_port: int) -> int:
-    """Runs until Ctrl-C or until one part exits; then stops the others."""
+    """Runs until SIGINT, SIGTERM or SIGHUP, or until one part exits; then stops them all, their children included."""
     workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
     if not workspace.is_file():
         raise ModelcdError(f"{workspace} not found; run 'modelcd up' from an editable install of the repository (make install)")
     Registry.from_env().require_candidate_model(model)  # before anything starts
     env = dict(os.environ, MODELCD_PROMETHEUS_URL=f"http://127.0.0.1:{prometheus_port}")
-    prometheus = PrometheusServer(Path(env["MODELCD_HOME"]) / "prometheus", prometheus_port, [f"127.0.0.1:{serve_port}"]).start()
-    children = {
-        "serve": subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(serve_port)], env=env),
-        "dagster": subprocess.Popen([str(Path(sys.executable).with_name("dagster")), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(ui_port)], env=env),
-    }
-    print(f"serving {model} on http://127.0.0.1:{serve_port} (POST /v1/classify, /metrics, /readyz)\n"
-          f"Prometheus on {prometheus.url}\nDagster UI and daemon on http://127.0.0.1:{ui_port} (registry_sensor, slo_sensor)\nCtrl-C stops everything.",
-          flush=True)
+    stopping = False
+
+    def on_signal(signum: int, _frame) -> None:
+        nonlocal stopping
+        if not stopping:  # a second signal must not cut the shutdown short
+            stopping = True
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    # Explicit handlers for SIGINT and SIGTERM, also over a SIG_IGN inherited from a background start, where
+    # Python raises no KeyboardInterrupt; SIGHUP too, unless nohup asked to ignore it. Each child runs in a
+    # session of its own, out of reach of the terminal's Ctrl-C: this process stops them all.
+    stop_signals = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else [])
+    previous = {sig: signal.signal(sig, on_signal) for sig in stop_signals}
+    prometheus = PrometheusServer(Path(env["MODELCD_HOME"]) / "prometheus", prometheus_port, [f"127.0.0.1:{serve_port}"])
+    children: dict[str, subprocess.Popen] = {}
     code = 0
     try:
-        while True:
+        prometheus.start()
+        # die_with_parent, so that a SIGKILLed `up` leaves nothing behind: it reaches only these direct children,
+        # and dagster dev, on that SIGTERM, stops the webserver, daemon and code server it started.
+        children["serve"] = start_process([sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(serve_port)],
+                                          die_with_parent=True, env=env)
+        children["dagster"] = start_process([str(Path(sys.executable).with_name("dagster")), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(ui_port)],
+                                            die_with_parent=True, env=env)
+        children["prometheus"] = prometheus.process
+        print(f"serving {model} on http://127.0.0.1:{serve_port} (POST /v1/classify, /metrics, /readyz)\n"
+              f"Prometheus on {prometheus.url}\nDagster UI and daemon on http://127.0.0.1:{ui_port} (registry_sensor, slo_sensor)\nCtrl-C stops everything.",
+              flush=True)
+        while not stopping:
             for name, proc in children.items():
                 if proc.poll() is not None:
-                    print(f"modelcd up: {name} exited with code {proc.returncode}; stopping the rest", file=sys.stderr)
+                    stopping = True
+                    print(f"modelcd up: {name} exited with code {proc.returncode}; stopping the rest", file=sys.stderr, flush=True)
                     code = proc.returncode or 1
-                    raise KeyboardInterrupt
-            if prometheus.process is None or prometheus.process.poll() is not None:
-                print("modelcd up: Prometheus exited; stopping the rest", file=sys.stderr)
-                code = 1
-                raise KeyboardInterrupt
-            time.sleep(1)
-    except KeyboardInterrupt:
-        pass
+                    break
+            else:
+                time.sleep(1)
+    except KeyboardInterrupt as stop:
+        print(f"modelcd up: {str(stop) or 'interrupted'}; stopping everything", file=sys.stderr, flush=True)
     finally:
-        for proc in children.values():
-            if proc.poll() is None:
-                proc.terminate()  # both at once, so they wind down together
-        for proc in children.values():
-            stop_process(proc)
+        stopping = True
+        running = [name for name, proc in children.items() if proc.poll() is None]
+        codes = dict(zip(children, stop_processes(list(children.values()), timeout=STOP_TIMEOUT)))  # all at once, so they wind down together
+        if killed := [name for name in running if codes[name] == -signal.SIGKILL]:
+            print(f"modelcd up: {', '.join(killed)} did not stop within {STOP_TIMEOUT:.0f} s; killed", file=sys.stderr, flush=True)
         prometheus.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return code

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester", "modelcd_assets_tests.process_leaks"]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -12,7 +12,7 @@ import httpx
 import yaml
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.processes import stop_process
+from modelcd_assets.lib.processes import start_process, stop_process
 
 REPO_BINARY = Path(__file__).resolve().parents[2] / ".tools" / "prometheus" / "usr" / "bin" / "prometheus"
 
@@ -50,10 +50,11 @@ class PrometheusServer:
         config = self.data_dir / "prometheus.yml"
         config.write_text(yaml.safe_dump(self.config(), sort_keys=False))
         self._log = log = open(self.data_dir / "prometheus.log", "ab")
-        self.process = subprocess.Popen(
+        # die_with_parent: a Prometheus left behind by a killed parent holds its port and its TSDB lock.
+        self.process = start_process(
             [str(binary), f"--config.file={config}", f"--storage.tsdb.path={self.data_dir / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=15d", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            die_with_parent=True, stdout=log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

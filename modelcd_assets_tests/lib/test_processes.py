@@ -1,0 +1,95 @@
+"""Child processes stop with their whole group, die with a SIGKILLed parent, and a test run fails when one outlives it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from modelcd_assets.lib.processes import descendants, processes, start_process, stop_process
+from modelcd_assets_tests.process_leaks import cmdline
+
+ROOT = Path(__file__).resolve().parents[2]
+# Every process in this group ignores SIGTERM (an ignored signal survives fork and exec): only SIGKILL ends them.
+STUBBORN = "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60 & wait"
+
+
+def alive(pid: int) -> bool:
+    return pid in processes()
+
+
+def test_descendants_walks_children_and_grandchildren_and_leaves_zombies_out():
+    proc = start_process(["bash", "-c", STUBBORN])
+    try:
+        time.sleep(0.5)
+        tree = descendants(proc.pid)
+        assert len(tree) == 2 and all(info.pgid == proc.pid for info in tree)
+        assert {proc.pid, *(info.pid for info in tree)} <= {info.pid for info in descendants(os.getpid())}
+    finally:
+        stop_process(proc, timeout=1)
+    assert not descendants(proc.pid)
+    zombie = subprocess.Popen(["true"])
+    time.sleep(0.3)  # exited, not yet reaped
+    assert zombie.pid not in {info.pid for info in descendants(os.getpid())}
+    zombie.wait()
+
+
+def test_stop_process_sigkills_the_group_after_the_timeout():
+    proc = start_process(["bash", "-c", STUBBORN])
+    time.sleep(0.5)
+    tree = descendants(proc.pid)
+    start = time.monotonic()
+    assert stop_process(proc, timeout=1) == -9
+    assert time.monotonic() - start < 5 and not any(alive(info.pid) for info in tree)
+
+
+def test_stop_process_signals_only_the_process_when_it_leads_no_group():
+    proc = subprocess.Popen(["sleep", "60"])
+    assert stop_process(proc) == -15
+
+
+def test_a_child_started_with_die_with_parent_dies_with_a_sigkilled_parent():
+    script = "from modelcd_assets.lib.processes import start_process; import time; print(start_process(['sleep', '60'], die_with_parent=True).pid, flush=True); time.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(child)
+
+
+LEAKY = """
+import subprocess
+
+def test_leaks_a_child():
+    subprocess.Popen(["sleep", "3601"])
+
+def test_leaks_an_orphan():
+    subprocess.run(["bash", "-c", "sleep 3602 >/dev/null 2>&1 &"], check=True)
+"""
+
+
+def run_inner(pytester, monkeypatch, source: str):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makepyfile(source)
+    return pytester.runpytest_subprocess("-p", "modelcd_assets_tests.process_leaks", "-p", "no:cacheprovider")
+
+
+def test_the_leak_check_fails_a_green_run_names_each_leak_and_ends_it(pytester, monkeypatch):
+    result = run_inner(pytester, monkeypatch, LEAKY)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*2 processes outlived the test run; killed them*", "pid *: sleep 360?", "pid *: sleep 360?", "*2 passed*"])
+    time.sleep(0.2)
+    assert not [pid for pid in processes() if cmdline(pid) in ("sleep 3601", "sleep 3602")]
+
+
+def test_the_leak_check_passes_a_run_that_waits_for_its_children(pytester, monkeypatch):
+    result = run_inner(pytester, monkeypatch, "import subprocess\n\ndef test_waits():\n    subprocess.run(['sleep', '0.1'], check=True)\n")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.no_fnmatch_line("*outlived*")
