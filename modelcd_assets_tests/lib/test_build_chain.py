@@ -86,3 +86,13 @@ def test_one_input_length_for_gates_and_server(chain):
     served = tokenize(load_tokenizer(chain["merged"]), [long_text, "short"], cut, "np")
     assert gated["input_ids"].shape[1] == cut
     assert (gated["input_ids"] == served["input_ids"]).all()
+
+
+def test_choose_variant_follows_production_when_it_passes_fidelity():
+    """The false block: a clean candidate timed under load picked static while production ran dynamic, and was then slower."""
+    timed_under_load = {"static": {"top1_agreement": 1.0, "items_per_s": 92}, "dynamic": {"top1_agreement": 1.0, "items_per_s": 71}}
+    assert choose_variant(timed_under_load, 0.99)[0] == "static"
+    chosen, why = choose_variant(timed_under_load, 0.99, production_variant="dynamic")
+    assert chosen == "dynamic" and "the variant production runs" in why
+    unfaithful = {"static": {"top1_agreement": 0.9, "items_per_s": 92}, "dynamic": {"top1_agreement": 1.0, "items_per_s": 71}}
+    assert choose_variant(unfaithful, 0.99, production_variant="static")[0] == "dynamic"  # fidelity still comes first
