@@ -57,7 +57,8 @@ def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | Non
 
 def _lineage(instance: dg.DagsterInstance, graph, partition: str) -> list[str]:
     """Problems with the lineage of every asset upstream of production_model, for this candidate."""
-    assets = [k for k in graph.toposorted_asset_keys if k in graph.get_ancestor_asset_keys(PRODUCTION_KEY)]
+    upstream = graph.get_ancestor_asset_keys(PRODUCTION_KEY)
+    assets = [k for k in graph.toposorted_asset_keys if k in upstream]
     latest = {k: _latest(instance, k, partition if graph.get(k).is_partitioned else None) for k in assets}
     problems = []
     parents = {}
