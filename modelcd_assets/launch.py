@@ -13,6 +13,7 @@ from modelcd_assets.defs.jobs import GATE_JOB, ROLLBACK_JOB
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.run_recovery import CANDIDATE, LAUNCHED_BY, ROLLBACK, process_tags, recover_dead_runs
 
 PROMOTED, BLOCKED, SUPERSEDED, BAD_INPUT, ERROR = "promoted", "blocked", "superseded", "bad input", "error"
 
@@ -90,6 +91,7 @@ def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instanc
     progress=True replaces Dagster's console log with one progress bar over the run's steps.
     """
     instance = instance or dg.DagsterInstance.get()
+    recover_dead_runs(instance)
     d = definitions()
     if not instance.has_dynamic_partition(candidates.name, ref.key):
         instance.add_dynamic_partitions(candidates.name, [ref.key])
@@ -106,7 +108,7 @@ def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instanc
     try:
         result = job.execute_in_process(
             instance=instance, partition_key=ref.key, run_config=run_config, raise_on_error=False,
-            tags={"modelcd/candidate": ref.key, "modelcd/launched_by": "cli"},
+            tags={CANDIDATE: ref.key, LAUNCHED_BY: "cli", **process_tags()},
         )
     finally:
         if bar is not None:
@@ -138,9 +140,10 @@ def latest_gate_rows(instance: dg.DagsterInstance, ref: CandidateRef, graph=None
 def run_rollback(name: str, from_version: str, reason: dict, instance: dg.DagsterInstance | None = None) -> dict:
     """Run the rollback job the SLO sensor launches, in this process; returns the materialization's metadata."""
     instance = instance or dg.DagsterInstance.get()
+    recover_dead_runs(instance)
     result = definitions().resolve_job_def(ROLLBACK_JOB).execute_in_process(
         instance=instance, run_config=rollback_run_config(name, from_version, "manual", reason), raise_on_error=False,
-        tags={"modelcd/rollback": f"{name}:{from_version}", "modelcd/launched_by": "cli"},
+        tags={ROLLBACK: f"{name}:{from_version}", LAUNCHED_BY: "cli", **process_tags()},
     )
     if not result.success:
         raise ModelcdError(_failure_message(result).split(": ", 2)[-1] or "the rollback run failed; see it in the Dagster UI")

@@ -190,6 +190,8 @@ class Registry:
                              f"{current.version if current else 'nothing'} while {ref.uri} was gated; re-gate it against "
                              f"{current.version if current else 'nothing'} with 'modelcd gate {ref.name} {ref.version}'")
         self.version(ref)
+        if current == ref:  # already production (re-gated, e.g. after a crash past the alias move): the record of that move stands
+            return current
         record = {PROMOTION: json.dumps(reason, sort_keys=True), PREVIOUS_PRODUCTION: current.version if current else ""}
         self.set_tags(ref, record)
         failpoint("after_tags")

@@ -85,3 +85,13 @@ def test_promotion_is_compare_and_set(modelcd_env, tiny_base):
         reg.move_production(v3, {"why": "judged against 1"}, expected=v1)
     assert reg.production("m") == v2
     assert PROMOTION not in reg.tags(v3) and PREVIOUS_PRODUCTION not in reg.tags(v3)
+
+
+def test_promoting_what_is_already_production_keeps_the_chain(modelcd_env, tiny_base):
+    """A re-gate after a crash past the alias move must not record the version as its own previous production."""
+    reg = modelcd_env.registry
+    v1, v2 = reg.register(tiny_base, "m"), reg.register(tiny_base, "m")
+    reg.move_production(v1, {"why": "test"}, expected=None)
+    reg.move_production(v2, {"why": "first"}, expected=v1)
+    assert reg.move_production(v2, {"why": "again"}, expected=v2) == v2
+    assert reg.tags(v2)[PREVIOUS_PRODUCTION] == "1" and "first" in reg.tags(v2)[PROMOTION]

@@ -33,7 +33,8 @@ def production_model(context: dg.AssetExecutionContext, state: LocalStateResourc
     reason = {"run_id": context.run_id, "gates": {r.gate: r.shown for r in decision.records}, "judged_against": record.production_version,
               "policy_source": record.policy_source}
     previous = reg.move_production(ref, reason, expected=record.baseline_ref)
-    context.log.info(f"production alias of {ref.name} moved from {previous.version if previous else 'nothing'} to {ref.version}")
+    moved = "was already" if previous == ref else f"moved from {previous.version if previous else 'nothing'} to"
+    context.log.info(f"production alias of {ref.name} {moved} {ref.version}")
     return dg.MaterializeResult(
         metadata={
             "production_version": ref.version,
