@@ -158,6 +158,22 @@ def cmd_up(args) -> int:
     return run_stack(args.name, serve_port=args.port, prometheus_port=args.prometheus_port, ui_port=args.ui_port)
 
 
+def cmd_faults_run(args) -> int:
+    from modelcd_assets.demo import GOOD
+    from modelcd_assets.faults.runner import run_selftest
+
+    if args.controls < 0:
+        raise ModelcdError("--controls must be 0 or more")
+    report = run_selftest(args.name, dict(os.environ), only=args.only, identical_controls=args.controls - args.controls // 2,
+                          retrained_controls=args.controls // 2, training=GOOD, under_load=not args.no_load, keep=args.keep, progress=True)
+    print()
+    print(report.render())
+    if args.json:
+        report.write_json(Path(args.json))
+        print(f"report written to {args.json}")
+    return report.exit_code
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="modelcd", description="Gated continuous delivery for fine-tuned models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -207,6 +223,16 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--prometheus-port", type=int, default=9090)
     up.add_argument("--ui-port", type=int, default=3000)
     up.set_defaults(func=cmd_up)
+    f = sub.add_parser("faults", help="the fault sandbox: faulty candidates derived from production, gated in an isolated copy")
+    fsub = f.add_subparsers(dest="faults_command", required=True)
+    fr = fsub.add_parser("run", help="gate every fault class and clean controls in a sandbox; exit 0 only if each class ends as expected and no control is blocked")
+    fr.add_argument("--name", default="ticket-intent", help="registered model whose production the faults are derived from (default: the demo's)")
+    fr.add_argument("--only", nargs="+", metavar="CLASS", help="run only these fault classes")
+    fr.add_argument("--controls", type=int, default=10, help="clean controls: half byte-identical re-registrations, half retrained with other seeds (default 10)")
+    fr.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    fr.add_argument("--no-load", action="store_true", help="gate the controls without a server under load beside them")
+    fr.add_argument("--keep", action="store_true", help="keep the sandbox folder (its Dagster instance and registry) for inspection")
+    fr.set_defaults(func=cmd_faults_run)
     return p
 
 

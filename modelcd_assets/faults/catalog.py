@@ -1,0 +1,84 @@
+"""The fault classes: what each one builds or breaks, and the one outcome it must end in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from modelcd_assets.faults import builders as b
+from modelcd_assets.faults import conditions as c
+from modelcd_assets.faults.outcomes import BAD_INPUT, MANIFEST, REFUSED, RUN_FAILED, SKIPPED, SUPERSEDED, Outcome, blocked
+from modelcd_assets.lib.errors import ModelcdError
+
+
+@dataclass(frozen=True)
+class FaultClass:
+    name: str
+    group: str
+    expected: Outcome
+    build: b.Builder | None = None  # the faulty candidate; None: the production version itself is gated
+    during: Callable[..., AbstractContextManager] | None = None  # a condition held while the candidate is gated
+    probe: Callable | None = None  # a class that is no gated run at all (a sensor tick): returns the outcome itself
+    traffic: str = "traffic_current"
+    adapter_only: bool = False
+
+    @property
+    def summary(self) -> str:
+        fn = self.probe or self.during or self.build
+        return (fn.__doc__ or "").strip().splitlines()[0] if fn else f"production itself, judged on {self.traffic}"
+
+
+CLASSES: tuple[FaultClass, ...] = (
+    # Weights and numerics
+    FaultClass("nan_weights", "weights", blocked("weights_are_finite"), b.nan_weights),
+    FaultClass("inf_weights", "weights", blocked("weights_are_finite"), b.inf_weights),
+    # The gate that reports weight-norm outliers vs base; today it reports them without judging.
+    FaultClass("weight_scale_blowup", "weights", blocked("weights_are_finite"), b.weight_scale_blowup),
+    FaultClass("random_reinit", "weights", blocked("accuracy_within_tolerance"), b.random_reinit),
+    FaultClass("int8_hostile_outliers", "weights", blocked("int8_agrees_with_fp32"), b.int8_hostile_outliers),
+    FaultClass("slow_model", "weights", blocked("throughput_within_tolerance"), b.slow_model),
+    # Files
+    FaultClass("truncated_safetensors", "files", Outcome(REFUSED), b.truncated_safetensors),
+    FaultClass("corrupt_safetensors_header", "files", Outcome(REFUSED), b.corrupt_header),
+    FaultClass("safetensors_trailing_bytes", "files", Outcome(REFUSED), b.trailing_bytes),
+    FaultClass("safetensors_offset_gap", "files", Outcome(REFUSED), b.offset_gap),
+    FaultClass("pickle_renamed", "files", Outcome(REFUSED), b.pickle_renamed),
+    FaultClass("remote_code", "files", Outcome(REFUSED), b.remote_code),
+    FaultClass("symlink_escape", "files", Outcome(REFUSED), b.symlink_escape),
+    FaultClass("onnx_external_data_escape", "files", Outcome(REFUSED), b.onnx_external_data_escape),
+    FaultClass("raw_truncated_safetensors", "files", blocked("artifact_is_safe"), b.raw(b.truncated_safetensors)),
+    FaultClass("raw_pickle_renamed", "files", blocked("artifact_is_safe"), b.raw(b.pickle_renamed)),
+    FaultClass("raw_remote_code", "files", blocked("artifact_is_safe"), b.raw(b.remote_code)),
+    FaultClass("raw_onnx_external_data_escape", "files", blocked("artifact_is_safe"), b.raw(b.onnx_external_data_escape)),
+    FaultClass("tampered_after_registration", "files", Outcome(MANIFEST), b.identical, c.tampered_after_registration),
+    # Structure and contract
+    FaultClass("swapped_id2label", "contract", blocked("semver_covers_contract_change"), b.swapped_id2label),
+    FaultClass("incompatible_tokenizer", "contract", blocked("tokenizer_fits_model"), b.incompatible_tokenizer),
+    FaultClass("vocab_exceeds_embeddings", "contract", blocked("tokenizer_fits_model"), b.vocab_exceeds_embeddings),
+    FaultClass("adapter_targets_no_module", "contract", Outcome(BAD_INPUT, detail="does not fit base"), b.adapter_targets_no_module, adapter_only=True),
+    FaultClass("adapter_weights_match_no_module", "contract", blocked("adapter_fits_base"), b.adapter_weights_match_no_module, adapter_only=True),
+    FaultClass("adapter_for_another_base", "contract", blocked("adapter_fits_base"), b.adapter_for_another_base, adapter_only=True),
+    FaultClass("adapter_shapes_for_another_base", "contract", Outcome(BAD_INPUT, detail="does not fit base"), b.adapter_shapes_for_another_base, adapter_only=True),
+    FaultClass("dropped_head", "contract", blocked("model_loads_cleanly"), b.dropped_head),
+    FaultClass("contract_change_as_patch", "contract", blocked("semver_covers_contract_change"), b.contract_change_as_patch),
+    # Data
+    FaultClass("drifted_traffic", "data", blocked("no_drift_detected"), traffic="traffic_shifted"),
+    # Infrastructure
+    FaultClass("registry_outage", "infra", Outcome(RUN_FAILED, detail="could not read the production alias"), b.identical, c.registry_outage),
+    FaultClass("production_moved_mid_run", "infra", Outcome(SUPERSEDED, detail="moved from"), b.identical, c.production_moves),
+    FaultClass("prometheus_unreachable", "infra", Outcome(SKIPPED), probe=c.prometheus_unreachable),
+    FaultClass("static_calibration_collapse", "infra", blocked("int8_agrees_with_fp32"), b.readme_changed, c.static_calibration_collapse),
+)
+
+BY_NAME = {fc.name: fc for fc in CLASSES}
+
+
+def select(only: list[str] | None) -> list[FaultClass]:
+    """The classes named (in catalog order), or all of them; an unknown name is an error that lists the known ones."""
+    if not only:
+        return list(CLASSES)
+    unknown = [n for n in only if n not in BY_NAME]
+    if unknown:
+        raise ModelcdError(f"unknown fault class(es) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    return [fc for fc in CLASSES if fc.name in only]

@@ -1,0 +1,50 @@
+"""How a fault class ends: what it declares it must end in, and what the sandbox saw."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+REFUSED = "refused at register"  # Registry.register raised BadCandidate: its safety scan
+MANIFEST = "manifest mismatch"  # files changed after registration; Registry.fetch refused them
+BLOCKED = "blocked by gate"
+BAD_INPUT = "bad input"  # the run's outcome was BAD_INPUT: the candidate does not fit (no gate judged it)
+SUPERSEDED = "superseded"
+RUN_FAILED = "run failed, nothing promoted"
+SKIPPED = "sensor skipped, nothing launched"
+# Only ever actual outcomes: a fault that got through, or a sandbox that could not judge it.
+PROMOTED = "promoted"
+LAUNCHED = "sensor launched a run"
+CODE_RAN = "code in the candidate ran"
+ERROR = "sandbox error"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str
+    gate: str | None = None  # expected: the gate that must block; actual: the first gate that failed
+    gates: tuple[str, ...] = ()  # actual, blocked: every gate that failed
+    detail: str = field(default="", compare=False)  # expected: text the actual outcome's detail must contain (the reason)
+
+    def __str__(self) -> str:
+        if self.kind != BLOCKED:
+            return self.kind
+        if self.gates:
+            more = len(self.gates) - 1
+            return f"{BLOCKED} {self.gate}" + (f" (+{more}: {', '.join(g for g in self.gates if g != self.gate)})" if more else "")
+        return f"{BLOCKED} {self.gate}"
+
+    def satisfies(self, expected: "Outcome") -> bool:
+        """An actual outcome meets the expected one: same kind, for the stated reason if any, and for a block the expected gate among those that failed."""
+        if self.kind != expected.kind or expected.detail not in self.detail:
+            return False
+        return expected.kind != BLOCKED or expected.gate in self.gates
+
+
+def blocked(gate: str) -> Outcome:
+    return Outcome(BLOCKED, gate)
+
+
+def blocked_by(gates: list[str], expected_gate: str | None = None, detail: str = "") -> Outcome:
+    """An actual block; the expected gate is named first when it is among those that failed."""
+    first = expected_gate if expected_gate in gates else gates[0]
+    return Outcome(BLOCKED, first, tuple(gates), detail)

@@ -1,0 +1,152 @@
+"""`modelcd faults run`: every fault class gated in a sandbox against its expected outcome, then the clean controls."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from modelcd_assets.faults.builders import Candidate, identical
+from modelcd_assets.faults.catalog import FaultClass, select
+from modelcd_assets.faults.outcomes import CODE_RAN, ERROR, REFUSED, Outcome
+from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport
+from modelcd_assets.faults.sandbox import Sandbox, open_sandbox
+from modelcd_assets.lib.data import read_split
+from modelcd_assets.lib.errors import BadCandidate
+from modelcd_assets.lib.registry import Registry
+from modelcd_assets.lib.training import Training
+
+CONTROL_SEEDS = 100  # retrained control i trains with seed CONTROL_SEEDS + i (the demo's production used seed 0)
+LOAD_TEXTS = 256
+
+
+def _gate_candidate(sb: Sandbox, fc: FaultClass, cand: Candidate) -> Outcome:
+    try:
+        ref = sb.upload_raw(cand) if cand.raw else sb.register(cand)
+    except BadCandidate as e:
+        return Outcome(REFUSED, detail=str(e))
+    with fc.during(sb, ref) if fc.during else contextlib.nullcontext():
+        run = sb.gate(ref, fc.traffic)
+    return sb.judge(ref, run, fc.expected.gate)
+
+
+def class_outcome(sb: Sandbox, fc: FaultClass) -> Outcome:
+    """What happened to one fault class in the sandbox; the sandbox's production is restored afterwards."""
+    cand = None
+    try:
+        if fc.probe is not None:
+            outcome = fc.probe(sb)
+        elif fc.build is None:
+            outcome = sb.judge(sb.production, sb.gate(sb.production, fc.traffic), fc.expected.gate)
+        else:
+            cand = fc.build(sb.prod, sb.work / fc.name)
+            outcome = _gate_candidate(sb, fc, cand)
+    except Exception as e:  # noqa: BLE001 - a class the sandbox could not build or gate is reported, never counted as caught
+        outcome = Outcome(ERROR, detail=f"{type(e).__name__}: {e}")
+    finally:
+        sb.restore_production()
+    if cand is not None and cand.marker is not None and cand.marker.exists():
+        return Outcome(CODE_RAN, detail=f"{cand.marker} exists: code planted in the candidate ran")
+    return outcome
+
+
+def run_classes(sb: Sandbox, classes: list[FaultClass], echo: Callable[[str], None]) -> list[ClassResult]:
+    results = []
+    for i, fc in enumerate(classes, 1):
+        start = time.perf_counter()
+        actual = class_outcome(sb, fc)
+        result = ClassResult(fc.name, fc.group, fc.summary, fc.expected, actual, time.perf_counter() - start)
+        results.append(result)
+        echo(f"[{i}/{len(classes)}] {fc.name}: {actual}" + ("" if result.ok else f"  (expected {fc.expected})"))
+    return results
+
+
+def _control_candidates(sb: Sandbox, identical_n: int, retrained_n: int, training: Training, notes: list[str]) -> list[tuple[str, str, Path]]:
+    """(label, kind, folder) of every clean control; the retrained ones are trained here, before any of them is gated."""
+    if retrained_n and not sb.prod.is_adapter:
+        notes.append(f"production is a full model: its base is unknown, so {retrained_n} byte-identical controls replace the retrained ones")
+        identical_n, retrained_n = identical_n + retrained_n, 0
+    controls = [(f"identical-{i}", "byte-identical", identical(sb.prod, sb.work / f"identical-{i}").folder) for i in range(1, identical_n + 1)]
+    if retrained_n:
+        from modelcd_assets.lib.training import train_adapter
+
+        train = read_split(sb.data / "train.jsonl")
+        for i in range(1, retrained_n + 1):
+            seed = CONTROL_SEEDS + i
+            folder = train_adapter(sb.prod.base, train, sb.work / f"retrained-{i}", replace(training, seed=seed), sb.prod.base_uri,
+                                   desc=f"training control retrained-{i}")
+            controls.append((f"retrained-{i}", f"retrained, seed {seed}", folder))
+    return controls
+
+
+def _gate_control(sb: Sandbox, label: str, kind: str, folder: Path, under_load: bool) -> ControlResult:
+    start = time.perf_counter()
+    try:
+        ref = sb.register(Candidate(folder))
+        outcome = sb.judge(ref, sb.gate(ref))
+    except Exception as e:  # noqa: BLE001 - a control that could not be gated counts as blocked
+        outcome = Outcome(ERROR, detail=f"{type(e).__name__}: {e}")
+    finally:
+        sb.restore_production()
+    return ControlResult(label, kind, under_load, outcome, time.perf_counter() - start)
+
+
+def run_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: Training, under_load: bool, echo: Callable[[str], None],
+                 notes: list[str]) -> tuple[list[ControlResult], dict]:
+    """Clean candidates that must all be promoted; half of each kind (rounded up) gated beside a server under load."""
+    controls = _control_candidates(sb, identical_n, retrained_n, training, notes)
+    by_kind: dict[str, list[str]] = {}
+    for label, kind, _ in controls:
+        by_kind.setdefault(kind.split(",")[0], []).append(label)
+    loaded = {label for labels in by_kind.values() for label in labels[: (len(labels) + 1) // 2]} if under_load else set()
+    results, load = [], {}
+
+    def gate_all(batch):
+        for label, kind, folder in batch:
+            result = _gate_control(sb, label, kind, folder, label in loaded)
+            results.append(result)
+            echo(f"control {label} ({kind}{', server under load' if result.under_load else ''}): {result.outcome}")
+
+    if loaded:
+        from modelcd_assets.faults.load import serving_under_load
+
+        texts = [ex.text for ex in read_split(sb.data / "evaluation.jsonl")[:LOAD_TEXTS]]
+        with serving_under_load(sb.env, sb.name, texts, sb.root / "serve-under-load.log") as stats:
+            gate_all([c for c in controls if c[0] in loaded])
+        load = {"requests": stats.requests, "errors": stats.errors}
+        notes.append(f"server under load: {stats.requests} requests answered while {len(loaded)} controls were gated, {stats.errors} failed")
+    gate_all([c for c in controls if c[0] not in loaded])
+    return results, load
+
+
+def run_selftest(name: str, source_env: Mapping[str, str], *, only: list[str] | None = None, identical_controls: int = 5,
+                 retrained_controls: int = 5, training: Training | None = None, under_load: bool = True, root: Path | None = None,
+                 keep: bool = False, progress: bool = False, echo: Callable[[str], None] = print) -> SelftestReport:
+    """Gate every selected fault class and the clean controls in a sandbox copy of name's production; the user's registry is only read."""
+    classes = select(only)
+    source = Registry.from_env(source_env)
+    user_prod = source.production(name)
+    root = Path(root) if root else Path(tempfile.mkdtemp(prefix="modelcd-faults-"))
+    report = SelftestReport(name, user_prod.uri if user_prod else "none", "")
+    try:
+        echo(f"fault sandbox in {root}: copying {report.production} and gating it there")
+        with open_sandbox(name, source_env, root, progress) as sb:
+            skipped = [fc.name for fc in classes if fc.adapter_only and not sb.prod.is_adapter]
+            if skipped:
+                report.notes.append(f"production is a full model: adapter classes not run ({', '.join(skipped)})")
+            report.classes = run_classes(sb, [fc for fc in classes if fc.name not in skipped], echo)
+            if identical_controls or retrained_controls:
+                report.controls, report.load = run_controls(sb, identical_controls, retrained_controls, training or Training(),
+                                                            under_load, echo, report.notes)
+    finally:
+        if keep:
+            echo(f"sandbox kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    after = source.production(name)
+    report.user_production_after = after.uri if after else "none"
+    return report

@@ -1,0 +1,235 @@
+"""An isolated copy of one model's production: its own state folder, MLflow registry and Dagster instance.
+
+The user's registry is only read (production's files, its base's, the policy and the data splits); everything the
+fault classes do, promotions included, happens in the copy, so the user's production alias never moves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import dagster as dg
+import yaml
+
+from modelcd_assets import launch
+from modelcd_assets.faults.builders import Candidate, Production, weights_file
+from modelcd_assets.faults.outcomes import BAD_INPUT, ERROR, MANIFEST, PROMOTED, RUN_FAILED, SUPERSEDED, Outcome, blocked_by
+from modelcd_assets.lib.artifact import ADAPTER, inspect_artifact
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
+from modelcd_assets.lib.registry import BASE, CONTENT, EXPERIMENT, KIND, PROMOTION, SEMVER, SEMVER_DECLARED, TOKENIZER_CHANGE, CandidateRef, Registry
+from modelcd_assets.lib.settings import apply_local_defaults, local_defaults
+from modelcd_assets.resources.policy import PolicyResource
+
+SANDBOX_REASON = {"fault_sandbox": "production restored after a fault class"}
+# Gate statuses that are no failure: a pass, nothing to judge, or never reached because an earlier gate blocked.
+_PASSING = ("pass", "no golden cases declared", "not run")
+
+
+@contextlib.contextmanager
+def environment(env: Mapping[str, str]) -> Iterator[None]:
+    """os.environ with env applied, restored afterwards: Dagster's EnvVar resources resolve when a run starts."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _limits(env: Mapping[str, str], name: str):
+    """The safety limits of name's policy, as `modelcd register` applies them."""
+    return PolicyResource(policy_dir=env["MODELCD_POLICY_DIR"]).for_model(name).safety.limits()
+
+
+def _register_as_version(reg: Registry, folder: Path, name: str, version: str, **kw) -> CandidateRef:
+    """Register folder so that it is `version` of name: earlier numbers are filled with versions of the same files.
+
+    An adapter names its base as models:/NAME/VERSION; the copy must answer to the same reference.
+    """
+    ref = reg.register(folder, name, **kw)
+    first = reg.version(ref)
+    while int(ref.version) < int(version):
+        mv = reg.client.create_model_version(name, source=first.source, run_id=first.run_id, tags=first.tags)
+        ref = CandidateRef(name, str(mv.version))
+    if ref.version != str(version):
+        raise ModelcdError(f"the sandbox registry already holds {ref.uri}; use a fresh sandbox folder")
+    return ref
+
+
+@dataclass
+class Sandbox:
+    """The isolated copy; `production` is the sandbox's production version, judged there by every gate first."""
+
+    name: str
+    root: Path
+    env: dict[str, str]
+    registry: Registry
+    instance: dg.DagsterInstance
+    prod: Production
+    production: CandidateRef
+    progress: bool = False
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def data(self) -> Path:
+        return Path(self.env["MODELCD_DATA"])
+
+    @property
+    def policy_path(self) -> Path:
+        return Path(self.env["MODELCD_POLICY_DIR"]) / f"{self.name}.yaml"
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        with environment(self.env):
+            yield
+
+    def register(self, cand: Candidate) -> CandidateRef:
+        """`modelcd register`, into the sandbox: the safety scan with the model's policy limits, then the upload."""
+        return self.registry.register(cand.folder, self.name, base=cand.base, tags=dict(cand.tags), limits=_limits(self.env, self.name))
+
+    def upload_raw(self, cand: Candidate) -> CandidateRef:
+        """What a tool writing straight to MLflow could do: upload the files and tag a matching manifest, no scan."""
+        client = self.registry.client
+        info = inspect_artifact(cand.folder)
+        run = client.create_run(client.get_experiment_by_name(EXPERIMENT).experiment_id, run_name=f"raw upload {self.name}")
+        client.log_artifacts(run.info.run_id, str(cand.folder), artifact_path="model")
+        client.set_terminated(run.info.run_id)
+        tags = {KIND: info.kind, CONTENT: manifest_hash(folder_manifest(cand.folder)), **cand.tags}
+        if info.kind == ADAPTER:
+            tags[BASE] = cand.base or info.declared_base or self.prod.base_uri
+        mv = client.create_model_version(self.name, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id, tags=tags)
+        return CandidateRef(self.name, str(mv.version))
+
+    def stored_files(self, ref: CandidateRef) -> Path:
+        """Where the registry keeps a version's files (the sandbox's artifact store is a local folder)."""
+        source = urlparse(self.registry.version(ref).source)
+        if source.scheme != "file":
+            raise ModelcdError(f"{ref.uri} is stored at {source.geturl()}, not in a local folder")
+        return Path(unquote(source.path))
+
+    def tamper(self, ref: CandidateRef) -> None:
+        """Flip one byte of the stored weights after registration, as a bad disk or an overwrite would."""
+        path = weights_file(self.stored_files(ref))
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0x01
+        path.write_bytes(bytes(data))
+
+    def gate(self, ref: CandidateRef, traffic_sample: str = "traffic_current") -> launch.GateRun:
+        """The gated job, as `modelcd gate` runs it, on the sandbox's instance and state."""
+        with self.active():
+            return launch.run_gate(ref, traffic_sample=traffic_sample, instance=self.instance, progress=self.progress)
+
+    def restore_production(self) -> None:
+        """Point the sandbox's alias back at its production, whatever a fault class made of it."""
+        now = self.registry.production(self.name)
+        if now != self.production:
+            self.registry.move_production(self.production, SANDBOX_REASON, expected=now)
+
+    def judge(self, ref: CandidateRef, run: launch.GateRun, expected_gate: str | None = None) -> Outcome:
+        """What happened to ref, from the run and from the registry itself: the alias and the promotion record."""
+        now = self.registry.production(self.name)
+        promoted = ref != self.production and (now == ref or PROMOTION in self.registry.tags(ref))
+        if run.outcome == launch.PROMOTED or promoted:
+            return Outcome(PROMOTED, detail=f"{ref.uri} {'is production' if now == ref else 'was promoted'}: {run.error}".rstrip(": "))
+        if now != self.production:
+            return Outcome(ERROR, detail=f"production moved to {now.uri if now else 'nothing'} during the run")
+        if run.outcome == launch.BLOCKED:
+            failed = [r.gate for r in run.rows if r.status not in _PASSING]
+            return blocked_by(failed, expected_gate, run.error)
+        if run.outcome == launch.SUPERSEDED:
+            return Outcome(SUPERSEDED, detail=run.error)
+        if run.outcome == launch.BAD_INPUT:
+            return Outcome(MANIFEST if "do not match the manifest" in run.error else BAD_INPUT, detail=run.error)
+        return Outcome(RUN_FAILED, detail=run.error)
+
+    @contextlib.contextmanager
+    def calibration(self, texts: list[str]) -> Iterator[None]:
+        """The sandbox's calibration split replaced by texts while the block runs."""
+        path = self.data / "calibration.jsonl"
+        saved = path.read_bytes()
+        path.write_text("".join(json.dumps({"text": t, "label": "unknown"}) + "\n" for t in texts))
+        try:
+            yield
+        finally:
+            path.write_bytes(saved)
+
+    @contextlib.contextmanager
+    def policy(self, overrides: dict) -> Iterator[None]:
+        """The sandbox's policy for the model with sections overridden while the block runs."""
+        path = self.policy_path
+        saved = path.read_text() if path.is_file() else None
+        policy = (yaml.safe_load(saved) if saved else None) or {}
+        for section, values in overrides.items():
+            policy[section] = {**(policy.get(section) or {}), **values}
+        path.write_text(yaml.safe_dump(policy, sort_keys=False))
+        try:
+            yield
+        finally:
+            if saved is None:
+                path.unlink()
+            else:
+                path.write_text(saved)
+
+
+def _fetch_production(source: Registry, name: str, work: Path) -> tuple[CandidateRef, dict, Production, CandidateRef | None]:
+    """The user's production version, its tags, its files (and its base's, for an adapter), verified against their manifests."""
+    prod = source.production(name)
+    if prod is None:
+        raise ModelcdError(f"{name} has no production version in {source.tracking_uri}; faults are derived from production ('make demo' first)")
+    tags = source.tags(prod)
+    artifact = source.fetch(prod, work / "production")
+    kind = inspect_artifact(artifact).kind
+    if kind != ADAPTER:
+        return prod, tags, Production(artifact, kind, work), None
+    base_ref = CandidateRef.from_uri(tags[BASE])
+    base_dir = source.fetch(base_ref, work / "base")
+    return prod, tags, Production(artifact, kind, work, base_dir, base_ref.uri), base_ref
+
+
+@contextlib.contextmanager
+def open_sandbox(name: str, source_env: Mapping[str, str], root: Path, progress: bool = False) -> Iterator[Sandbox]:
+    """A sandbox under root holding a copy of name's production (and its base), gated there so it is the sandbox's production."""
+    root = Path(root)
+    source = Registry.from_env(source_env)
+    env = local_defaults(root / "home")
+    apply_local_defaults(env)  # the folders and the instance's dagster.yaml
+    for split in Path(source_env["MODELCD_DATA"]).glob("*.jsonl"):
+        shutil.copy2(split, Path(env["MODELCD_DATA"]) / split.name)
+    policy = Path(source_env["MODELCD_POLICY_DIR"]) / f"{name}.yaml"
+    if policy.is_file():
+        shutil.copy2(policy, Path(env["MODELCD_POLICY_DIR"]) / policy.name)
+    work = root / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    user_prod, tags, prod, base_ref = _fetch_production(source, name, work)
+    registry = Registry.from_env(env)
+    if base_ref is not None:
+        _register_as_version(registry, prod.base, base_ref.name, base_ref.version, role="base", limits=_limits(env, base_ref.name))
+    carried = {k: v for k, v in ((SEMVER_DECLARED, tags.get(SEMVER)), (TOKENIZER_CHANGE, tags.get(TOKENIZER_CHANGE))) if v}
+    with environment(env):
+        instance = dg.DagsterInstance.get()
+    try:
+        ref = registry.register(prod.artifact, name, base=prod.base_uri, tags=carried, limits=_limits(env, name))
+        sandbox = Sandbox(name, root, env, registry, instance, prod, ref, progress)
+        run = sandbox.gate(ref)
+        if run.outcome != launch.PROMOTED:
+            failing = "; ".join(f"{r.gate}: {r.reason or r.status}" for r in run.rows if r.status not in _PASSING) or run.error
+            raise ModelcdError(f"production {user_prod.uri}, copied into the sandbox, does not pass its own gates there ({run.outcome}: {failing}); "
+                               "faults are judged against a production that does")
+        yield sandbox
+    finally:
+        instance.dispose()

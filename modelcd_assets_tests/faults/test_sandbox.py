@@ -1,0 +1,78 @@
+"""The fault sandbox on the tiny model: a subset covering every outcome kind, and two clean controls, against a copy of production.
+
+The user's registry is only read: its production alias, its versions and the process environment are as they were.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from modelcd_assets.cli import main
+from modelcd_assets.faults.outcomes import PROMOTED
+from modelcd_assets.faults.runner import run_selftest
+from modelcd_assets_tests.conftest import make_env
+
+pytestmark = pytest.mark.slow
+MODEL = "tiny-intent"
+# As test_gated_pipeline.py's policy (dynamic INT8 pinned, a floor the tiny model clears); a throughput verdict
+# left inconclusive by a busy 2-core machine does not block a control here, and six pairs keep each benchmark short.
+POLICY = "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  pairs: 6\n  max_pairs: 6\n  on_inconclusive: pass\n"
+# One class of each outcome kind, plus a raw upload that only artifact_is_safe sees.
+FAST = ["pickle_renamed", "tampered_after_registration", "raw_pickle_renamed", "nan_weights", "adapter_targets_no_module",
+        "registry_outage", "production_moved_mid_run", "prometheus_unreachable"]
+
+
+def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
+    env = make_env(tmp_path / "home", monkeypatch)
+    env.policy(MODEL, POLICY)
+    reg = env.registry
+    reg.register(tiny_trained, "tiny-base", role="base")
+    prod = reg.register(tiny_adapters["good"], MODEL)
+    reg.move_production(prod, {"test": "production before the sandbox"}, expected=None)
+
+    report = run_selftest(MODEL, env.env, only=FAST, identical_controls=2, retrained_controls=0, under_load=False, root=tmp_path / "sandbox")
+    print(report.render())
+
+    assert sorted(r.name for r in report.classes) == sorted(FAST)
+    assert {r.name: f"{r.actual}: {r.actual.detail}" for r in report.classes if not r.ok} == {}
+    assert {str(r.expected).split(" gate ")[0] for r in report.classes} == {
+        "refused at register", "manifest mismatch", "blocked by", "bad input", "superseded", "run failed, nothing promoted", "sensor skipped, nothing launched"}
+    assert [c.outcome.kind for c in report.controls] == [PROMOTED, PROMOTED], [c.outcome.detail for c in report.controls]
+    assert report.exit_code == 0 and report.false_block_upper == pytest.approx(0.8419, abs=1e-4)
+    assert reg.production(MODEL) == prod and [v.version for v in reg.versions(MODEL)] == [prod.version]
+    assert "modelcd.contract" not in reg.tags(prod)  # never gated here: the sandbox gated its own copy
+    assert {k: os.environ.get(k) for k in env.env} == env.env  # the sandbox's environment is gone
+    assert not (tmp_path / "sandbox").exists()
+
+
+def test_cli_refuses_an_unknown_class_before_building_anything(modelcd_env, capsys):
+    assert main(["faults", "run", "--only", "no_such_fault", "--controls", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown fault class(es) no_such_fault" in err and "nan_weights" in err
+
+
+def test_gate_selftest_asset_reports_the_table_and_interception_rate(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
+    import dagster as dg
+
+    from modelcd_assets.defs.assets.gate_selftest import gate_selftest
+    from modelcd_assets.resources.policy import PolicyResource
+    from modelcd_assets.resources.registry import MlflowRegistryResource
+    from modelcd_assets.resources.state import LocalStateResource
+
+    env = make_env(tmp_path / "home", monkeypatch)
+    env.policy(MODEL, POLICY)
+    env.registry.register(tiny_trained, "tiny-base", role="base")
+    prod = env.registry.register(tiny_adapters["good"], MODEL)
+    env.registry.move_production(prod, {"test": "production before the sandbox"}, expected=None)
+    e = env.env
+    resources = {"registry": MlflowRegistryResource(tracking_uri=e["MLFLOW_TRACKING_URI"], artifact_location=e["MODELCD_MLFLOW_ARTIFACTS"]),
+                 "policy": PolicyResource(policy_dir=e["MODELCD_POLICY_DIR"]), "state": LocalStateResource(home=e["MODELCD_HOME"], data_dir=e["MODELCD_DATA"])}
+    config = {"ops": {"gate_selftest": {"config": {"model": MODEL, "controls": 0, "only": ["pickle_renamed", "prometheus_unreachable"]}}}}
+    with dg.instance_for_test(temp_dir=e["DAGSTER_HOME"]) as instance:
+        result = dg.materialize([gate_selftest], instance=instance, resources=resources, run_config=config)
+    meta = {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node("gate_selftest")[0].metadata.items()}
+    assert meta["passed"] is True and meta["interception_rate"] == 1.0 and meta["classes_in_expected_outcome"] == "2/2"
+    assert "| pickle_renamed | refused at register | refused at register | yes |" in meta["classes"]
+    assert env.registry.production(MODEL) == prod
