@@ -34,7 +34,7 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("nan_weights", "weights", blocked("weights_are_finite"), b.nan_weights),
     FaultClass("inf_weights", "weights", blocked("weights_are_finite"), b.inf_weights),
     # The gate that reports weight-norm outliers vs base; today it reports them without judging.
-    FaultClass("weight_scale_blowup", "weights", blocked("weights_are_finite"), b.weight_scale_blowup),
+    FaultClass("weight_scale_blowup", "weights", blocked("weights_within_scale"), b.weight_scale_blowup),
     FaultClass("random_reinit", "weights", blocked("accuracy_within_tolerance"), b.random_reinit),
     FaultClass("int8_hostile_outliers", "weights", blocked("int8_agrees_with_fp32"), b.int8_hostile_outliers),
     FaultClass("slow_model", "weights", blocked("throughput_within_tolerance"), b.slow_model),

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from modelcd_assets.lib.policy import AccuracyPolicy, DriftPolicy, FidelityPolicy, ThroughputPolicy
+from modelcd_assets.lib.policy import AccuracyPolicy, DriftPolicy, FidelityPolicy, HealthPolicy, ThroughputPolicy
 from modelcd_assets.lib.promotion import NO_CASES
 from modelcd_assets.lib.stats import mcnemar_worse_pvalue, paired_bootstrap_ci
 
@@ -141,6 +141,22 @@ def judge_weights_finite(report: dict) -> Verdict:
     note = f"; weight-norm outliers vs base (reported): {', '.join(list(outliers)[:3])}" if outliers else ""
     return _verdict("weights_finite", [f"NaN/Inf in {b}" for b in bad], "every weight tensor is finite" + note,
                     f"{sum(len(v) for v in report['nonfinite_tensors'].values())} non-finite tensors", "0", {"norm_outliers": len(outliers)})
+
+
+def judge_weight_scale(report: dict, policy: HealthPolicy) -> Verdict:
+    """Every weight matrix within max_weight_scale_ratio of production's norm, up or down (a head blown up x100 keeps its labels)."""
+    ratios = report.get("weight_scale_vs_production")
+    k = policy.max_weight_scale_ratio
+    if ratios is None:
+        return Verdict("weight_scale", PASS, "no production to compare", f"within {k:g}x of production",
+                       "first candidate, no production model: weight scale not compared", {})
+    # A NaN ratio is out of range too: what cannot be compared does not pass.
+    bad = {n: r for n, r in ratios.items() if not (1 / k <= r <= k)}
+    worst = max(ratios.values(), key=lambda r: abs(np.log(r)) if r > 0 and np.isfinite(r) else np.inf, default=1.0)
+    problems = [f"{n} is {r:.3g}x production's norm" for n, r in sorted(bad.items(), key=lambda kv: kv[0])[:3]] + (
+        [f"(+{len(bad) - 3} more)"] if len(bad) > 3 else [])
+    return _verdict("weight_scale", problems, f"every weight matrix within {k:g}x of production's norm", f"{worst:.3g}x at the extreme",
+                    f"within {k:g}x of production", {"matrices": len(ratios), "out_of_range": len(bad)})
 
 
 def judge_loads_cleanly(report: dict) -> Verdict:

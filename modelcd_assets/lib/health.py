@@ -79,10 +79,26 @@ def _probe_feeds(tokenizer) -> dict:
     return tokenize(tokenizer, list(PROBE_TEXTS), MAX_LENGTH, "pt")
 
 
+def weight_scale(candidate_merged: Path, production_merged: Path) -> dict[str, float]:
+    """Frobenius norm of every weight matrix, candidate / production, for the matrices both models have."""
+    from safetensors import safe_open
+
+    ratios = {}
+    with safe_open(str(Path(candidate_merged) / "model.safetensors"), "pt") as cand, safe_open(str(Path(production_merged) / "model.safetensors"), "pt") as prod:
+        for name in sorted(set(cand.keys()) & set(prod.keys())):
+            c, p = cand.get_tensor(name), prod.get_tensor(name)
+            if c.ndim < 2 or c.shape != p.shape or not c.dtype.is_floating_point:
+                continue  # biases and norms can sit near zero, where a ratio means nothing
+            ratios[name] = float(c.float().norm() / (p.float().norm() + 1e-12))
+    return ratios
+
+
 def measure(build_merged: Path, kind: str, artifact_dir: Path, base_dir: Path | None, registered_base: str | None,
-            reference_tokenizer_dir: Path | None, tokenizer_change_declared: bool) -> dict:
-    """Everything the health gates judge, in one JSON-ready report."""
+            reference_tokenizer_dir: Path | None, tokenizer_change_declared: bool, production_merged: Path | None = None) -> dict:
+    """Everything the health gates judge, in one JSON-ready report; weight scale is against production's merged model."""
     report: dict = {"kind": kind}
+    if production_merged is not None:
+        report["weight_scale_vs_production"] = weight_scale(build_merged, production_merged)
     weights = [Path(build_merged) / "model.safetensors"]
     if kind == ADAPTER:
         weights.append(Path(artifact_dir) / "adapter_model.safetensors")

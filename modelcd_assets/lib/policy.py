@@ -31,6 +31,10 @@ class QuantizationPolicy(_Strict):
     variant: str = Field("auto", pattern="^(auto|static|dynamic)$", description="INT8 variant to deploy: auto picks the fastest that passes fidelity; pin one for reproducible numerics across versions.")
 
 
+class HealthPolicy(_Strict):
+    max_weight_scale_ratio: float = Field(10.0, gt=1, description="How far any weight matrix's norm may move from production's, as a factor up or down.")
+
+
 class DriftPolicy(_Strict):
     prediction_threshold: float = Field(0.1, gt=0, le=1, description="Jensen-Shannon distance between candidate and production predicted labels on the same traffic.")
     input_numeric_threshold: float = Field(0.1, gt=0, description="Normed Wasserstein distance per numeric input descriptor, traffic vs reference.")
@@ -97,6 +101,7 @@ class GoldenCase(_Strict):
 class Policy(_Strict):
     accuracy: AccuracyPolicy = AccuracyPolicy()
     int8_fidelity: FidelityPolicy = FidelityPolicy()
+    health: HealthPolicy = HealthPolicy()
     quantization: QuantizationPolicy = QuantizationPolicy()
     safety: SafetyPolicy = SafetyPolicy()
     drift: DriftPolicy = DriftPolicy()

@@ -20,7 +20,7 @@ MODEL = "tiny-intent"
 # left inconclusive by a busy 2-core machine does not block a control here, and six pairs keep each benchmark short.
 POLICY = "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  pairs: 6\n  max_pairs: 6\n  on_inconclusive: pass\n"
 # One class of each outcome kind, plus a raw upload that only artifact_is_safe sees.
-FAST = ["pickle_renamed", "tampered_after_registration", "raw_pickle_renamed", "nan_weights", "adapter_targets_no_module",
+FAST = ["pickle_renamed", "tampered_after_registration", "raw_pickle_renamed", "nan_weights", "weight_scale_blowup", "adapter_targets_no_module",
         "registry_outage", "production_moved_mid_run", "prometheus_unreachable"]
 
 

@@ -141,3 +141,25 @@ def test_nan_in_a_used_weight_fails_probe_and_gradients(tiny_trained, tmp_path):
     assert got["weights_finite"].status == "fail"
     assert got["probe"].status == "fail" and "NaN" in got["probe"].reason
     assert got["gradients"].status == "fail"
+
+
+def test_weight_scale_blowup_is_judged_against_production(tmp_path):
+    """A head scaled x100 keeps every label and passes parity; only its scale against production gives it away."""
+    import torch
+    from safetensors.torch import save_file
+
+    from modelcd_assets.lib.gates import judge_weight_scale
+    from modelcd_assets.lib.health import weight_scale
+    from modelcd_assets.lib.policy import HealthPolicy
+
+    prod, clean, blown = (tmp_path / n for n in ("prod", "clean", "blown"))
+    weights = {"classifier.weight": torch.randn(4, 32), "classifier.bias": torch.zeros(4), "encoder.w": torch.randn(32, 32)}
+    for folder, head in ((prod, 1.0), (clean, 1.3), (blown, 100.0)):
+        folder.mkdir()
+        save_file({k: (v * head if k.startswith("classifier") else v) for k, v in weights.items()}, str(folder / "model.safetensors"))
+    ok = judge_weight_scale({"weight_scale_vs_production": weight_scale(clean, prod)}, HealthPolicy())
+    assert ok.status == "pass" and ok.numbers["matrices"] == 2  # biases are not compared
+    bad = judge_weight_scale({"weight_scale_vs_production": weight_scale(blown, prod)}, HealthPolicy())
+    assert bad.status == "fail" and "classifier.weight is 100x production's norm" in bad.reason
+    assert judge_weight_scale({"weight_scale_vs_production": {"w": float("nan")}}, HealthPolicy()).status == "fail"
+    assert judge_weight_scale({}, HealthPolicy()).status == "pass"  # first candidate: nothing to compare, and it says so

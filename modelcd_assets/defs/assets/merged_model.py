@@ -38,13 +38,12 @@ def merged_model(context: dg.AssetExecutionContext, state: LocalStateResource, r
             tmp.rename(build.merged)
     merge_seconds = time.perf_counter() - start
     reg = registry.registry()
-    if record.kind == ADAPTER:
-        reference = Path(record.base_dir)
-    else:  # a full model is compared with the tokenizer production serves, when there is one
-        prod = record.baseline(state.candidate_dir)
-        reference = prod.build.merged if prod and prod.ref != ref else None
+    prod = record.baseline(state.candidate_dir)
+    prod_merged = prod.build.merged if prod and prod.ref != ref else None
+    # An adapter's tokenizer is its base's; a full model is compared with the tokenizer production serves, when there is one.
+    reference = Path(record.base_dir) if record.kind == ADAPTER else prod_merged
     health = measure(build.merged, record.kind, Path(record.artifact_dir), Path(record.base_dir) if record.base_dir else None, record.base_uri,
-                     reference, reg.tags(ref).get(TOKENIZER_CHANGE) == "true")
+                     reference, reg.tags(ref).get(TOKENIZER_CHANGE) == "true", production_merged=prod.build.merged if prod else None)
     write_json(state.candidate_dir(ref) / HEALTH_FILE, health)
     size = sum(p.stat().st_size for p in build.merged.iterdir())
     return dg.MaterializeResult(

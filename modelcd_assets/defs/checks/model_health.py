@@ -20,6 +20,13 @@ def _health_check(name: str, judge) -> dg.AssetChecksDefinition:
 
 
 weights_are_finite = _health_check("weights_are_finite", gates.judge_weights_finite)
+
+
+@dg.asset_check(asset=merged_model, blocking=True, partitions_def=candidates, description=gates.judge_weight_scale.__doc__)
+def weights_within_scale(context: dg.AssetCheckExecutionContext, state: LocalStateResource) -> dg.AssetCheckResult:
+    ref = CandidateRef.parse(context.partition_key)
+    report = read_json(state.candidate_dir(ref) / HEALTH_FILE)
+    return check_result(gates.judge_weight_scale(report, state.record(ref).effective_policy().health))
 model_loads_cleanly = _health_check("model_loads_cleanly", gates.judge_loads_cleanly)
 adapter_fits_base = _health_check("adapter_fits_base", gates.judge_adapter_fits_base)
 adapter_changes_outputs = _health_check("adapter_changes_outputs", gates.judge_adapter_changes_outputs)
