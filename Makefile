@@ -6,7 +6,7 @@ export MODELCD_HOME ?= $(CURDIR)/.modelcd
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-fast ui up bench bench-gates bench-serving clean
+.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,14 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+
+# Mutation testing of the gate code against its fast unit tests ([tool.mutmut] in pyproject.toml). A fresh run each
+# time: mutmut keeps old verdicts for unchanged functions, even after tests are added.
+mutation: install
+	rm -rf mutants
+	$(BIN)/mutmut run --max-children 2
+	$(BIN)/mutmut export-cicd-stats
+	$(BIN)/python scripts/mutation_score.py
 
 ui: install
 	$(BIN)/modelcd ui

@@ -62,3 +62,18 @@ def test_default_pairs_suffice_for_the_default_confidence():
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(ModelcdError, match="does not exist"):
         load_policy(tmp_path / "nope.yaml")
+
+
+def test_every_problem_of_an_invalid_policy_is_named(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("accuracy:\n  absolute_floor: 1.5\n  tolerance: 1\n")
+    with pytest.raises(ModelcdError, match=r"accuracy\.absolute_floor: .*; accuracy\.tolerance: Extra inputs are not permitted$"):
+        load_policy(f)
+
+
+def test_safety_limits_are_converted_from_mib():
+    from modelcd_assets.lib.policy import SafetyPolicy
+    from modelcd_assets.lib.safety import SafetyLimits
+
+    limits = SafetyPolicy(max_file_mb=1.5, max_total_mb=3, max_files=7, allow=["*.csv"]).limits()
+    assert limits == SafetyLimits(max_total_bytes=3 << 20, max_file_bytes=3 << 19, max_files=7, allow=("*.csv",))

@@ -102,3 +102,21 @@ def test_rematerializing_an_upstream_asset_makes_downstream_results_stale():
         lineage = read_gates(instance, "k", graph)
         assert lineage.records[0].shown == "pass"  # the check itself is current...
         assert any("up was re-materialized after mid was built from it" in p for p in lineage.problems)  # ...but mid is not
+
+
+def test_a_succeeded_check_that_did_not_pass_refuses():
+    assert gate_problems([GateRecord("odd", "SUCCEEDED", False, True)]) == ["odd: succeeded (passed=False)"]
+    assert gate_problems([GateRecord("odd", "SUCCEEDED", None, True)]) == ["odd: succeeded"]
+
+
+def test_lineage_reports_every_asset_after_one_never_materialized():
+    latest = {"candidate": None, "merged_model": 2, "evaluation": 1}
+    parents = {"candidate": [], "merged_model": [], "evaluation": ["merged_model"]}
+    assert lineage_problems(latest, parents) == [
+        "candidate was never materialized for this candidate",
+        "merged_model was re-materialized after evaluation was built from it; results downstream of merged_model are stale: re-run the gated job",
+    ]
+
+
+def test_no_gates_at_all_says_why():
+    assert gate_problems([]) == ["no gates are defined for this asset; refusing to promote ungated"]

@@ -39,6 +39,19 @@ def test_clean_model_and_adapter_pass(clean, tiny_adapters):
     assert reasons(tiny_adapters["good"]) == []
 
 
+def test_a_handmade_adapter_passes(tmp_path):
+    """What peft's save_pretrained writes for a LoRA adapter, without training one: the mutation run's stand-in for the test above."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "base_model_name_or_path": "models:/tiny-base/1"}))
+    save_file({"lora_A.weight": np.zeros((4, 32), np.float32), "lora_B.weight": np.zeros((32, 4), np.float32)}, str(adapter / "adapter_model.safetensors"))
+    (adapter / "README.md").write_text("# adapter\n")
+    assert reasons(adapter) == []
+
+
 def test_the_usual_companions_of_a_model_pass(clean):
     (clean / "README.md").write_text("# model card\n")
     (clean / "LICENSE").write_text("Apache-2.0\n")
@@ -196,8 +209,9 @@ def test_pipes_and_dangling_links_are_refused(clean):
     assert any(r.startswith("dangling.json: not a regular file") for r in got)
 
 
-def _onnx_model(folder, location, name="model.onnx", offset="0", length="64"):
-    """An ONNX model whose one initializer (4x4 float32) lives in external data at location; nothing is written there."""
+def _onnx_model(folder, location, name="model.onnx", offset="0", length="64", internal_first=False):
+    """An ONNX model whose one initializer (4x4 float32) lives in external data at location; nothing is written there.
+    An offset or length of None leaves that key out; internal_first puts an ordinary initializer before it."""
     import numpy as np
     import onnx
     from onnx import helper, numpy_helper
@@ -206,9 +220,11 @@ def _onnx_model(folder, location, name="model.onnx", offset="0", length="64"):
     w.data_location = onnx.TensorProto.EXTERNAL
     w.ClearField("raw_data")
     for key, value in (("location", location), ("offset", offset), ("length", length)):
-        entry = w.external_data.add()
-        entry.key, entry.value = key, value
-    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 4])], [w])
+        if value is not None:
+            entry = w.external_data.add()
+            entry.key, entry.value = key, value
+    inits = [numpy_helper.from_array(np.ones(2, np.float32), "b"), w] if internal_first else [w]
+    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 4])], inits)
     # Serialized by hand: onnx.save would itself act on the external-data entries.
     (folder / name).write_bytes(helper.make_model(graph).SerializeToString())
 
@@ -256,3 +272,135 @@ def test_size_limits(clean):
     assert any("per-file limit" in r for r in reasons(clean, max_file_bytes=1000))
     assert any("in all, over the limit" in r for r in reasons(clean, max_total_bytes=1000))
     assert any("files, over the limit" in r for r in reasons(clean, max_files=2))
+
+
+def _header_only(folder, header: dict, data: bytes = b"", limits=None):
+    _rewrite_header(folder / "model.safetensors", header, data)
+    return reasons(folder, **(limits or {}))
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"\0" * 7, "safetensors file is shorter than its 8-byte header length"),
+    (struct.pack("<Q", 1 << 63), "safetensors header claims 9223372036854775808 bytes, over the 26214400 byte limit"),
+    (struct.pack("<Q", 100) + b"{}" + b" " * 8, "safetensors header claims 100 bytes but the file has only 10 after the length"),
+    (struct.pack("<Q", 2) + b"[]", "safetensors header is not a JSON object"),
+])
+def test_safetensors_headers_are_refused_with_the_reason(tmp_path, raw, message):
+    (tmp_path / "model.safetensors").write_bytes(raw)
+    assert reasons(tmp_path) == [f"model.safetensors: {message}"]
+
+
+def test_an_empty_safetensors_header_is_invalid_json_not_short(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", 0))
+    assert reasons(tmp_path) == ["model.safetensors: safetensors header is not valid JSON (Expecting value: line 1 column 1 (char 0))"]
+
+
+def test_a_header_of_exactly_the_limit_passes(tmp_path):
+    _rewrite_header(tmp_path / "model.safetensors", {}, b"")
+    size = (tmp_path / "model.safetensors").stat().st_size - 8
+    assert reasons(tmp_path, max_safetensors_header_bytes=size) == []
+    assert reasons(tmp_path, max_safetensors_header_bytes=size - 1) == [f"model.safetensors: safetensors header claims {size} bytes, over the {size - 1} byte limit"]
+
+
+@pytest.mark.parametrize("info, message", [
+    (5, "tensor 'w' has an unknown dtype 5"),
+    ({"dtype": "EVIL", "shape": [1], "data_offsets": [0, 4]}, "tensor 'w' has an unknown dtype 'EVIL'"),
+    ({"dtype": "F32", "shape": {}, "data_offsets": [0, 4]}, "tensor 'w' has an invalid shape {}"),
+    ({"dtype": "F32", "shape": [2, -1], "data_offsets": [0, 4]}, "tensor 'w' has an invalid shape [2, -1]"),
+    ({"dtype": "F32", "shape": [1], "data_offsets": [0, 4.0]}, "tensor 'w' has invalid data_offsets [0, 4.0]"),
+    ({"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}, "tensor 'w' has invalid data_offsets [4, 0]"),
+    ({"dtype": "F32", "shape": [1], "data_offsets": [0, 4, 8]}, "tensor 'w' has invalid data_offsets [0, 4, 8]"),
+    ({"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}, "tensor 'w' has invalid data_offsets [-4, 0]"),
+    ({"dtype": "F32", "shape": [2, 2], "data_offsets": [8, 16]}, "tensor 'w' spans 8 bytes, but F32[2, 2] needs 16"),
+])
+def test_each_tensor_entry_is_checked_with_the_reason(tmp_path, info, message):
+    assert _header_only(tmp_path, {"w": info}, b"\0" * 16) == [f"model.safetensors: {message}"]
+
+
+def test_metadata_must_map_strings_to_strings(tmp_path):
+    assert _header_only(tmp_path, {"__metadata__": {"format": 1}}) == ["model.safetensors: safetensors __metadata__ is not a map of strings"]
+
+
+def test_an_empty_tensor_passes(tmp_path):
+    assert _header_only(tmp_path, {"e": {"dtype": "F32", "shape": [0, 4], "data_offsets": [0, 0]}, "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+                        b"\0" * 4) == []
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("special_tokens_map.json", b"{nope", "not valid JSON"),
+    ("config.json", b'{"auto_map": {}}', "declares auto_map (remote code); modelcd never sets trust_remote_code"),
+    ("vocab.txt", b"[PAD]\n\xff\n", "not UTF-8 text; text docs and vocabularies must be plain text"),
+    ("vocab.txt", b"[PAD]\ncaf\xc3", "not UTF-8 text; text docs and vocabularies must be plain text"),  # cut inside a character
+    ("README.md", b"# card\0", "not UTF-8 text (NUL bytes); text docs and vocabularies must be plain text"),
+    ("tokenizer.model", b"not a protobuf", "not a sentencepiece model (protobuf)"),
+    ("model.pt", b"anything", "pickle-based weights can run code when loaded; convert to safetensors"),
+    ("clf.joblib.gz", b"\x1f\x8b", "pickle-based weights can run code when loaded; convert to safetensors"),
+    ("model.onnx", b"\xff\xff\xff garbage", "ONNX file does not parse (DecodeError)"),
+])
+def test_each_refusal_reads_as_documented(tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    assert reasons(tmp_path) == [f"{name}: {message}"]
+
+
+def test_every_entry_is_scanned_after_a_link_out_of_the_folder(tmp_path):
+    (tmp_path / "secret.txt").write_text("x")
+    (tmp_path / "art").mkdir()
+    os.symlink(tmp_path / "secret.txt", tmp_path / "art" / "a_link.txt")
+    os.symlink("loop", tmp_path / "art" / "loop")
+    (tmp_path / "art" / "config.json").write_text("{}")
+    os.link(tmp_path / "art" / "config.json", tmp_path / "config-hardlink.json")
+    (tmp_path / "art" / "z.pkl").write_bytes(b"\x80\x04")
+    assert reasons(tmp_path / "art") == [
+        f"a_link.txt: symlink points outside the candidate folder ({tmp_path / 'secret.txt'})",
+        "config.json: hard link shared with 1 other path(s); copy the file instead",
+        "loop: symlink points outside the candidate folder (loop)",  # a symlink loop does not resolve inside
+        "z.pkl: pickle-based weights can run code when loaded; convert to safetensors",
+    ]
+
+
+def test_size_limits_are_inclusive_and_name_the_numbers(tmp_path):
+    (tmp_path / "a.txt").write_text("x" * 10)
+    (tmp_path / "b.txt").write_text("x" * 20)
+    assert reasons(tmp_path, max_file_bytes=20, max_total_bytes=30, max_files=2) == []
+    assert reasons(tmp_path, max_file_bytes=19, max_total_bytes=29, max_files=1) == [
+        ".: 2 files, over the limit of 1",
+        "b.txt: 20 bytes, over the per-file limit of 19",
+        ".: 30 bytes in all, over the limit of 29",
+    ]
+
+
+def test_external_data_defaults_to_the_rest_of_its_file(tmp_path):
+    (tmp_path / "w.data").write_bytes(b"\0" * 64)
+    _onnx_model(tmp_path, "w.data", offset=None, length=None)
+    assert reasons(tmp_path) == []
+    _onnx_model(tmp_path, "w.data", offset="16", length=None)
+    assert reasons(tmp_path) == []
+    _onnx_model(tmp_path, "w.data", offset="64", length="0")
+    assert reasons(tmp_path) == []
+
+
+@pytest.mark.parametrize("location, message", [
+    (None, "external data location '' is empty or malformed"),
+    ("w\0.data", "external data location 'w\\x00.data' is empty or malformed"),
+    ("x" * 5000, f"external data location {'x' * 5000!r} cannot be checked (File name too long)"),
+])
+def test_malformed_external_data_locations_name_the_problem(tmp_path, location, message):
+    _onnx_model(tmp_path, location)
+    assert reasons(tmp_path) == [f"model.onnx: tensor 'w': {message}"]
+
+
+def test_external_data_after_an_ordinary_initializer_is_checked(tmp_path):
+    _onnx_model(tmp_path, "../w.data", internal_first=True)
+    assert reasons(tmp_path) == ["model.onnx: tensor 'w': external data location '../w.data' escapes the candidate folder"]
+
+
+def test_only_onnx_files_within_the_size_limit_vouch_for_external_data(tmp_path):
+    (tmp_path / "onnx").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "onnx" / f"{name}.data").write_bytes(b"\0" * 64)
+        _onnx_model(tmp_path / "onnx", f"{name}.data", name=f"{name}.onnx")
+    largest = max(p.stat().st_size for p in (tmp_path / "onnx").glob("*.onnx"))
+    assert largest >= 64 and reasons(tmp_path, max_file_bytes=largest) == []  # a model exactly at the limit is still read
+    _onnx_model(tmp_path, "c.data", name="graph.pb")  # an ONNX model under another name reads nothing
+    (tmp_path / "c.data").write_bytes(b"\0" * 64)
+    assert [r.split(":")[0] for r in reasons(tmp_path)] == ["c.data", "graph.pb"]

@@ -106,3 +106,61 @@ def test_median_ci_reaches_its_confidence_by_simulation(n):
 def test_the_simulation_catches_the_short_intervals_that_were_allowed():
     # (min, max) of 5 values is what median_ci used to return for n=5; its true coverage is 93.75%.
     assert _coverage(5, (0, 4), seed=5) < COVERAGE_FLOOR
+
+
+@pytest.mark.parametrize("lost, won, p", [(0, 0, 1.0), (1, 0, 0.5), (0, 1, 1.0), (3, 0, 0.125), (2, 1, 0.5), (4, 0, 0.0625)])
+def test_mcnemar_exact_p_values_on_few_disagreements(lost, won, p):
+    prod = np.array([True] * lost + [False] * won + [True] * 5)
+    cand = np.array([False] * lost + [True] * won + [True] * 5)
+    assert mcnemar_worse_pvalue(cand, prod) == pytest.approx(p)
+
+
+def test_mcnemar_takes_correctness_as_zeros_and_ones():
+    prod = np.array([1.0, 1.0, 1.0, 0.0, 1.0])
+    cand = np.array([0.0, 0.0, 1.0, 1.0, 1.0])
+    assert mcnemar_worse_pvalue(cand, prod) == mcnemar_worse_pvalue(cand.astype(bool), prod.astype(bool)) == pytest.approx(0.5)
+
+
+def test_paired_bootstrap_ci_is_reproducible_and_resamples_every_example():
+    cand, prod = np.array([False, True]), np.array([True, True])  # only the first example differs
+    lo, hi = paired_bootstrap_ci(cand, prod, 2000)
+    assert (lo, hi) == paired_bootstrap_ci(cand, prod, 2000)
+    assert lo == -1.0 and hi == 0.0
+
+
+def test_paired_bootstrap_ci_matches_the_normal_approximation_on_many_examples():
+    # Two coin-flip models disagree on half the examples: the mean difference is close to normal at n=1000.
+    rng = np.random.default_rng(5)
+    prod, cand = rng.random(1000) < 0.5, rng.random(1000) < 0.5
+    diff = cand.astype(float) - prod.astype(float)
+    half_width = 1.959964 * diff.std() / np.sqrt(len(diff))
+    lo, hi = paired_bootstrap_ci(cand, prod, 10_000)
+    assert (hi - lo) / 2 == pytest.approx(half_width, rel=0.04)
+    assert (lo + hi) / 2 == pytest.approx(diff.mean(), abs=half_width * 0.05)
+
+
+@pytest.mark.parametrize("confidence", [0, 1, -0.5, 1.5])
+def test_median_ci_min_n_refuses_confidences_outside_0_1(confidence):
+    with pytest.raises(ValueError, match=f"confidence must be between 0 and 1, got {confidence}"):
+        median_ci_min_n(confidence)
+
+
+@pytest.mark.parametrize("n, shown", [(4, "87.5"), (1, "0")])
+def test_median_ci_says_how_often_too_few_values_cover_the_median(n, shown):
+    with pytest.raises(ValueError, match=rf"of {n} covers the median with probability {shown}% only$"):
+        median_ci(np.arange(n, dtype=float), 0.95)
+
+
+@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
+def test_median_ci_ranks_are_the_narrowest_reaching_the_confidence(confidence):
+    from scipy.stats import binom
+
+    for n in range(median_ci_min_n(confidence), 201):
+        # 0-based rank k: the interval (x_k, x_{n-1-k}) misses the median with probability 2 * P(Binom(n, 1/2) <= k).
+        k = max(j for j in range(n) if binom.cdf(j, n, 0.5) <= (1 - confidence) / 2)
+        assert median_ci(np.arange(n, dtype=float), confidence)[1:] == (k, n - 1 - k), n
+
+
+def test_median_ci_accepts_an_interval_whose_coverage_equals_the_confidence():
+    # Binom(7, 1/2) <= 1 has probability exactly 1/16: (x_1, x_5) covers the median exactly 87.5% of the time.
+    assert median_ci(np.arange(7, dtype=float), 0.875) == (3.0, 1.0, 5.0)
