@@ -91,7 +91,9 @@ def test_crafted_candidate_fails_only_its_gate_and_alias_stays(env, instance, ba
     got = statuses(run)
     assert run.outcome == BLOCKED, (run.error, got)
     assert got[gate] == "fail", got
-    others = {g: s for g, s in got.items() if g != gate}
+    # NaN weights also leave their norms not comparable with production's: weights_within_scale refuses to pass them.
+    also = {"nan_weights": {"weights_within_scale"}}.get(candidate, set())
+    others = {g: s for g, s in got.items() if g != gate and g not in also}
     assert "fail" not in others.values(), others
     assert production(env) == before
     assert str(env.registry.client.get_model_version_by_alias(MODEL, PRODUCTION).version) == before.version

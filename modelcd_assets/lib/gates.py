@@ -153,7 +153,8 @@ def judge_weight_scale(report: dict, policy: HealthPolicy) -> Verdict:
     # A NaN ratio is out of range too: what cannot be compared does not pass.
     bad = {n: r for n, r in ratios.items() if not (1 / k <= r <= k)}
     worst = max(ratios.values(), key=lambda r: abs(np.log(r)) if r > 0 and np.isfinite(r) else np.inf, default=1.0)
-    problems = [f"{n} is {r:.3g}x production's norm" for n, r in sorted(bad.items(), key=lambda kv: kv[0])[:3]] + (
+    problems = [f"{n} is {r:.3g}x production's norm" if np.isfinite(r) else f"{n} has a non-finite norm, not comparable"
+                for n, r in sorted(bad.items(), key=lambda kv: kv[0])[:3]] + (
         [f"(+{len(bad) - 3} more)"] if len(bad) > 3 else [])
     return _verdict("weight_scale", problems, f"every weight matrix within {k:g}x of production's norm", f"{worst:.3g}x at the extreme",
                     f"within {k:g}x of production", {"matrices": len(ratios), "out_of_range": len(bad)})

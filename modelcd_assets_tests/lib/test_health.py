@@ -161,5 +161,6 @@ def test_weight_scale_blowup_is_judged_against_production(tmp_path):
     assert ok.status == "pass" and ok.numbers["matrices"] == 2  # biases are not compared
     bad = judge_weight_scale({"weight_scale_vs_production": weight_scale(blown, prod)}, HealthPolicy())
     assert bad.status == "fail" and "classifier.weight is 100x production's norm" in bad.reason
-    assert judge_weight_scale({"weight_scale_vs_production": {"w": float("nan")}}, HealthPolicy()).status == "fail"
+    nan = judge_weight_scale({"weight_scale_vs_production": {"w": float("nan")}}, HealthPolicy())
+    assert nan.status == "fail" and nan.reason == "w has a non-finite norm, not comparable"
     assert judge_weight_scale({}, HealthPolicy()).status == "pass"  # first candidate: nothing to compare, and it says so
