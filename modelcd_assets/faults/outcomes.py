@@ -24,10 +24,13 @@ class Outcome:
     gate: str | None = None  # expected: the gate that must block; actual: the first gate that failed
     gates: tuple[str, ...] = ()  # actual, blocked: every gate that failed
     detail: str = field(default="", compare=False)  # expected: text the actual outcome's detail must contain (the reason)
+    alternatives: tuple[str, ...] = ()  # expected: other gates that may block it first, in pipeline order (see the catalog)
 
     def __str__(self) -> str:
         if self.kind != BLOCKED:
             return self.kind
+        if self.alternatives:
+            return f"{BLOCKED} {' or '.join((self.gate, *self.alternatives))}"
         if self.gates:
             more = len(self.gates) - 1
             return f"{BLOCKED} {self.gate}" + (f" (+{more}: {', '.join(g for g in self.gates if g != self.gate)})" if more else "")
@@ -37,11 +40,11 @@ class Outcome:
         """An actual outcome meets the expected one: same kind, for the stated reason if any, and for a block the expected gate among those that failed."""
         if self.kind != expected.kind or expected.detail not in self.detail:
             return False
-        return expected.kind != BLOCKED or expected.gate in self.gates
+        return expected.kind != BLOCKED or bool({expected.gate, *expected.alternatives} & set(self.gates))
 
 
-def blocked(gate: str) -> Outcome:
-    return Outcome(BLOCKED, gate)
+def blocked(gate: str, *alternatives: str) -> Outcome:
+    return Outcome(BLOCKED, gate, alternatives=alternatives)
 
 
 def blocked_by(gates: list[str], expected_gate: str | None = None, detail: str = "") -> Outcome:

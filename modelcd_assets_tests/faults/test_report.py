@@ -52,3 +52,14 @@ def test_exit_code_is_zero_only_when_every_class_is_caught_no_control_blocked_an
     missed.write_json(tmp_path / "r.json")
     saved = json.loads((tmp_path / "r.json").read_text())
     assert saved["ok"] is False and saved["classes"][0]["actual"] == "promoted" and saved["false_block_upper_95"] == pytest.approx(0.975)
+
+
+def test_an_expected_block_may_name_the_gates_that_can_see_it_first():
+    from modelcd_assets.faults.outcomes import blocked, blocked_by
+
+    expected = blocked("accuracy_within_tolerance", "int8_agrees_with_fp32")
+    assert str(expected) == "blocked by gate accuracy_within_tolerance or int8_agrees_with_fp32"
+    assert blocked_by(["int8_agrees_with_fp32"]).satisfies(expected)
+    assert blocked_by(["accuracy_within_tolerance", "no_drift_detected"]).satisfies(expected)
+    assert not blocked_by(["no_drift_detected"]).satisfies(expected)
+    assert not blocked_by(["int8_agrees_with_fp32"]).satisfies(blocked("accuracy_within_tolerance"))
