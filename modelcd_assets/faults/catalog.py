@@ -33,7 +33,6 @@ CLASSES: tuple[FaultClass, ...] = (
     # Weights and numerics
     FaultClass("nan_weights", "weights", blocked("weights_are_finite"), b.nan_weights),
     FaultClass("inf_weights", "weights", blocked("weights_are_finite"), b.inf_weights),
-    # The gate that reports weight-norm outliers vs base; today it reports them without judging.
     FaultClass("weight_scale_blowup", "weights", blocked("weights_within_scale"), b.weight_scale_blowup),
     # A model whose training is gone is judged by the first quality gate that sees it: accuracy on the tiny test model,
     # INT8 fidelity on MiniLM (its random-LoRA logits have low margins that INT8 flips, and fidelity runs before accuracy).
@@ -70,7 +69,11 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("registry_outage", "infra", Outcome(RUN_FAILED, detail="could not read the production alias"), b.identical, c.registry_outage),
     FaultClass("production_moved_mid_run", "infra", Outcome(SUPERSEDED, detail="moved from"), b.identical, c.production_moves),
     FaultClass("prometheus_unreachable", "infra", Outcome(SKIPPED), probe=c.prometheus_unreachable),
-    FaultClass("static_calibration_collapse", "infra", blocked("int8_agrees_with_fp32"), b.readme_changed, c.static_calibration_collapse),
+    # One-word calibration collapses static INT8 on the tiny test model (96.7% agreement), but not on MiniLM: there every
+    # calibration tried keeps 100% agreement (bench/bench_calibration.py), and the pinned static variant is instead
+    # blocked for being slower than production's dynamic one. Either way the pinned-static candidate must not ship.
+    FaultClass("static_calibration_collapse", "infra", blocked("int8_agrees_with_fp32", "throughput_within_tolerance"), b.readme_changed,
+               c.static_calibration_collapse),
 )
 
 BY_NAME = {fc.name: fc for fc in CLASSES}

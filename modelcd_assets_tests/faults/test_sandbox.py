@@ -47,6 +47,22 @@ def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_p
     assert not (tmp_path / "sandbox").exists()
 
 
+def test_a_collapsing_static_calibration_is_caught_by_int8_fidelity_on_the_tiny_model(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
+    # The catalog also accepts a throughput block for this class (on MiniLM static INT8 does not collapse, see
+    # bench/bench_calibration.py); on the tiny model the fault is real, and the fidelity gate must be the one that sees it.
+    env = make_env(tmp_path / "home", monkeypatch)
+    env.policy(MODEL, POLICY)
+    env.registry.register(tiny_trained, "tiny-base", role="base")
+    prod = env.registry.register(tiny_adapters["good"], MODEL)
+    env.registry.move_production(prod, {"test": "production before the sandbox"}, expected=None)
+
+    report = run_selftest(MODEL, env.env, only=["static_calibration_collapse"], identical_controls=0, retrained_controls=0, under_load=False,
+                          root=tmp_path / "sandbox")
+    [result] = report.classes
+    assert result.ok and "int8_agrees_with_fp32" in result.actual.gates, f"{result.actual}: {result.actual.detail}"
+    assert env.registry.production(MODEL) == prod
+
+
 def test_cli_refuses_an_unknown_class_before_building_anything(modelcd_env, capsys):
     assert main(["faults", "run", "--only", "no_such_fault", "--controls", "0"]) == 2
     err = capsys.readouterr().err
