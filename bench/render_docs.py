@@ -1,0 +1,125 @@
+"""Render the docs' measured tables from bench/results/*.json, so every figure in docs/ is one a script printed.
+
+    python bench/render_docs.py          (make docs)
+Each table sits between `<!-- render:NAME -->` and `<!-- /render:NAME -->` in a docs file and is replaced whole.
+A block whose results file is missing says which command writes it; nothing is typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+def _machine(m: dict) -> str:
+    flags = f" ({', '.join(m['int8_flags'])})" if m.get("int8_flags") else ""
+    return f"{m['cpu']}{flags}, {m['cores']} cores"
+
+
+def int8(d: dict) -> str:
+    rows = "\n".join(f"| {r['runtime']} | {r['feeding']} | {r['items_per_s']:.0f} | {r['ratio_vs_eager_one_at_a_time']:.2f}× | "
+                     f"{r['accuracy']:.2%} | {r['accuracy_vs_ort_fp32']:.4f} | {r['top1_agreement_vs_ort_fp32']:.2%} |" for r in d["rows"])
+    dependence = "; ".join(f"{k} {v:.3g}" for k, v in d["batch_dependence_max_abs_logit_diff"].items())
+    return (f"Measured on {_machine(d['machine'])}; {d['texts']} evaluation texts (median {d['median_tokens']:.0f} tokens, max {d['max_tokens']}), "
+            f"median of {d['rounds']} interleaved rounds; accuracy on all {d['evaluation_texts']} evaluation texts.\n\n"
+            "| runtime | inputs | items/s | vs eager, one at a time | accuracy | accuracy / ORT FP32 | top-1 agreement with ORT FP32 |\n"
+            "|---|---|---|---|---|---|---|\n" + rows +
+            f"\n\nLargest logit difference of a text run alone against the same text in a length bucket of {d['bucket']}: {dependence}.")
+
+
+def serving(d: dict) -> str:
+    med = d["medians"]
+    rows = "\n".join(
+        f"| {c} | {med['modelcd'][c]['requests_per_s']:.1f} | {med['baseline'][c]['requests_per_s']:.1f} | **{d['throughput_ratio_vs_baseline'][c]:.2f}×** "
+        f"| {med['modelcd'][c]['p50_ms']:.1f} / {med['modelcd'][c]['p99_ms']:.1f} | {med['baseline'][c]['p50_ms']:.1f} / {med['baseline'][c]['p99_ms']:.1f} "
+        f"| **{d['p99_ratio_vs_baseline'][c]:.2f}** |" for c in ("1", "8", "32"))
+    t = d["targets"]
+    s = d["swaps"]
+    return (f"Measured on {_machine(d['machine'])}; {d['model']} ({d['variant']} INT8, artifact sha256 {d['artifact_sha256'][:12]}); one evaluation "
+            f"text per request, closed loop, median of {d['rounds']} rounds of {d['seconds_per_phase']:g} s per server and concurrency; the two "
+            f"servers agree on {d['top1_agreement_modelcd_vs_baseline']:.2%} of top-1 labels.\n\n"
+            "| concurrency | modelcd req/s | baseline req/s | throughput ratio | modelcd p50 / p99 ms | baseline p50 / p99 ms | p99 ratio |\n"
+            "|---|---|---|---|---|---|---|\n" + rows +
+            f"\n\nTargets: throughput ratio ≥ {t['throughput_ratio']['1']:g}× at concurrency 1 and ≥ {t['throughput_ratio']['32']:g}× at 32; "
+            f"p99 ratio ≤ {t['p99_ratio']:g}.\n\n"
+            "| swaps under load (concurrency 8) | result | target |\n|---|---|---|\n"
+            f"| requests failed | {s['failed_requests']} of {s['requests']} ({s['swaps']} swaps) | 0 |\n"
+            f"| p99 swapping once a second / steady p99 | {s['swapping_p99_ms']:.1f} / {s['steady_p99_ms']:.1f} ms = **{s['swap_p99_ratio']:.2f}** | ≤ {t['swap_p99_ratio']:g} |\n"
+            f"| swap time / restart to ready | {s['swap_seconds_median'] * 1000:.0f} ms / {s['restart_to_ready_seconds_median']:.2f} s = **{s['swap_vs_restart']:.3f}** | ≤ {t['swap_vs_restart']:g} |")
+
+
+def calibration(d: dict) -> str:
+    rows = "\n".join(f"| {r['calibration']} | {r['texts']} | {r['top1_agreement']:.2%} | {r['max_abs_logit_diff']:.3f} |" for r in d["results"])
+    return (f"{d['model']}, {d['evaluation_texts']} evaluation texts, on {_machine(d)}.\n\n"
+            "| calibration split | texts | top-1 agreement with FP32 | max abs logit difference |\n|---|---|---|---|\n" + rows)
+
+
+def faults(d: dict) -> str:
+    ok = sum(c["ok"] for c in d["classes"])
+    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
+    rows = "\n".join(f"| {c['name']} | {c['group']} | {cell(c['expected'])} | {cell(c['actual'])} | {'yes' if c['ok'] else '**NO**'} |" for c in d["classes"])
+    under_load = sum(c["under_load"] for c in d["control_results"])
+    return (f"**{ok} of {len(d['classes'])} classes ended in their expected outcome; {d['false_blocks']} of {d['controls']} clean controls were blocked** "
+            f"(95% upper bound {d['false_block_upper_95']:.1%}; {under_load} gated beside a server that answered {d['load']['requests']:,} requests "
+            f"with {d['load']['errors']} failures); production before and after: {d['production']} → {d['user_production_after']}.\n\n"
+            "| class | group | expected | actual | ok |\n|---|---|---|---|---|\n" + rows)
+
+
+def false_block(d: dict) -> str:
+    runs = d["runs"]
+    gates = sorted({g["gate"] for r in runs for g in r["gates"]})
+    rows = []
+    for gate in gates:
+        values = [next((g for g in r["gates"] if g["gate"] == gate), None) for r in runs]
+        passed = sum(v is not None and v["status"] == "pass" for v in values)
+        shown = sorted({v["measured"] for v in values if v is not None and v["measured"]})
+        measured = shown[0] if len(shown) == 1 else (f"{shown[0]} … {shown[-1]} ({len(shown)} distinct)" if shown else "")
+        rows.append(f"| {gate} | {passed}/{len(runs)} | {measured.replace('|', '/')} |")
+    return (f"On {_machine(d['machine'])}: **{d['passed']}/{len(runs)} byte-identical re-registrations of {d['production']} passed every gate** "
+            f"({d['seconds_per_run']:.0f} s per gated run); gate failures: {d['failures'] or 'none'}.\n\n"
+            "| gate | passed | measured (first … last, sorted) |\n|---|---|---|\n" + "\n".join(rows))
+
+
+def gate_overhead(d: dict) -> str:
+    rows = "\n".join(f"| {k} | {v:.2f} |" for k, v in sorted(d["steps"].items(), key=lambda kv: -kv[1]))
+    return (f"On {_machine(d['machine'])}, {'fresh build' if d['fresh'] else 'cached build'}, outcome {d['outcome']}: steps "
+            f"{d['total_seconds']:.1f} s in all; **safety + health {d['safety_and_health_seconds']:.2f} s = {d['share']:.1%} of the gated run** "
+            f"(the health measurement inside merged_model: {d['health_in_merged_model_seconds']:.2f} s).\n\n"
+            "| step | seconds |\n|---|---|\n" + rows)
+
+
+BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
+    "int8": ("benchmarks.md", "int8.json", int8, "make bench"),
+    "serving": ("benchmarks.md", "serving.json", serving, "make bench-serving"),
+    "calibration": ("benchmarks.md", "calibration.json", calibration, "python bench/bench_calibration.py"),
+    "false_block": ("benchmarks.md", "false_block.json", false_block, "make bench-gates"),
+    "gate_overhead": ("benchmarks.md", "gate_overhead.json", gate_overhead, "python bench/bench_gate_overhead.py --fresh"),
+    "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
+}
+
+
+def render(docs: Path = ROOT / "docs", results: Path = RESULTS) -> list[str]:
+    """Rewrite every render block; returns the names rendered."""
+    done = []
+    for name, (doc, source, fn, command) in BLOCKS.items():
+        path = docs / doc
+        text = path.read_text()
+        pattern = re.compile(rf"(<!-- render:{name} -->\n)(?:.*?\n)?(<!-- /render:{name} -->)", re.S)
+        if not pattern.search(text):
+            continue
+        data = results / source
+        body = fn(json.loads(data.read_text())) if data.is_file() else f"_No results yet: run `{command}`._"
+        path.write_text(pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text))
+        done.append(name)
+    return done
+
+
+if __name__ == "__main__":
+    print("rendered:", ", ".join(render()) or "nothing (no render blocks found)")
+    sys.exit(0)
