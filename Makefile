@@ -6,7 +6,7 @@ export MODELCD_HOME ?= $(CURDIR)/.modelcd
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving clean
+.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,12 +45,20 @@ up: install
 
 bench: install
 	$(BIN)/python bench/bench_int8.py
+	$(BIN)/python bench/render_docs.py
 
 bench-gates: install
 	$(BIN)/python bench/bench_false_block.py
+	$(BIN)/python bench/render_docs.py
 
 bench-serving: install
 	$(BIN)/python bench/bench_serving.py
+	$(BIN)/python bench/bench_peak.py
+	$(BIN)/python bench/render_docs.py
+
+# The tables in docs/ from the JSON the benches wrote under bench/results/.
+docs: install
+	$(BIN)/python bench/render_docs.py
 
 clean:
 	rm -rf $(MODELCD_HOME)

@@ -5,17 +5,21 @@ Re-registers the production artifact and gates it. With --fresh a line is added 
 which changes its content hash and so its build: the run pays for merge, export and quantization
 like any new candidate's first gated run. Without it the run reuses the build (the cheapest
 gated run there is).
-Prints every step's seconds and the share spent on safety and health.
+Prints every step's seconds and the share spent on safety and health, and writes them to
+bench/results/gate_overhead.json (or gate_overhead_cached.json without --fresh).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from pathlib import Path
 
 import dagster as dg
 
+from machine import machine
 from modelcd_assets.launch import run_gate
 from modelcd_assets.gate_results import code_location_graph, required_gates
 from production_artifact import production_copy
@@ -53,6 +57,12 @@ def main() -> int:
         print(f"{seconds:8.2f} s  {step}")
     print(f"\n{run.outcome}: {'fresh build' if args.fresh else 'cached build'}; steps {total:.1f} s in all; safety + health {gate:.1f} s "
           f"(health measurement inside merged_model {health_in_asset:.1f} s) = {gate / total:.1%} of the gated run")
+    out = Path(__file__).parent / "results" / ("gate_overhead.json" if args.fresh else "gate_overhead_cached.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine(), "fresh": args.fresh, "outcome": run.outcome, "steps": steps, "total_seconds": total,
+                               "safety_and_health_seconds": gate, "health_in_merged_model_seconds": health_in_asset,
+                               "share": gate / total}, indent=2) + "\n")
+    print(f"wrote {out}")
     return 0
 
 

@@ -1,16 +1,23 @@
-"""INT8 vs FP32 vs PyTorch eager on MiniLM, measured side by side in one run.
+"""Runtimes and input handling on MiniLM, side by side in one run: PyTorch eager, ORT FP32, ORT INT8 static and dynamic.
 
 Run after `make demo` (it uses the demo's good adapter, merged into MiniLM):
-    python bench/bench_int8.py [--rounds 7]
-Prints, at sequence length 128 and batch 1 and 32, each variant's throughput / PyTorch eager
-FP32 throughput, and INT8 / FP32 accuracy on the evaluation split. Variants are timed in
-interleaved rounds (every variant once per round, in rotating order) and the median is reported.
+    python bench/bench_int8.py [--rounds 5] [--texts 256]      (make bench)
+For each runtime, items/s over the same evaluation texts under three ways of feeding them:
+  - one text per call, no padding (what a hand-written server does);
+  - batches of 32 padded to 128 tokens (fixed shapes);
+  - length buckets of 32 (lib/tokens.buckets: sorted by length, each batch padded to its own longest text), which
+    modelcd's gates and server use; a batch-dependent model (dynamic INT8) is run one text per call there
+    (lib/runtime.batch_limit), so this row equals the first for it.
+Every cell is timed in interleaved rounds (each cell once per round, in rotating order); the median is kept.
+Accuracy and top-1 agreement with ORT FP32 are measured on the whole evaluation split for every runtime.
+Writes bench/results/int8.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import json
+import statistics
 import sys
 import tempfile
 import time
@@ -19,86 +26,115 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from machine import machine
 from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.evaluate import label_ids, predict
+from modelcd_assets.lib.evaluate import label_ids
 from modelcd_assets.lib.export import export_onnx
 from modelcd_assets.lib.model_io import labels_of, load_classifier, merge_adapter
 from modelcd_assets.lib.quantize import optimize_transformer, quantize_dynamic_int8, quantize_static_int8
-from modelcd_assets.lib.runtime import feeds_for, session
+from modelcd_assets.lib.runtime import batch_limit, feeds_for, logits, session
 from modelcd_assets.lib.settings import apply_local_defaults
-from modelcd_assets.lib.tokens import encode
+from modelcd_assets.lib.tokens import BATCH, MAX_LENGTH, TextEncoder, buckets
 
-SEQ = 128
+RESULTS = Path(__file__).parent / "results" / "int8.json"
+FEEDING = {"one text per call, no padding": "single", f"batches of {BATCH} padded to {MAX_LENGTH}": "fixed",
+           f"length buckets of {BATCH} (modelcd)": "buckets"}
 
 
-def timed(fn, calls: int) -> float:
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - t) / calls
+def batches(enc: TextEncoder, texts: list[str], how: str, limit: int) -> list[dict[str, np.ndarray]]:
+    if how == "single":
+        return [enc.encode([t]) for t in texts]
+    if how == "fixed":
+        return [enc.encode(texts[i : i + BATCH], pad_to=MAX_LENGTH) for i in range(0, len(texts), BATCH)]
+    return [b for _, b in buckets(enc.encode(texts), min(BATCH, limit))]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--texts", type=int, default=256, help="evaluation texts timed per cell")
     args = ap.parse_args()
     env = apply_local_defaults()
-    home = Path(env["MODELCD_HOME"])
+    home, data = Path(env["MODELCD_HOME"]), Path(env["MODELCD_DATA"])
     base, adapter = home / "work" / "base", home / "work" / "adapters" / "good"
     if not (adapter / "adapter_model.safetensors").is_file():
         print("the demo's good adapter is missing; run 'make demo' first", file=sys.stderr)
         return 2
-    threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         merged = tmp / "merged"
         merge_adapter(base, adapter, merged)
         fp32 = export_onnx(merged, tmp / "model.onnx")
         fused = optimize_transformer(fp32, tmp / "opt.onnx", merged / "config.json")
-        calib = encode(merged, [e.text for e in read_split(Path(env["MODELCD_DATA"]) / "calibration.jsonl")])
+        enc = TextEncoder(merged)
+        calib = enc.encode([e.text for e in read_split(data / "calibration.jsonl")])
         paths = {
             "ORT FP32": fp32,
             "ORT INT8 static": quantize_static_int8(tmp / "opt.onnx", tmp / "static.onnx", calib),
             "ORT INT8 dynamic": quantize_dynamic_int8(tmp / "opt.onnx", tmp / "dynamic.onnx"),
         }
-        evaluation = read_split(Path(env["MODELCD_DATA"]) / "evaluation.jsonl")
-        eval_feeds = encode(merged, [e.text for e in evaluation])
+        evaluation = read_split(data / "evaluation.jsonl")
+        eval_feeds = enc.encode([e.text for e in evaluation])
         truth = label_ids([e.label for e in evaluation], labels_of(merged))
-        preds = {name: predict(p, eval_feeds) for name, p in paths.items()}
-        accuracy = {name: float(np.mean(p == truth)) for name, p in preds.items()}
-
-        model = load_classifier(merged)  # default attention implementation, as a user would run it
         sessions = {name: session(p) for name, p in paths.items()}
-        texts = [e.text for e in evaluation[:32]]
-        results = {}
-        for batch in (1, 32):
-            feeds = encode(merged, (texts * 32)[:batch], pad_to=SEQ)
-            tfeeds = {k: torch.from_numpy(v) for k, v in feeds.items()}
-            calls = 20 if batch == 1 else 2
-            runners = {"PyTorch eager FP32": lambda: model(**tfeeds)}
-            runners |= {name: (lambda s=s: s.run(["logits"], feeds_for(s, feeds))) for name, s in sessions.items()}
-            times = {name: [] for name in runners}
-            with torch.inference_mode():
-                for fn in runners.values():
-                    fn()
-                for r in range(args.rounds):
-                    names = list(runners)
-                    names = names[r % len(names):] + names[: r % len(names)]
-                    for name in names:
-                        times[name].append(timed(runners[name], calls))
-            results[batch] = {name: float(np.median(t)) for name, t in times.items()}
+        limits = {name: batch_limit(p, BATCH) for name, p in paths.items()}
+        model = load_classifier(merged)  # default attention implementation, as a user would run it
+        with torch.inference_mode():
+            eager_logits = _eager_all(model, eval_feeds)
+        # Does a text's output depend on what it is batched with? Alone against in length buckets, same session.
+        sample = {k: v[:256] for k, v in eval_feeds.items()}
+        dependence = {name: float(np.max(np.abs(logits(s, sample, 1) - logits(s, sample, BATCH)))) for name, s in sessions.items()}
+        preds = {"PyTorch eager FP32": eager_logits.argmax(1)} | {name: logits(s, eval_feeds, limits[name]).argmax(1) for name, s in sessions.items()}
 
-    print(f"MiniLM-L6 + LoRA (merged), seq {SEQ}, {threads} threads, {os.cpu_count()} cores, {args.rounds} interleaved rounds")
-    print(f"fused ops: {fused}")
-    print()
-    print(f"{'variant':22} {'b1 ms':>8} {'b1 ratio':>9} {'b32 ms':>8} {'b32 ratio':>10} {'accuracy':>9} {'acc/FP32':>9} {'agree':>7}")
-    ref1, ref32 = results[1]["PyTorch eager FP32"], results[32]["PyTorch eager FP32"]
-    for name in results[1]:
-        acc = accuracy.get(name, accuracy["ORT FP32"])
-        agree = float(np.mean(preds[name] == preds["ORT FP32"])) if name in preds else 1.0
-        print(f"{name:22} {1000 * results[1][name]:8.2f} {ref1 / results[1][name]:8.2f}x {1000 * results[32][name]:8.1f} "
-              f"{ref32 / results[32][name]:9.2f}x {acc:9.2%} {acc / accuracy['ORT FP32']:9.4f} {agree:7.2%}")
+        texts = [e.text for e in evaluation[: args.texts]]
+        lengths = enc.lengths(texts)
+        runners = {}
+        for how in FEEDING.values():
+            torch_in = [{k: torch.from_numpy(v) for k, v in b.items()} for b in batches(enc, texts, how, BATCH)]
+            runners[("PyTorch eager FP32", how)] = lambda ins=torch_in: [model(**b) for b in ins]
+            for name, s in sessions.items():
+                ins = [feeds_for(s, b) for b in batches(enc, texts, how, limits[name])]
+                runners[(name, how)] = lambda s=s, ins=ins: [s.run(["logits"], b) for b in ins]
+        times = {key: [] for key in runners}
+        keys = list(runners)
+        with torch.inference_mode():
+            for fn in runners.values():
+                fn()
+            for r in range(args.rounds):
+                for key in keys[r % len(keys):] + keys[: r % len(keys)]:
+                    t = time.perf_counter()
+                    runners[key]()
+                    times[key].append(time.perf_counter() - t)
+
+    rows = []
+    eager_single = len(texts) / statistics.median(times[("PyTorch eager FP32", "single")])
+    for (name, how), ts in times.items():
+        items = len(texts) / statistics.median(ts)
+        acc = float(np.mean(preds[name] == truth))
+        rows.append({"runtime": name, "feeding": next(k for k, v in FEEDING.items() if v == how), "items_per_s": items,
+                     "ratio_vs_eager_one_at_a_time": items / eager_single, "accuracy": acc,
+                     "accuracy_vs_ort_fp32": acc / float(np.mean(preds["ORT FP32"] == truth)),
+                     "top1_agreement_vs_ort_fp32": float(np.mean(preds[name] == preds["ORT FP32"]))})
+    result = {"machine": machine(), "torch_threads": torch.get_num_threads(), "rounds": args.rounds, "texts": len(texts),
+              "median_tokens": float(np.median(lengths)), "max_tokens": int(lengths.max()), "evaluation_texts": len(evaluation),
+              "fused_ops": fused, "bucket": BATCH, "batch_dependence_max_abs_logit_diff": dependence, "rows": rows}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"MiniLM-L6 + LoRA (merged) on {result['machine']['cpu']}, {len(texts)} evaluation texts (median {result['median_tokens']:.0f} tokens, "
+          f"max {result['max_tokens']}), {args.rounds} interleaved rounds")
+    for r in rows:
+        print(f"{r['runtime']:20} {r['feeding']:34} {r['items_per_s']:8.0f} items/s  x{r['ratio_vs_eager_one_at_a_time']:5.2f}  "
+              f"accuracy {r['accuracy']:.2%} ({r['accuracy_vs_ort_fp32']:.4f} of ORT FP32)")
+    print(f"wrote {RESULTS}")
     return 0
+
+
+def _eager_all(model, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """PyTorch eager logits of every row, in length buckets (padding does not change an FP32 model's outputs)."""
+    out = np.empty((len(feeds["input_ids"]), model.config.num_labels), dtype=np.float32)
+    for rows, b in buckets(feeds, BATCH):
+        out[rows] = model(**{k: torch.from_numpy(v) for k, v in b.items()}).logits.numpy()
+    return out
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
-"""Serving: p99 during adapter swaps vs steady, swap time vs full reload, unmerged vs merged throughput.
+"""Serving: modelcd's server against a hand-written one, and p99 and failures while versions are swapped.
 
-Run after `make demo`: python bench/bench_serving.py
-Serves the demo's production adapter on MiniLM from a real `modelcd serve` process, loads it with a
-second process (the bounded load generator), and swaps between production and the demo's other
-adapter through the admin API. Every number comes from this one run, side by side:
-  1. p99 latency while adapters are swapped back to back / p99 of steady serving, in alternating
-     phases (steady, swapping, steady, swapping, ...) so drift in machine load hits both;
-  2. adapter swap time (load + verify + probe + A/B check + switch, as the server reports it) /
-     full reload time, both the in-process base load and a process restart to ready;
-  3. unmerged-adapter throughput / merged-model throughput, interleaved A/B trials in one process.
+Run after `make demo`: python bench/bench_serving.py   (make bench-serving)
+Everything is measured in this one run, side by side, on the demo's production version:
+  1. served throughput and latency at concurrency 1, 8 and 32, one evaluation text per request, closed loop:
+     `modelcd serve` (the gated INT8 artifact on ONNX Runtime, micro-batched) against bench/baseline_server.py
+     (what a user writes by hand: transformers + peft, adapter merged, PyTorch eager FP32, padded to the longest
+     text of each request), each loaded alone, in alternating order (A B, B A, ...);
+  2. swaps: p99 while production and the demo's other adapter are swapped once a second, against steady
+     phases in between, failed requests over every phase, and swap time against restart-to-ready;
+  3. memory: resident size of a process holding 1, 10 and 50 loaded versions (sessions over the gated artifact).
+Writes bench/results/serving.json; docs/benchmarks.md's serving tables are rendered from it (bench/render_docs.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -28,6 +28,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from closed_loop import interleaved, measure
+from machine import machine
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.processes import stop_process
@@ -35,6 +37,8 @@ from modelcd_assets.lib.registry import Registry
 from modelcd_assets.lib.settings import apply_local_defaults
 
 TOKEN = "bench-admin-token"
+RESULTS = Path(__file__).parent / "results" / "serving.json"
+TARGETS = {"throughput_ratio": {"1": 2.0, "32": 4.0}, "p99_ratio": 0.5, "swap_p99_ratio": 1.2, "swap_vs_restart": 0.1}
 
 
 def free_port() -> int:
@@ -43,17 +47,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(name: str, port: int, log: Path) -> tuple[subprocess.Popen, float]:
-    """A `modelcd serve` process; returns it and the seconds from spawn to ready."""
-    env = dict(os.environ, MODELCD_ADMIN_TOKEN=TOKEN)
+def start(cmd: list[str], port: int, log: Path, env: dict | None = None) -> tuple[subprocess.Popen, float]:
+    """A server process; returns it and the seconds from spawn to ready."""
     started = time.perf_counter()
-    # --allow-ungated: the demo's only other adapter of the same base is the one its gates blocked; what is timed
-    # here is the swap itself, and the gate check on admin loads is covered by the serving tests.
-    proc = subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "serve", name, "--port", str(port), "--allow-ungated"], env=env,
-                            stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
     while True:
         if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}; see {log}")
+            raise SystemExit(f"{cmd[2] if len(cmd) > 2 else cmd[0]} exited with {proc.returncode}; see {log}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
                 return proc, time.perf_counter() - started
@@ -62,160 +62,159 @@ def start_server(name: str, port: int, log: Path) -> tuple[subprocess.Popen, flo
         time.sleep(0.05)
 
 
-def load_phase(url: str, batches_file: Path, requests: int, concurrency: int, out: Path) -> list[dict]:
-    subprocess.run([sys.executable, "-m", "modelcd_assets.serving.loadgen", "--url", url, "--batches", str(batches_file),
-                    "--requests", str(requests), "--concurrency", str(concurrency), "--out", str(out)], check=True, stderr=subprocess.DEVNULL)
-    return json.loads(out.read_text())["results"]
+def start_modelcd(name: str, port: int, log: Path) -> tuple[subprocess.Popen, float]:
+    # --allow-ungated: the demo's only other adapter of this base is the one its gates blocked; what is timed is the
+    # swap itself (verify, open, probe, switch); the gate check on admin loads is covered by the serving tests.
+    return start([sys.executable, "-m", "modelcd_assets.cli", "serve", name, "--port", str(port), "--allow-ungated"], port, log,
+                 dict(os.environ, MODELCD_ADMIN_TOKEN=TOKEN))
 
 
-def p99(latencies: list[float]) -> float:
-    return float(np.percentile(np.asarray(latencies) * 1000, 99))
-
-
-def pick_versions(reg: Registry, state: Path, name: str) -> tuple[str, str]:
-    """Production, and the newest other adapter of the same base that has a gated build to swap to."""
+def pick_versions(reg: Registry, state: Path, name: str) -> tuple[CandidateRecord, str]:
+    """Production's record, and the newest other version with a gated build to swap to."""
     prod = reg.production(name)
     if prod is None:
         raise SystemExit(f"no production version of {name}; run 'make demo' first")
     record = CandidateRecord.load(state / "candidates" / name / prod.version)
     for ref in reversed(reg.versions(name)):
         path = state / "candidates" / name / ref.version
-        if not (path / "candidate.json").is_file():
-            continue
-        other = CandidateRecord.load(path)
-        if other.content_hash != record.content_hash and other.base_hash == record.base_hash and other.build.onnx.is_file():
-            return prod.version, ref.version
-    raise SystemExit(f"no second gated adapter of {name} on the same base; run 'make demo' (it gates two)")
+        if ref != prod and (path / "quantization.json").is_file():
+            other = CandidateRecord.load(path)
+            if other.content_hash != record.content_hash and "artifact_sha256" in other.quantization():
+                return record, ref.version
+    raise SystemExit(f"no second gated version of {name}; run 'make demo' (it gates two)")
 
 
-def unmerged_vs_merged(state: Path, name: str, version: str, texts: list[str], pairs: int, calls: int) -> dict:
-    """Interleaved trials, one thread as each server request gets: batch 1 and batch 8."""
-    import torch
+def served_vs_baseline(record: CandidateRecord, name: str, texts: list[str], tmp: Path, rounds: int, seconds: float) -> dict:
+    port_m, port_b = free_port(), free_port()
+    modelcd, _ = start_modelcd(name, port_m, tmp / "modelcd.log")
+    baseline, _ = start([sys.executable, str(Path(__file__).parent / "baseline_server.py"), "--base", str(record.base_dir),
+                         "--adapter", str(record.artifact_dir), "--port", str(port_b)], port_b, tmp / "baseline.log")
+    urls = {"modelcd": f"http://127.0.0.1:{port_m}", "baseline": f"http://127.0.0.1:{port_b}"}
+    try:
+        # Both serve the same model: top-1 agreement on the first 64 texts (INT8 against FP32).
+        labels = {k: [p["label"] for p in httpx.post(f"{u}/v1/classify", json={"texts": texts[:64]}, timeout=60).json()["predictions"]]
+                  for k, u in urls.items()}
+        agreement = float(np.mean([a == b for a, b in zip(labels["modelcd"], labels["baseline"])]))
+        runs = interleaved(urls, texts, (1, 8, 32), rounds=rounds, duration_s=seconds)
+    finally:
+        stop_process(modelcd)
+        stop_process(baseline)
+    table = {k: {str(c): runs[k][c]["median"] for c in runs[k]} for k in runs}
+    return {
+        "top1_agreement_modelcd_vs_baseline": agreement,
+        "throughput_ratio_vs_baseline": {c: table["modelcd"][c]["requests_per_s"] / table["baseline"][c]["requests_per_s"] for c in table["modelcd"]},
+        "p99_ratio_vs_baseline": {c: table["modelcd"][c]["p99_ms"] / table["baseline"][c]["p99_ms"] for c in table["modelcd"]},
+        "medians": table,
+        "rounds": {k: {str(c): runs[k][c]["rounds"] for c in runs[k]} for k in runs},
+    }
 
-    from modelcd_assets.serving.engine import Engine
-    from modelcd_assets.serving.lora import read_adapter
 
-    torch.set_num_threads(1)
-    record = CandidateRecord.load(state / "candidates" / name / version)
-    unmerged = Engine(Path(record.base_dir), "base")
-    adapter = read_adapter(Path(record.artifact_dir), version, record.content_hash)
-    unmerged.install(adapter)
-    merged = Engine(record.build.merged, "merged")
-    out = {}
-    for batch in (1, 8):
-        inputs = [texts[i : i + batch] for i in range(0, calls * batch, batch)]
-        ratios = []
-        for pair in range(pairs + 1):
-            times = {}
-            for label, run in (("unmerged", lambda b: unmerged.logits(b, adapter)), ("merged", lambda b: merged.logits(b, None)))[:: 1 if pair % 2 else -1]:
-                start = time.perf_counter()
-                for b in inputs:
-                    run(b)
-                times[label] = time.perf_counter() - start
-            if pair:  # the first pair warms both up
-                ratios.append(times["merged"] / times["unmerged"])
-        out[batch] = statistics.median(ratios)
-    return out
+def swaps(name: str, prod: str, other: str, texts: list[str], tmp: Path, rounds: int, seconds: float, restarts: int) -> dict:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    admin = {"Authorization": f"Bearer {TOKEN}"}
+    proc, _ = start_modelcd(name, port, tmp / "modelcd-swaps.log")
+    steady, swapping, swap_seconds = [], [], []
+    try:
+        for _ in range(rounds):
+            steady.append(measure(url, texts, 8, seconds))
+            done = threading.Event()
+
+            def swapper() -> None:
+                with httpx.Client(base_url=url, headers=admin, timeout=120) as http:
+                    while not done.is_set():
+                        target = other if len(swap_seconds) % 2 == 0 else prod
+                        resp = http.post("/v1/admin/adapters", json={"version": target})
+                        resp.raise_for_status()
+                        swap_seconds.append(resp.json()["loaded"]["seconds"])
+                        done.wait(1.0)
+
+            t = threading.Thread(target=swapper)
+            t.start()
+            swapping.append(measure(url, texts, 8, seconds))
+            done.set()
+            t.join()
+    finally:
+        stop_process(proc)
+    restart_s = []
+    for _ in range(restarts):
+        proc, spawn_to_ready = start_modelcd(name, port, tmp / "modelcd-restarts.log")
+        stop_process(proc)
+        restart_s.append(spawn_to_ready)
+    p99 = lambda runs: statistics.median(r["p99_ms"] for r in runs)  # noqa: E731
+    return {
+        "concurrency": 8, "swaps": len(swap_seconds), "requests": sum(r["requests"] for r in steady + swapping),
+        "failed_requests": sum(r["errors"] for r in steady + swapping),
+        "steady_p99_ms": p99(steady), "swapping_p99_ms": p99(swapping), "swap_p99_ratio": p99(swapping) / p99(steady),
+        "swap_seconds_median": statistics.median(swap_seconds), "restart_to_ready_seconds_median": statistics.median(restart_s),
+        "swap_vs_restart": statistics.median(swap_seconds) / statistics.median(restart_s),
+        "phases": {"steady": steady, "swapping": swapping}, "swap_seconds": swap_seconds, "restart_seconds": restart_s,
+    }
+
+
+MEMORY_SCRIPT = """
+import json, sys
+from pathlib import Path
+from modelcd_assets.serving.engine import Engine
+def rss_mb():
+    return next(int(l.split()[1]) for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS")) / 1024
+artifact, merged, counts = Path(sys.argv[1]), Path(sys.argv[2]), [int(c) for c in sys.argv[3].split(",")]
+engines, out = [], {"0": rss_mb()}
+for n in range(1, max(counts) + 1):
+    engines.append(Engine(artifact, merged))
+    engines[-1].logits(["warm the session up"])
+    if n in counts:
+        out[str(n)] = rss_mb()
+print(json.dumps(out))
+"""
+
+
+def memory(record: CandidateRecord, counts=(1, 10, 50)) -> dict:
+    """Resident memory of a process holding N loaded versions (N sessions over the gated artifact, as the pool holds them)."""
+    done = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(record.chosen_int8()), str(record.build.merged), ",".join(map(str, counts))],
+                          capture_output=True, text=True, check=True)
+    rss = json.loads(done.stdout.strip().splitlines()[-1])
+    first = counts[0]
+    return {"rss_mb": rss, "mb_per_version": {str(n): (rss[str(n)] - rss["0"]) / n for n in counts},
+            "marginal_mb_per_version": (rss[str(counts[-1])] - rss[str(first)]) / (counts[-1] - first)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", default="ticket-intent")
-    ap.add_argument("--rounds", type=int, default=3, help="steady and swapping phases each, alternating")
-    ap.add_argument("--requests", type=int, default=600, help="requests per phase")
-    ap.add_argument("--concurrency", type=int, default=1)
-    ap.add_argument("--restarts", type=int, default=3, help="process restarts timed for the full-reload baseline")
-    ap.add_argument("--swap-pauses", default="1,0", help="swapping phases: seconds between swaps, comma-separated (0: back to back, the worst case)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per concurrency (servers alternate within each) and swap/steady phase pairs")
+    ap.add_argument("--seconds", type=float, default=8.0, help="measured seconds per phase, after a 1 s warmup")
+    ap.add_argument("--restarts", type=int, default=3, help="process restarts timed for restart-to-ready")
     args = ap.parse_args()
-    apply_local_defaults()
-    state = Path(os.environ["MODELCD_HOME"])
+    env = apply_local_defaults()
+    state = Path(env["MODELCD_HOME"])
     reg = Registry.from_env()
-    prod, other = pick_versions(reg, state, args.name)
-    texts = [ex.text for ex in read_split(Path(os.environ["MODELCD_DATA"]) / "traffic_current.jsonl")]
-    tmp = Path(tempfile.mkdtemp(prefix="bench-serving-"))
-    (tmp / "batches.json").write_text(json.dumps([[t] for t in texts[:200]]))
-    print(f"serving {args.name}: production {prod}, swapping with {other}; {args.rounds} rounds of {args.requests} requests per phase, "
-          f"concurrency {args.concurrency}, batch 1; logs in {tmp}", flush=True)
+    record, other = pick_versions(reg, state, args.name)
+    texts = [ex.text for ex in read_split(Path(env["MODELCD_DATA"]) / "evaluation.jsonl")]
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-serving-{os.getpid()}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    print(f"{args.name}: production {record.version} ({record.quantization()['chosen']} INT8), swapping with {other}; logs in {tmp}", flush=True)
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    admin = {"Authorization": f"Bearer {TOKEN}"}
-    modes = [float(x) for x in args.swap_pauses.split(",")]
-    proc, _ = start_server(args.name, port, tmp / "server.log")
-    steady: list[float] = []
-    swapping: dict[float, list[float]] = {m: [] for m in modes}
-    swap_seconds: list[float] = []
-    swaps = {m: 0 for m in modes}
-    failures = 0
-    try:
-        startup = httpx.get(f"{url}/v1/admin/adapters", headers=admin).json()["loaded"][0]["last_load"]
-        for r in range(args.rounds):
-            res = load_phase(url, tmp / "batches.json", args.requests, args.concurrency, tmp / f"steady{r}.json")
-            failures += sum(x["status"] != 200 for x in res)
-            steady += [x["latency_s"] for x in res]
-            for pause in modes:
-                done = threading.Event()
+    served = served_vs_baseline(record, args.name, texts, tmp, args.rounds, args.seconds)
+    for c in ("1", "8", "32"):
+        m, b = served["medians"]["modelcd"][c], served["medians"]["baseline"][c]
+        print(f"concurrency {c:>2}: modelcd {m['requests_per_s']:7.1f} req/s p50 {m['p50_ms']:6.1f} p99 {m['p99_ms']:6.1f} ms | baseline "
+              f"{b['requests_per_s']:7.1f} req/s p50 {b['p50_ms']:6.1f} p99 {b['p99_ms']:6.1f} ms | throughput x{served['throughput_ratio_vs_baseline'][c]:.2f}, "
+              f"p99 x{served['p99_ratio_vs_baseline'][c]:.2f}", flush=True)
+    swap = swaps(args.name, record.version, other, texts, tmp, args.rounds, args.seconds, args.restarts)
+    print(f"swaps: {swap['swaps']} under load, {swap['failed_requests']} of {swap['requests']} requests failed; p99 swapping once a second "
+          f"{swap['swapping_p99_ms']:.1f} ms vs steady {swap['steady_p99_ms']:.1f} ms (x{swap['swap_p99_ratio']:.2f}); swap {swap['swap_seconds_median'] * 1000:.0f} ms "
+          f"vs restart-to-ready {swap['restart_to_ready_seconds_median']:.2f} s (x{swap['swap_vs_restart']:.3f})")
+    mem = memory(record)
+    print(f"memory: {', '.join(f'{n} loaded {mb:.0f} MB' for n, mb in mem['rss_mb'].items())}; {mem['marginal_mb_per_version']:.1f} MB per further version")
+    result = {"machine": machine(), "model": f"{args.name} v{record.version}", "variant": record.quantization()["chosen"],
+              "artifact_sha256": record.quantization()["artifact_sha256"], "targets": TARGETS, "rounds": args.rounds,
+              "seconds_per_phase": args.seconds, **served, "swaps": swap, "memory": mem}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+    return 0 if swap["failed_requests"] == 0 else 1
 
-                def swapper(pause: float = pause) -> None:
-                    with httpx.Client(base_url=url, headers=admin, timeout=120) as http:
-                        while not done.is_set():
-                            target = other if len(swap_seconds) % 2 == 0 else prod
-                            resp = http.post("/v1/admin/adapters", json={"version": target})
-                            resp.raise_for_status()
-                            swap_seconds.append(resp.json()["loaded"]["seconds"])
-                            swaps[pause] += 1
-                            done.wait(pause)
-
-                t = threading.Thread(target=swapper)
-                t.start()
-                res = load_phase(url, tmp / "batches.json", args.requests, args.concurrency, tmp / f"swapping{r}-{pause}.json")
-                done.set()
-                t.join()
-                failures += sum(x["status"] != 200 for x in res)
-                swapping[pause] += [x["latency_s"] for x in res]
-            print(f"round {r + 1}: steady p99 {p99(steady[-args.requests:]):.1f} ms; "
-                  + "; ".join(f"{label(m)} p99 {p99(swapping[m][-args.requests:]):.1f} ms" for m in modes), flush=True)
-    finally:
-        stop_process(proc)
-    restarts = []
-    for _ in range(args.restarts):
-        proc, seconds = start_server(args.name, port, tmp / "server.log")
-        stop_process(proc)
-        restarts.append(seconds)
-    warm_reload = in_process_reload(state, reg, args.name, prod)
-    throughput = unmerged_vs_merged(state, args.name, prod, texts, pairs=8, calls=40)
-
-    swap = statistics.median(swap_seconds[1:] or swap_seconds)  # the first swap to `other` also computes its ONNX reference once
-    restart = statistics.median(restarts)
-    print()
-    print(f"requests: {args.rounds * (1 + len(modes)) * args.requests}, failed: {failures}; swaps: {sum(swaps.values())}")
-    for m in modes:
-        print(f"p99 latency {label(m)} ({swaps[m]} swaps): {p99(swapping[m]):.1f} ms vs steady {p99(steady):.1f} ms "
-              f"-> ratio {p99(swapping[m]) / p99(steady):.2f} (target <= 1.2)")
-    print(f"swap time (load, verify, probe, A/B, switch): median {swap * 1000:.0f} ms over {len(swap_seconds)} swaps (first {swap_seconds[0] * 1000:.0f} ms)")
-    print(f"  / full reload at server start (base from disk, verify, adapter, probe, A/B): {startup['seconds'] * 1000:.0f} ms -> ratio {swap / startup['seconds']:.3f} (target <= 0.1)")
-    print(f"  / full reload in a warm process (page cache and imports warm): {warm_reload * 1000:.0f} ms -> ratio {swap / warm_reload:.3f}")
-    print(f"  / restart (spawn to ready, median of {len(restarts)}): {restart:.2f} s -> ratio {swap / restart:.3f}")
-    print(f"unmerged / merged throughput: batch 1 {throughput[1]:.3f}, batch 8 {throughput[8]:.3f} (target >= 0.85)")
-    return 0 if failures == 0 else 1
-
-
-def label(pause: float) -> str:
-    return "swapping back to back" if pause == 0 else f"swapping every {pause:g} s"
-
-
-def in_process_reload(state: Path, reg: Registry, name: str, version: str) -> float:
-    """Seconds for a fresh pool to load a version (base model included), the second time in this process."""
-    from modelcd_assets.lib.policy import load_policy
-    from modelcd_assets.serving.pool import ServingPool
-
-    policy_file = Path(os.environ["MODELCD_POLICY_DIR"]) / f"{name}.yaml"
-    policy = load_policy(policy_file if policy_file.is_file() else None)
-    seconds = []
-    for _ in range(2):
-        pool = ServingPool(name, reg, state, Path(os.environ["MODELCD_DATA"]), policy.serving, policy.safety.limits())
-        seconds.append(pool.load(version).seconds)
-    return seconds[-1]
 
 if __name__ == "__main__":
     sys.exit(main())

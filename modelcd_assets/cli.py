@@ -113,6 +113,46 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_verdict(args) -> int:
+    """Whether one version may be promoted (or served), and why not: the reader promotion uses, for processes without Dagster.
+
+    With --stdin it answers one JSON line per version read from standard input, until end of input (the serving
+    process keeps one such helper, so each admin call does not pay for importing Dagster).
+    """
+    import json
+
+    import dagster as dg
+
+    from modelcd_assets.gate_results import code_location_graph, read_gates
+    from modelcd_assets.lib.registry import CandidateRef
+
+    if args.stdin == (args.version is not None):
+        raise ModelcdError("give either a VERSION or --stdin")
+    instance, graph = dg.DagsterInstance.get(), code_location_graph()
+
+    def verdict(version: str) -> dict:
+        ref = CandidateRef(args.name, version)
+        decision = read_gates(instance, ref.key, graph)
+        return {"model": ref.name, "version": ref.version, "promotable": decision.promotable, "problems": decision.problems}
+
+    if args.stdin:
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            version = line.strip()
+            try:
+                answer = verdict(str(int(version)))
+            except Exception as e:  # one bad question must not end the helper; the caller treats an error as "blocked"
+                answer = {"model": args.name, "version": version, "error": f"{type(e).__name__}: {e}"}
+            print(json.dumps(answer), flush=True)
+        return 0
+    answer = verdict(str(args.version))
+    if args.json:
+        print(json.dumps(answer))
+    else:
+        print(f"models:/{args.name}/{args.version}: " + ("promotable" if answer["promotable"] else "not promotable: " + "; ".join(answer["problems"])))
+    return 0 if answer["promotable"] else EXIT_BLOCKED
+
+
 def cmd_demo(args) -> int:
     from modelcd_assets.demo import main as demo_main
 
@@ -200,6 +240,12 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="production version, candidates and their last gate results")
     s.add_argument("name", nargs="?")
     s.set_defaults(func=cmd_status)
+    v = sub.add_parser("verdict", help="whether one version's gate results let it be promoted or served; exit 0 yes, 3 no")
+    v.add_argument("name")
+    v.add_argument("version", type=int, nargs="?")
+    v.add_argument("--json", action="store_true", help="print {model, version, promotable, problems} as JSON")
+    v.add_argument("--stdin", action="store_true", help="answer one JSON line per version read from standard input (the server's helper)")
+    v.set_defaults(func=cmd_verdict)
     d = sub.add_parser("demo", help="train two adapters on MiniLM and gate both")
     d.set_defaults(func=cmd_demo)
     u = sub.add_parser("ui", help="the Dagster UI on this instance")

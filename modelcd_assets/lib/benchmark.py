@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 
 from modelcd_assets.lib.runtime import feeds_for
+from modelcd_assets.lib.tokens import buckets
 from modelcd_assets.lib.stats import median_ci
 
 
@@ -27,48 +28,47 @@ class PairedRun:
         return np.asarray(self.candidate_throughput) / np.asarray(self.production_throughput)
 
 
-def _trial(sess: ort.InferenceSession, feed: dict[str, np.ndarray], calls: int) -> tuple[float, list[float]]:
+def _trial(sess: ort.InferenceSession, batches: list[dict[str, np.ndarray]], passes: int) -> tuple[float, list[float]]:
+    """passes over every batch; returns items/s and the latency of each call (ms)."""
     lat = []
     start = time.perf_counter()
-    for _ in range(calls):
-        t = time.perf_counter()
-        sess.run(["logits"], feed)
-        lat.append(1000 * (time.perf_counter() - t))
+    for _ in range(passes):
+        for feed in batches:
+            t = time.perf_counter()
+            sess.run(["logits"], feed)
+            lat.append(1000 * (time.perf_counter() - t))
     elapsed = time.perf_counter() - start
-    batch = len(next(iter(feed.values())))
-    return calls * batch / elapsed, lat
-
-
-def batch_feed(feeds: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
-    """The first batch_size rows, tiled when there are fewer."""
-    n = len(feeds["input_ids"])
-    idx = np.arange(batch_size) % n
-    return {k: v[idx] for k, v in feeds.items()}
+    return passes * sum(len(b["input_ids"]) for b in batches) / elapsed, lat
 
 
 def paired_throughput(candidate: ort.InferenceSession, production: ort.InferenceSession, feeds: dict[str, np.ndarray],
-                      batch_size: int, pairs: int, calls_per_trial: int, warmup: int = 2, min_trial_s: float = 0.05) -> PairedRun:
+                      batch_size: int, pairs: int, passes_per_trial: int = 1, warmup: int = 1, min_trial_s: float = 0.05,
+                      limits: tuple[int, int] | None = None) -> PairedRun:
     """Alternate candidate and production trials (A B, then B A) so drift in machine load hits both.
 
-    Each trial makes at least calls_per_trial calls, and more when calls are so fast that a trial
-    would take under min_trial_s: timer and scheduler noise would then swamp the difference.
+    The texts of feeds are run at their real lengths, in the length buckets of batch_size every model
+    call uses (tokens.buckets). A trial makes passes_per_trial passes over all of them, and more when a
+    pass is so fast that a trial would take under min_trial_s: timer and scheduler noise would then
+    swamp the difference. limits caps each side's batch as runtime.batch_limit does for the model it runs,
+    so each is timed as it is served.
     """
-    feed_c = feeds_for(candidate, batch_feed(feeds, batch_size))
-    feed_p = feeds_for(production, batch_feed(feeds, batch_size))
+    lim_c, lim_p = limits or (batch_size, batch_size)
+    feed_c = [feeds_for(candidate, b) for _, b in buckets(feeds, min(batch_size, lim_c))]
+    feed_p = [feeds_for(production, b) for _, b in buckets(feeds, min(batch_size, lim_p))]
     slowest = 0.0
     for _ in range(max(1, warmup)):
         for sess, feed in ((candidate, feed_c), (production, feed_p)):
             t = time.perf_counter()
-            sess.run(["logits"], feed)
+            _trial(sess, feed, 1)
             slowest = max(slowest, time.perf_counter() - t)
-    calls_per_trial = max(calls_per_trial, int(np.ceil(min_trial_s / max(slowest, 1e-6))))
+    passes_per_trial = max(passes_per_trial, int(np.ceil(min_trial_s / max(slowest, 1e-6))))
     tc, tp, lc, lp = [], [], [], []
     for i in range(pairs):
         order = [(candidate, feed_c, tc, lc), (production, feed_p, tp, lp)]
         if i % 2:
             order.reverse()
         for sess, feed, thr, lat in order:
-            t, l = _trial(sess, feed, calls_per_trial)
+            t, l = _trial(sess, feed, passes_per_trial)
             thr.append(t)
             lat.extend(l)
     return PairedRun(batch_size, tc, tp, lc, lp)

@@ -9,7 +9,7 @@ from pathlib import Path
 from modelcd_assets.lib.hashing import text_hash
 
 # Bump when the way builds are made changes, so stale cached builds are not reused.
-BUILD_RECIPE = "modelcd-build-3"
+BUILD_RECIPE = "modelcd-build-4"
 
 
 @dataclass(frozen=True)

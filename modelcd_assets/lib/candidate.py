@@ -55,10 +55,14 @@ class CandidateRecord:
         """This candidate's INT8 variant choice; per candidate, since models sharing a build may have different policies."""
         return Path(self.candidate_dir) / CHOSEN_FILE
 
-    def chosen_variant(self) -> str:
+    def quantization(self) -> dict:
+        """What quantized_model decided for this candidate: the variant, why, the artifact's sha256 and its recorded probe outputs."""
         if not self.chosen_file.is_file():
             raise FileNotFoundError(f"{self.ref.uri} has no quantized model yet; materialize quantized_model for {self.ref.key} first")
-        return read_json(self.chosen_file)["chosen"]
+        return read_json(self.chosen_file)
+
+    def chosen_variant(self) -> str:
+        return self.quantization()["chosen"]
 
     def chosen_int8(self) -> Path:
         """The INT8 model quantized_model selected for this candidate."""

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
-from modelcd_assets.lib.runtime import logits, session
+from modelcd_assets.lib.runtime import batch_limit, logits, session
+from modelcd_assets.lib.tokens import BATCH
 
 
 def predict(model_path: Path, feeds: dict[str, np.ndarray], threads: int | None = None) -> np.ndarray:
     """Class ids predicted by an ONNX model."""
-    out = logits(session(model_path, threads=threads), feeds)
+    out = logits(session(model_path, threads=threads), feeds, batch_limit(model_path, BATCH))
     if not np.all(np.isfinite(out)):
         raise ValueError(f"{model_path} produced NaN or Inf logits; the model is numerically broken")
     return out.argmax(axis=1)

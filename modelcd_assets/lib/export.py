@@ -10,8 +10,8 @@ import torch
 
 from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.model_io import load_classifier, load_tokenizer
+from modelcd_assets.lib.tokens import INPUT_NAMES
 
-INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
 
 

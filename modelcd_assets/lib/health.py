@@ -10,7 +10,7 @@ import torch
 
 from modelcd_assets.lib.artifact import ADAPTER
 from modelcd_assets.lib.model_io import load_tokenizer, quiet_transformers
-from modelcd_assets.lib.tokens import MAX_LENGTH, tokenize
+from modelcd_assets.lib.tokens import TextEncoder
 
 PROBE_TEXTS = (
     "i was charged twice for my invoice.",
@@ -75,8 +75,8 @@ def adapter_fit(adapter_dir: Path, base_model: torch.nn.Module, base_missing: li
     }
 
 
-def _probe_feeds(tokenizer) -> dict:
-    return tokenize(tokenizer, list(PROBE_TEXTS), MAX_LENGTH, "pt")
+def _probe_feeds(model_dir: Path) -> dict:
+    return {k: torch.from_numpy(v) for k, v in TextEncoder(model_dir).encode(list(PROBE_TEXTS)).items()}
 
 
 def weight_scale(candidate_merged: Path, production_merged: Path) -> dict[str, float]:
@@ -111,7 +111,7 @@ def measure(build_merged: Path, kind: str, artifact_dir: Path, base_dir: Path | 
     if reference_tokenizer_dir is not None:
         ref = load_tokenizer(reference_tokenizer_dir)
         report["tokenizer"]["probe_id_mismatches"] = [t for t in PROBE_TEXTS if ref(t)["input_ids"] != tok(t)["input_ids"]]
-    feeds = _probe_feeds(tok)
+    feeds = _probe_feeds(build_merged)
     try:
         with torch.no_grad():
             a = merged(**feeds).logits

@@ -6,8 +6,6 @@ import json
 import shutil
 from pathlib import Path
 
-import torch
-
 from modelcd_assets.lib.errors import BadCandidate
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
@@ -55,6 +53,8 @@ def copy_tokenizer(src: Path, dst: Path) -> None:
 def merge_adapter(base_dir: Path, adapter_dir: Path, out_dir: Path) -> None:
     """Fold a LoRA adapter into its base classifier and save the result as safetensors."""
     from peft import PeftModel
+
+    import torch
 
     torch.manual_seed(0)  # the head is replaced by the adapter's saved copy; seed what it overwrites
     base = load_classifier(base_dir)

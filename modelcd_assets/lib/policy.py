@@ -76,12 +76,15 @@ class SafetyPolicy(_Strict):
 
 
 class ServingPolicy(_Strict):
-    # 16 texts x every logit within 1e-4 catches a wrong adapter, scale, head or base (each moves every
-    # logit by far more); more texts mostly lengthen the swap (~9 ms a text on MiniLM, one core).
-    probe_examples: int = Field(16, ge=4, le=2000, description="Evaluation texts every swap is probed on, served model vs the merged ONNX used for gating.")
-    max_abs_logit_diff: float = Field(1e-4, gt=0, description="Largest |logit difference| allowed between the served model and the gated ONNX on the probe set (FP32).")
-    min_top1_agreement: float = Field(0.997, ge=0, le=1, description="Top-1 agreement served vs gated ONNX on the probe set; below it the swap is refused.")
+    # The probe replays texts whose INT8 logits quantized_model recorded with the very artifact it judged: same bytes,
+    # same runtime, same batches, so the served logits match to float rounding; a wrong artifact, head or tokenizer moves them by far more.
+    probe_examples: int = Field(16, ge=4, le=2000, description="Evaluation texts every swap is probed on: served logits vs the gated INT8 logits recorded at gating.")
+    max_abs_logit_diff: float = Field(1e-4, gt=0, description="Largest |logit difference| allowed between the served model and the gated INT8 outputs on the probe set.")
+    min_top1_agreement: float = Field(0.997, ge=0, le=1, description="Top-1 agreement served vs gated INT8 on the probe set; below it the swap is refused.")
     poll_seconds: float = Field(5.0, gt=0, le=3600, description="How often the server checks where the production alias points.")
+    max_batch: int = Field(32, ge=1, le=256, description="Texts coalesced into one model call from concurrent requests for the same version.")
+    max_wait_ms: float = Field(2.0, ge=0, le=1000, description="How long the first request of a batch waits for others to join it, milliseconds.")
+    max_loaded_versions: int = Field(8, ge=1, le=1000, description="Versions kept loaded; beyond it the least recently used one that is not the default is unloaded.")
 
 
 class SloPolicy(_Strict):
@@ -109,6 +112,12 @@ class Policy(_Strict):
     serving: ServingPolicy = ServingPolicy()
     slo: SloPolicy = SloPolicy()
     golden: list[GoldenCase] = Field(default_factory=list, description="Inference tests: inputs with the label the candidate must predict.")
+
+
+def policy_file(policy_dir: Path, model_name: str) -> Path | None:
+    """<policy_dir>/<model name>.yaml when it exists; None means the defaults."""
+    path = Path(policy_dir) / f"{model_name}.yaml"
+    return path if path.is_file() else None
 
 
 def load_policy(path: Path | None) -> Policy:

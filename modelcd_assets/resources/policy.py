@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from modelcd_assets.lib.policy import Policy, load_policy
+from modelcd_assets.lib.policy import Policy, load_policy, policy_file
 
 
 class PolicyResource(dg.ConfigurableResource):
@@ -16,8 +16,7 @@ class PolicyResource(dg.ConfigurableResource):
     policy_dir: str = Field(description="Folder of per-model policy files named <registered model>.yaml")
 
     def path_for(self, model_name: str) -> Path | None:
-        path = Path(self.policy_dir) / f"{model_name}.yaml"
-        return path if path.is_file() else None
+        return policy_file(Path(self.policy_dir), model_name)
 
     def for_model(self, model_name: str) -> Policy:
         return load_policy(self.path_for(model_name))

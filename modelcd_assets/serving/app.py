@@ -9,6 +9,7 @@ import os
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -21,7 +22,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.serving import HASH_HEADER, VERSION_HEADER
+from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
+from modelcd_assets.serving.batcher import MicroBatcher
 from modelcd_assets.serving.engine import Served
 from modelcd_assets.serving.follower import AliasFollower
 from modelcd_assets.serving.metrics import ServerMetrics
@@ -78,7 +80,7 @@ class Swapper:
         if activate:
             self.switch(version)
         self.metrics.swaps.labels(self.pool.model, "switched" if activate else "loaded").inc()
-        self.metrics.swap_seconds.labels(self.pool.model, "full_reload" if report.engine_loaded else "adapter").observe(report.seconds)
+        self.metrics.swap_seconds.labels(self.pool.model, report.variant).observe(report.seconds)
         return report
 
     def switch(self, version: str) -> Served:
@@ -109,6 +111,14 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
     swapper = Swapper(pool, metrics, ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader", initializer=_background_priority))
     follower = AliasFollower(pool.registry, pool.model, swapper)
     faults: dict[str, FaultRequest] = {}
+    # One batcher per loaded version, gone with it: a batch never mixes versions.
+    batchers: weakref.WeakKeyDictionary[Served, MicroBatcher] = weakref.WeakKeyDictionary()
+
+    def batcher(served: Served) -> MicroBatcher:
+        b = batchers.get(served)
+        if b is None:
+            b = batchers[served] = MicroBatcher(served.logits, inference, pool.policy.max_batch, pool.policy.max_wait_ms, parallel=workers)
+        return b
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -117,6 +127,8 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
             yield
         finally:
             task.cancel()
+            if hasattr(gate_problems, "close"):  # the gate-verdict helper process
+                gate_problems.close()
             inference.shutdown(wait=False, cancel_futures=True)
             swapper.executor.shutdown(wait=False, cancel_futures=True)
 
@@ -143,7 +155,8 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
         served = pool.active
         if served is None:
             return JSONResponse({"status": "not ready", "reason": follower.waiting_reason()}, status_code=503)
-        return {"status": "ready", "model": served.model, "version": served.version, "adapter_sha256": served.content_hash}
+        return {"status": "ready", "model": served.model, "version": served.version, "adapter_sha256": served.content_hash,
+                "artifact_sha256": served.artifact_sha256, "variant": served.variant}
 
     @app.get("/metrics")
     async def metrics_endpoint():
@@ -161,7 +174,7 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
                 await asyncio.sleep(fault.latency_ms / 1000)
             if fault is not None and random.random() < fault.error_ratio:
                 return finish(served, labels, start, 500, {"error": "injected fault (chaos testing through /v1/admin/faults)"})
-            out = await asyncio.get_running_loop().run_in_executor(inference, served.logits, body.texts)
+            out = await batcher(served).submit(body.texts)
             if fault is not None and random.random() < fault.nan_ratio:
                 out = np.full_like(out, np.nan)
             bad = int((~np.isfinite(out)).any(axis=1).sum())
@@ -170,7 +183,8 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
                 status, payload = 500, {"error": f"the model produced non-finite outputs for {bad} of {len(body.texts)} texts"}
             else:
                 names = served.engine.labels
-                payload = {"model": served.model, "version": served.version, "adapter_sha256": served.content_hash, "labels": names,
+                payload = {"model": served.model, "version": served.version, "adapter_sha256": served.content_hash,
+                           "artifact_sha256": served.artifact_sha256, "labels": names,
                            "predictions": [{"label": names[int(row.argmax())], "logits": [float(x) for x in row]} for row in out]}
                 metrics.texts.labels(*labels).inc(len(body.texts))
         except Exception as e:  # a failed request is counted and answered, never dropped
@@ -183,7 +197,8 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
         if status >= 500:
             metrics.errors.labels(*labels).inc()
         metrics.latency.labels(*labels).observe(time.perf_counter() - start)
-        return JSONResponse(payload, status_code=status, headers={HASH_HEADER: served.content_hash, VERSION_HEADER: served.version})
+        return JSONResponse(payload, status_code=status, headers={HASH_HEADER: served.content_hash, VERSION_HEADER: served.version,
+                                                                  ARTIFACT_HEADER: served.artifact_sha256})
 
     async def ungated(version: str) -> JSONResponse | None:
         """The 409 refusal for a version that has not passed its gates; None when it has, or the check is off."""
@@ -201,7 +216,7 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
     async def list_loaded():
         active = pool.active
         return {"model": pool.model, "default": active.version if active else None,
-                "loaded": [{"version": s.version, "adapter_sha256": s.content_hash, "kind": "adapter" if s.adapter else "full",
+                "loaded": [{"version": s.version, "adapter_sha256": s.content_hash, "artifact_sha256": s.artifact_sha256, "variant": s.variant,
                             "last_load": pool.reports[s.version].as_dict() if s.version in pool.reports else None} for s in pool.loaded()]}
 
     @app.post("/v1/admin/adapters", dependencies=[Depends(require_admin)])

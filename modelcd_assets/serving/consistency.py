@@ -1,16 +1,12 @@
-"""The A/B check on every swap: the served model against the merged ONNX model its gates judged."""
+"""The A/B check on every swap: the served model's logits on the probe texts against the gated INT8 logits recorded at gating."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.export import INPUT_NAMES
-from modelcd_assets.lib.runtime import logits, session
-from modelcd_assets.lib.tokens import tokenize
 
 
 class SwapRefused(ModelcdError):
@@ -27,23 +23,18 @@ class Consistency:
         return {"examples": self.examples, "max_abs_logit_diff": self.max_abs_logit_diff, "top1_agreement": self.top1_agreement}
 
 
-def onnx_logits(onnx_path: Path, tokenizer, texts: list[str], max_length: int) -> np.ndarray:
-    """Logits of the gated ONNX model on texts, tokenized as the server tokenizes them."""
-    enc = tokenize(tokenizer, texts, max_length, "np")
-    feeds = {k: np.asarray(enc[k], dtype=np.int64) for k in INPUT_NAMES if k in enc}
-    return logits(session(onnx_path, threads=1), feeds)
-
-
-def compare(served: np.ndarray, reference: np.ndarray, max_abs_diff: float, min_top1: float, what: str) -> Consistency:
-    """Served vs reference logits on the probe set; raises SwapRefused when they disagree beyond the policy."""
+def compare(served: np.ndarray, recorded: np.ndarray, max_abs_diff: float, min_top1: float, what: str) -> Consistency:
+    """Served vs recorded logits on the probe set; raises SwapRefused when they disagree beyond the policy."""
     if not np.all(np.isfinite(served)):
         raise SwapRefused(f"{what}: the probe produced non-finite logits; the version was not switched in")
-    diff = float(np.max(np.abs(served - reference)))
-    agree = float(np.mean(served.argmax(1) == reference.argmax(1)))
+    if served.shape != recorded.shape:
+        raise SwapRefused(f"{what}: the probe gave logits of shape {served.shape}, the gated model recorded {recorded.shape}; the version was not switched in")
+    diff = float(np.max(np.abs(served - recorded)))
+    agree = float(np.mean(served.argmax(1) == recorded.argmax(1)))
     result = Consistency(len(served), diff, agree)
     if diff > max_abs_diff or agree < min_top1:
         raise SwapRefused(
-            f"{what}: served model and the gated ONNX disagree on {len(served)} probe texts (max |Δlogit| {diff:.2e}, limit {max_abs_diff:.0e}; "
-            f"top-1 agreement {agree:.2%}, minimum {min_top1:.2%}); the version was not switched in"
+            f"{what}: the served model and the gated INT8 outputs recorded at gating disagree on {len(served)} probe texts "
+            f"(max |Δlogit| {diff:.2e}, limit {max_abs_diff:.0e}; top-1 agreement {agree:.2%}, minimum {min_top1:.2%}); the version was not switched in"
         )
     return result

@@ -1,56 +1,47 @@
-"""A base model held in memory once, and classification under a chosen adapter."""
+"""A version's gated INT8 artifact on ONNX Runtime, and classification on it: the bytes the gates judged, fed as the gates fed them."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from modelcd_assets.lib.model_io import labels_of, load_classifier, load_tokenizer
-from modelcd_assets.lib.tokens import tokenize, truncation_length
-from modelcd_assets.serving.lora import LoraAdapter, bound, install
+from modelcd_assets.lib.model_io import labels_of
+from modelcd_assets.lib.runtime import batch_limit, logits, session
+from modelcd_assets.lib.tokens import BATCH, TextEncoder
+
 
 class Engine:
-    """One loaded classifier; adapters are installed into it without copying its weights."""
+    """One InferenceSession over one artifact, with the tokenizer and labels of the model it was built from."""
 
-    def __init__(self, model_dir: Path, key: str):
-        self.model_dir, self.key = Path(model_dir), key
-        self.model = load_classifier(self.model_dir)
-        self.tokenizer = load_tokenizer(self.model_dir)
-        self.labels = labels_of(self.model_dir)
-        self.max_length = truncation_length(self.model_dir)
-        # A fast tokenizer raises "Already borrowed" when two threads call it at once.
-        self._tokenizer_lock = threading.Lock()
+    def __init__(self, artifact: Path, model_dir: Path, threads: int = 1):
+        self.artifact = Path(artifact)
+        self.session = session(self.artifact, threads=threads)
+        self.encoder = TextEncoder(model_dir)
+        self.labels = labels_of(model_dir)
+        self.batch_dependent = batch_limit(self.artifact, 2) == 1
 
-    def install(self, adapter: LoraAdapter) -> None:
-        """Make adapter servable on this engine; callers serialize installs (ServingPool loads one at a time)."""
-        install(self.model, adapter)
-
-    def logits(self, texts: list[str], adapter: LoraAdapter | None) -> np.ndarray:
-        """FP32 logits of texts, every row computed under the same adapter."""
-        with self._tokenizer_lock:
-            enc = tokenize(self.tokenizer, texts, self.max_length, "pt")
-        with torch.inference_mode(), bound(adapter):
-            return self.model(**enc).logits.float().numpy()
+    def logits(self, texts: list[str], max_batch: int = BATCH) -> np.ndarray:
+        """Logits of texts in length buckets of max_batch (one text per call for a batch-dependent model); sessions take concurrent calls."""
+        return logits(self.session, self.encoder.encode(texts), 1 if self.batch_dependent else max_batch)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Served:
-    """What one request is served by: a registry version on an engine, with its adapter if it is one."""
+    """What one request is served by: a registry version and the gated artifact of it that is loaded."""
 
     model: str
     version: str
-    content_hash: str
+    content_hash: str  # the registered version's files (the adapter, or the full model)
+    artifact_sha256: str  # the INT8 model the gates judged, verified at load
+    variant: str
     engine: Engine
-    adapter: LoraAdapter | None
 
     @property
     def adapter_label(self) -> str:
-        """The Prometheus label for this adapter: its short content hash, or 'none' for a full model."""
-        return self.adapter.content_hash[:12] if self.adapter is not None else "none"
+        """The Prometheus label for this version: its short content hash."""
+        return self.content_hash[:12]
 
-    def logits(self, texts: list[str]) -> np.ndarray:
-        return self.engine.logits(texts, self.adapter)
+    def logits(self, texts: list[str], max_batch: int = BATCH) -> np.ndarray:
+        return self.engine.logits(texts, max_batch)

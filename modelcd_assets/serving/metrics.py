@@ -21,7 +21,7 @@ class ServerMetrics:
         self.texts = Counter("modelcd_classified_texts", "Texts classified.", LABELS, registry=self.registry)
         self.swaps = Counter("modelcd_adapter_swaps", "Version loads and switches, by outcome (switched, loaded, refused).", ("model", "outcome"),
                              registry=self.registry)
-        self.swap_seconds = Histogram("modelcd_adapter_swap_duration_seconds", "Load, verify, probe and switch time of a version.", ("model", "kind"),
+        self.swap_seconds = Histogram("modelcd_adapter_swap_duration_seconds", "Load, verify, probe and switch time of a version, by INT8 variant.", ("model", "variant"),
                                       buckets=SWAP_BUCKETS, registry=self.registry)
         self.serving = Gauge("modelcd_serving_info", "1 for the version served by default.", LABELS, registry=self.registry)
 

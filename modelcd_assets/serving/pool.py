@@ -1,29 +1,32 @@
 """The versions a server has loaded, which one serves by default, and how a version gets in.
 
-A version is loaded off the request path: its files are re-verified against the registry's
-manifest and scanned, its adapter is read and installed, and it is probed against the merged
-ONNX model its gates judged. Only then is it published, by one reference assignment; a request
-takes its snapshot of that reference once, so it is served entirely by one version.
+A version is loaded off the request path: its registered files are re-verified against the registry's
+manifest and scanned, the INT8 artifact its gates judged is checked against the sha256 quantized_model
+recorded and opened in ONNX Runtime, and its outputs on the probe texts are compared with the gated
+outputs recorded at gating. Only then is it published, by one reference assignment; a request takes its
+snapshot of that reference once, so it is served entirely by one version. At most
+serving.max_loaded_versions stay loaded: the least recently used one that is not the default goes first.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelcd_assets.lib.artifact import ADAPTER
+import numpy as np
+
 from modelcd_assets.lib.candidate import CandidateRecord
-from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
+from modelcd_assets.lib.hashing import file_sha256, folder_manifest, manifest_hash
 from modelcd_assets.lib.policy import ServingPolicy
 from modelcd_assets.lib.registry import CONTENT, CandidateRef, Registry
 from modelcd_assets.lib.safety import SafetyLimits, scan_artifact
-from modelcd_assets.serving.consistency import Consistency, SwapRefused, compare, onnx_logits
+from modelcd_assets.lib.tokens import tokenizer_hash
+from modelcd_assets.serving.consistency import Consistency, SwapRefused, compare
 from modelcd_assets.serving.engine import Engine, Served
-from modelcd_assets.serving.lora import read_adapter
 
 
 class UnknownVersion(ModelcdError):
@@ -34,13 +37,15 @@ class UnknownVersion(ModelcdError):
 class LoadReport:
     version: str
     content_hash: str
+    artifact_sha256: str
+    variant: str
     seconds: float
-    engine_loaded: bool  # True when this load had to read a base model from disk (a full reload)
     consistency: Consistency
+    evicted: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
-        return {"version": self.version, "content_sha256": self.content_hash, "seconds": round(self.seconds, 4),
-                "full_reload": self.engine_loaded, "consistency": self.consistency.as_dict()}
+        return {"version": self.version, "content_sha256": self.content_hash, "artifact_sha256": self.artifact_sha256, "variant": self.variant,
+                "seconds": round(self.seconds, 4), "consistency": self.consistency.as_dict(), "evicted": list(self.evicted)}
 
 
 def _verify(folder: Path, expected: str, what: str, limits: SafetyLimits) -> None:
@@ -56,14 +61,12 @@ def _verify(folder: Path, expected: str, what: str, limits: SafetyLimits) -> Non
 class ServingPool:
     """Loaded versions of one registered model, keyed by registry version."""
 
-    def __init__(self, model: str, registry: Registry, state_root: Path, data_dir: Path, policy: ServingPolicy,
-                 limits: SafetyLimits = SafetyLimits()):
+    def __init__(self, model: str, registry: Registry, state_root: Path, policy: ServingPolicy, limits: SafetyLimits = SafetyLimits(),
+                 threads: int = 1):
         self.model, self.registry, self.state_root, self.policy, self.limits = model, registry, Path(state_root), policy, limits
-        self.probe_texts = [ex.text for ex in read_split(Path(data_dir) / "evaluation.jsonl")[: policy.probe_examples]]
-        self._engines: dict[str, Engine] = {}
-        self._loaded: dict[str, Served] = {}
+        self.threads = threads  # ORT intra-op threads per model call
+        self._loaded: OrderedDict[str, Served] = OrderedDict()  # least recently used first
         self.reports: dict[str, LoadReport] = {}  # the last load of each loaded version
-        self._references: dict[str, object] = {}
         # A registered version's content hash never changes; asking MLflow once per version keeps its
         # (pure-Python, GIL-holding) client off the loader thread on later swaps, where it slows requests.
         self._content_hash: dict[str, str] = {}
@@ -87,7 +90,23 @@ class ServingPool:
         served = self._loaded.get(str(version))
         if served is None:
             raise UnknownVersion(f"version {version} of {self.model} is not loaded here; loaded: {sorted(self._loaded, key=int) or 'none'}")
+        try:
+            self._loaded.move_to_end(served.version)
+        except KeyError:  # unloaded meanwhile; this request still has its snapshot
+            pass
         return served
+
+    def _gated(self, ref: CandidateRef) -> tuple[CandidateRecord, dict]:
+        what = ref.uri
+        rerun = f"run 'modelcd gate {ref.name} {ref.version}'"
+        try:
+            record = CandidateRecord.load(self.state_root / "candidates" / ref.name / ref.version)
+            gated = record.quantization()
+        except FileNotFoundError as e:
+            raise SwapRefused(f"{what} has no gated build in {self.state_root}; {rerun} first") from e
+        if "artifact_sha256" not in gated or "probe" not in gated:
+            raise SwapRefused(f"{what} was gated by an older modelcd that recorded neither the served artifact's hash nor its probe outputs; {rerun}")
+        return record, gated
 
     def load(self, version: str) -> LoadReport:
         """Load, verify and probe a version; it serves nothing until activate()."""
@@ -97,44 +116,44 @@ class ServingPool:
             what = ref.uri
             if ref.version not in self._content_hash:
                 self._content_hash[ref.version] = self.registry.tags(ref)[CONTENT]
-            record_dir = self.state_root / "candidates" / ref.name / ref.version
-            try:
-                record = CandidateRecord.load(record_dir)
-            except FileNotFoundError as e:
-                raise SwapRefused(f"{what} has no gated build in {self.state_root}; run 'modelcd gate {ref.name} {ref.version}' first") from e
-            if not record.build.onnx.is_file():
-                raise SwapRefused(f"{what}: the merged ONNX model its gates judged is missing ({record.build.onnx}); run 'modelcd gate {ref.name} {ref.version}'")
+            record, gated = self._gated(ref)
             _verify(Path(record.artifact_dir), self._content_hash[ref.version], what, self.limits)
-            engine_loaded = False
-            if record.kind == ADAPTER:
-                engine_key, engine_dir = record.base_hash, Path(record.base_dir)
-            else:
-                engine_key, engine_dir = record.content_hash, Path(record.artifact_dir)
-            engine = self._engines.get(engine_key)
-            if engine is None:
-                if record.kind == ADAPTER:
-                    _verify(engine_dir, record.base_hash, f"base {record.base_uri} of {what}", self.limits)
-                engine = Engine(engine_dir, engine_key)
-                engine_loaded = True
-            adapter = None
-            if record.kind == ADAPTER:
-                try:
-                    adapter = read_adapter(Path(record.artifact_dir), ref.key, record.content_hash)
-                    engine.install(adapter)
-                except ModelcdError as e:
-                    raise SwapRefused(f"{what}: {e}") from e
-            served = Served(self.model, ref.version, record.content_hash, engine, adapter)
-            reference = self._references.get(record.build.key)
-            if reference is None:
-                reference = onnx_logits(record.build.onnx, engine.tokenizer, self.probe_texts, engine.max_length)
-            consistency = compare(served.logits(self.probe_texts), reference, self.policy.max_abs_logit_diff,
-                                  self.policy.min_top1_agreement, what)
-            self._references[record.build.key] = reference
-            self._engines[engine_key] = engine
+            artifact = record.build.int8(gated["chosen"])
+            if not artifact.is_file():
+                raise SwapRefused(f"{what}: the INT8 model its gates judged is missing ({artifact}); run 'modelcd gate {ref.name} {ref.version}'")
+            if (actual := file_sha256(artifact)) != gated["artifact_sha256"]:
+                raise SwapRefused(f"{what}: {artifact} is not the INT8 model its gates judged (sha256 {actual[:12]} != {gated['artifact_sha256'][:12]}); "
+                                  f"re-gate it with 'modelcd gate {ref.name} {ref.version}'")
+            if (tokenizer := tokenizer_hash(record.build.merged)) != gated["tokenizer_sha256"]:
+                raise SwapRefused(f"{what}: the tokenizer in {record.build.merged} is not the one its gates used "
+                                  f"(sha256 {tokenizer[:12]} != {gated['tokenizer_sha256'][:12]}); re-gate it")
+            try:
+                engine = Engine(artifact, record.build.merged, threads=self.threads)
+            except ModelcdError as e:
+                raise SwapRefused(f"{what}: {e}") from e
+            served = Served(self.model, ref.version, record.content_hash, gated["artifact_sha256"], gated["chosen"], engine)
+            probe = gated["probe"]
+            consistency = compare(served.logits(probe["texts"], int(probe["batch"])), np.asarray(probe["logits"], dtype=np.float32),
+                                  self.policy.max_abs_logit_diff, self.policy.min_top1_agreement, what)
             self._loaded[ref.version] = served
-            report = LoadReport(ref.version, record.content_hash, time.perf_counter() - start, engine_loaded, consistency)
+            self._loaded.move_to_end(ref.version)
+            evicted = self._evict(keep=ref.version)
+            report = LoadReport(ref.version, record.content_hash, served.artifact_sha256, served.variant, time.perf_counter() - start, consistency, evicted)
             self.reports[ref.version] = report
             return report
+
+    def _evict(self, keep: str) -> tuple[str, ...]:
+        """Unload least recently used versions beyond the policy's limit; the default one and the one just loaded stay."""
+        evicted = []
+        for version in list(self._loaded):
+            if len(self._loaded) <= self.policy.max_loaded_versions:
+                break
+            if version == keep or (self._active is not None and self._active.version == version):
+                continue
+            del self._loaded[version]
+            self.reports.pop(version, None)
+            evicted.append(version)
+        return tuple(evicted)
 
     def activate(self, version: str) -> Served:
         """Make a loaded version the default; one reference assignment, so no request sees a mix."""
@@ -150,5 +169,3 @@ class ServingPool:
                 raise ModelcdError(f"version {version} of {self.model} is the default being served; activate another version before unloading it")
             del self._loaded[served.version]
             self.reports.pop(served.version, None)
-            if not any(s.engine is served.engine for s in self._loaded.values()):
-                self._engines.pop(served.engine.key, None)

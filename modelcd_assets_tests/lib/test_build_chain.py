@@ -76,16 +76,23 @@ def test_choose_variant_treats_a_timing_tie_as_a_tie():
 
 def test_one_input_length_for_gates_and_server(chain):
     """The gates cut inputs where the server does (they used to judge 64 tokens while the server served 128)."""
-    from modelcd_assets.lib.model_io import load_tokenizer
-    from modelcd_assets.lib.tokens import MAX_LENGTH, tokenize, truncation_length
+    from modelcd_assets.lib.tokens import MAX_LENGTH, TextEncoder, truncation_length
 
     long_text = " ".join(["refund"] * 400)
     cut = truncation_length(chain["merged"])
     assert 0 < cut <= MAX_LENGTH
     gated = encode(chain["merged"], [long_text, "short"])
-    served = tokenize(load_tokenizer(chain["merged"]), [long_text, "short"], cut, "np")
+    served = TextEncoder(chain["merged"]).encode([long_text, "short"])
     assert gated["input_ids"].shape[1] == cut
     assert (gated["input_ids"] == served["input_ids"]).all()
+
+
+def test_length_buckets_give_the_logits_of_one_text_at_a_time(chain):
+    """Padding only to the longest of each batch changes nothing an FP32 model computes, whatever the batch holds."""
+    feeds = chain["feeds"]
+    sess = session(chain["onnx"])
+    one_by_one = np.concatenate([logits(sess, {k: v[i : i + 1, : int(feeds["attention_mask"][i].sum())] for k, v in feeds.items()}) for i in range(40)])
+    assert np.abs(logits(sess, {k: v[:40] for k, v in feeds.items()}, batch_size=7) - one_by_one).max() < 1e-4
 
 
 def test_choose_variant_follows_production_when_it_passes_fidelity():

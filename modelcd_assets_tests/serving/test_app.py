@@ -6,17 +6,21 @@ from __future__ import annotations
 import shutil
 import time
 
+import dagster as dg
 import numpy as np
 import pytest
-import torch
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from modelcd_assets.launch import BLOCKED, run_gate
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.registry import CONTENT
-from modelcd_assets.serving import HASH_HEADER, VERSION_HEADER
-from modelcd_assets.serving.engine import Engine
+from modelcd_assets.gate_results import code_location_graph, read_gates
+from modelcd_assets.lib.hashing import file_sha256
+from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.runtime import logits, session
+from modelcd_assets.lib.tokens import encode
+from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.server import app_from_env
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY, gated_state
 
@@ -27,14 +31,15 @@ AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_trained, tiny_adapters):
     mp = pytest.MonkeyPatch()
-    threads = torch.get_num_threads()
     yield from gated_state(tmp_path_factory.mktemp("serving-app"), mp, tiny_trained, tiny_adapters)
-    torch.set_num_threads(threads)
     mp.undo()
 
 
-def start(served, model: str = MODEL, **flags) -> TestClient:
-    return TestClient(app_from_env(model, environ={**served.env.env, "MODELCD_ADMIN_TOKEN": ADMIN_TOKEN}, instance=served.instance, **flags))
+def start(served, model: str = MODEL, gates_in_process: bool = True, **flags) -> TestClient:
+    """The app; gate results are read in process (as `modelcd verdict` reads them), or through that subprocess as `modelcd serve` does."""
+    graph = code_location_graph()
+    reader = (lambda v: read_gates(served.instance, CandidateRef(model, v).key, graph).problems) if gates_in_process else None
+    return TestClient(app_from_env(model, environ={**served.env.env, "MODELCD_ADMIN_TOKEN": ADMIN_TOKEN}, gate_problems=reader, **flags))
 
 
 def wait_serving(client: TestClient, version: str, timeout: float = 60) -> dict:
@@ -68,9 +73,14 @@ def failed(served, tiny_adapters):
     return ref
 
 
-def merged_logits(served, ref) -> np.ndarray:
-    record = CandidateRecord.load(served.env.home / "candidates" / ref.name / ref.version)
-    return Engine(record.build.merged, "merged").logits(TEXTS, None)
+def record_of(served, ref) -> CandidateRecord:
+    return CandidateRecord.load(served.env.home / "candidates" / ref.name / ref.version)
+
+
+def gated_logits(served, ref) -> np.ndarray:
+    """The gated INT8 artifact run directly, one text per call: what the server must answer, to the bit."""
+    record = record_of(served, ref)
+    return np.concatenate([logits(session(record.chosen_int8(), threads=1), encode(record.build.merged, [t])) for t in TEXTS])
 
 
 def metric_samples(text: str) -> dict[tuple[str, frozenset], float]:
@@ -97,14 +107,18 @@ def test_not_ready_without_a_production_version(served, tiny_adapters):
         assert c.post("/v1/classify", json={"texts": ["hi"]}).status_code == 503
 
 
-def test_classify_is_served_by_production_with_its_content_hash(served, client):
+def test_classify_is_served_by_the_gated_int8_artifact_with_its_hash(served, client):
     r = client.post("/v1/classify", json={"texts": TEXTS})
     assert r.status_code == 200
     assert r.headers[VERSION_HEADER] == served.v2.version
     assert r.headers[HASH_HEADER] == content(served, served.v2)
-    logits = np.array([p["logits"] for p in r.json()["predictions"]])
-    # Unmerged LoRA at serving time agrees with the merged model the gates judged.
-    assert np.max(np.abs(logits - merged_logits(served, served.v2))) < 1e-5
+    # The artifact hash in the header is the one quantized_model recorded, and the bytes on disk have it.
+    [event] = served.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("quantized_model"), asset_partitions=[served.v2.key]), limit=1).records
+    recorded = event.asset_materialization.metadata["artifact_sha256"].value
+    assert r.headers[ARTIFACT_HEADER] == recorded == file_sha256(record_of(served, served.v2).chosen_int8())
+    assert r.json()["artifact_sha256"] == r.headers[ARTIFACT_HEADER]
+    assert np.array_equal(np.array([p["logits"] for p in r.json()["predictions"]], dtype=np.float32), gated_logits(served, served.v2))
 
 
 def test_admin_api_needs_the_bearer_token(client):
@@ -122,13 +136,19 @@ def test_a_request_can_name_a_loaded_adapter(served, client):
     assert r.json()["serving"] == served.v2.version
     named = client.post("/v1/classify", json={"texts": TEXTS, "adapter": served.v1.version})
     assert named.headers[HASH_HEADER] == content(served, served.v1)
-    assert np.max(np.abs(np.array([p["logits"] for p in named.json()["predictions"]]) - merged_logits(served, served.v1))) < 1e-5
+    assert np.array_equal(np.array([p["logits"] for p in named.json()["predictions"]], dtype=np.float32), gated_logits(served, served.v1))
     default = client.post("/v1/classify", json={"texts": TEXTS})
     assert default.headers[HASH_HEADER] == content(served, served.v2)
     assert client.post("/v1/classify", json={"texts": TEXTS, "adapter": "99"}).status_code == 404
 
 
-def test_a_never_gated_version_is_refused_and_the_old_adapter_keeps_serving(served, client):
+def test_a_never_gated_version_is_refused_and_the_old_adapter_keeps_serving(served):
+    with start(served, gates_in_process=False, chaos=True) as client:  # the gate check as `modelcd serve` runs it: a `modelcd verdict` subprocess
+        wait_serving(client, served.v2.version)
+        _refused_and_still_serving(served, client)
+
+
+def _refused_and_still_serving(served, client):
     r = client.post("/v1/admin/adapters", json={"version": served.ungated.version}, headers=AUTH)
     assert r.status_code == 409, r.text
     assert r.json()["error"].startswith(f"version {served.ungated.version} of {MODEL} has not passed its gates: ")
@@ -205,21 +225,32 @@ def test_metrics_count_requests_errors_and_nan_outputs(served, client):
     assert sum(value for (name, _), value in samples.items() if name == "modelcd_adapter_swap_duration_seconds_count") >= 1
 
 
-def test_a_swap_is_refused_when_the_served_model_disagrees_with_the_gated_onnx(served):
-    record = CandidateRecord.load(served.env.home / "candidates" / MODEL / served.v1.version)
-    other = CandidateRecord.load(served.env.home / "candidates" / MODEL / served.v2.version)
-    backup = record.build.onnx.with_suffix(".bak")
-    shutil.copy2(record.build.onnx, backup)
-    shutil.copy2(other.build.onnx, record.build.onnx)  # v1's "gated ONNX" is now v2's model
+@pytest.mark.parametrize("tamper", ["artifact", "recorded_outputs"])
+def test_a_swap_is_refused_unless_the_artifact_and_its_outputs_are_the_gated_ones(served, tamper):
+    import json
+
+    record = record_of(served, served.v1)
+    other = record_of(served, served.v2)
+    target = record.chosen_int8() if tamper == "artifact" else record.chosen_file
+    backup = target.with_suffix(".bak")
+    shutil.copy2(target, backup)
+    if tamper == "artifact":  # v1's INT8 file replaced by v2's: a build folder edited after gating
+        shutil.copy2(other.chosen_int8(), target)
+        why = "is not the INT8 model its gates judged"
+    else:  # the recorded outputs no longer match what the artifact computes
+        gated = json.loads(target.read_text())
+        gated["probe"]["logits"] = (np.asarray(gated["probe"]["logits"]) + 0.01).tolist()
+        target.write_text(json.dumps(gated))
+        why = "disagree"
     try:
         with start(served) as c:
             wait_serving(c, served.v2.version)
             r = c.post("/v1/admin/adapters", json={"version": served.v1.version}, headers=AUTH)
-            assert r.status_code == 422 and "disagree" in r.json()["error"], r.text
+            assert r.status_code == 422 and why in r.json()["error"], r.text
             assert r.json()["serving"] == served.v2.version
             assert c.post("/v1/classify", json={"texts": TEXTS}).headers[HASH_HEADER] == content(served, served.v2)
     finally:
-        backup.replace(record.build.onnx)
+        backup.replace(target)
 
 
 def test_modelcd_rollback_by_hand_moves_production_back_and_the_server_follows(served, client, capsys):
@@ -239,3 +270,65 @@ def test_modelcd_rollback_by_hand_moves_production_back_and_the_server_follows(s
     assert main(["rollback", MODEL]) == 2
     assert "no earlier version of tiny-intent passed its gates" in capsys.readouterr().err
     assert served.env.registry.production(MODEL) == served.v1
+
+
+def test_the_serving_process_imports_neither_torch_nor_dagster(served):
+    """What `modelcd serve` imports, and a version loaded, probed and run: no torch, transformers, peft or Dagster in sys.modules."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from modelcd_assets.cli import parser\n"
+        "from modelcd_assets.serving.server import app_from_env\n"
+        "import uvicorn, mlflow\n"
+        "pool = app_from_env(sys.argv[1]).state.pool\n"
+        "pool.activate(pool.load(sys.argv[2]).version)\n"
+        "assert pool.active.logits(['where is my parcel']).shape == (1, 4)\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'dagster', 'transformers', 'peft'})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, MODEL, served.v2.version], env={**os.environ, **served.env.env},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_loaded_versions_are_bounded_least_recently_used_first(served, failed):
+    from modelcd_assets.lib.policy import ServingPolicy
+    from modelcd_assets.serving.pool import ServingPool
+
+    pool = ServingPool(MODEL, served.env.registry, served.env.home, ServingPolicy(max_loaded_versions=1))
+    pool.activate(pool.load(served.v1.version).version)
+    assert pool.load(served.v2.version).evicted == ()  # the default and the version just loaded always stay
+    pool.activate(served.v2.version)
+    report = pool.load(failed.version)
+    assert report.evicted == (served.v1.version,)
+    assert [s.version for s in pool.loaded()] == [served.v2.version, failed.version]
+
+
+def test_the_verdict_helper_answers_as_promotion_judges_and_fails_closed(served, failed, tmp_path):
+    import os
+
+    from modelcd_assets.serving.verdicts import GateVerdicts
+
+    verdicts = GateVerdicts(MODEL, {**os.environ, **served.env.env})
+    try:
+        assert verdicts(served.v2.version) == []
+        assert "accuracy_within_tolerance: failed (passed=False)" in verdicts(failed.version)
+        assert "accuracy_within_tolerance: no result recorded" in verdicts(served.ungated.version)
+        verdicts._proc.kill()  # a helper that died is replaced on the next call
+        verdicts._proc.wait()
+        assert verdicts(served.v2.version) == []
+    finally:
+        verdicts.close()
+    assert verdicts._proc is None
+    # A helper that cannot read the Dagster instance: every answer is a refusal that says why, never a pass.
+    (tmp_path / "not-a-folder").write_text("")
+    broken = GateVerdicts(MODEL, {**os.environ, **served.env.env, "DAGSTER_HOME": str(tmp_path / "not-a-folder")})
+    try:
+        [why] = broken(served.v2.version)
+        assert why.startswith(f"the gate results of version {served.v2.version} could not be read") and "nothing was loaded" in why
+    finally:
+        broken.close()

@@ -1,6 +1,7 @@
 """benchmark_results: candidate vs production throughput and latency, interleaved in one run."""
 
 import dagster as dg
+import numpy as np
 
 from modelcd_assets.defs.assets.quantized_model import quantized_model
 from modelcd_assets.defs.partitions import candidates
@@ -9,14 +10,13 @@ from modelcd_assets.lib.builds import write_json
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.plots import latency_plot_md
 from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.lib.runtime import session
+from modelcd_assets.lib.runtime import batch_limit, session
 from modelcd_assets.lib.tokens import encode
 from modelcd_assets.resources.state import LocalStateResource
 
 REPORT_FILE = "benchmark.json"
-SEQUENCE_LENGTH = 128
-# Calls per trial: enough work that one trial takes tens of milliseconds or more.
-CALLS = {1: 20, 32: 2}
+# The evaluation texts every trial runs, at their real lengths (what the server sees), in length buckets of the batch size.
+SAMPLE_TEXTS = 64
 
 
 @dg.asset(partitions_def=candidates, deps=[quantized_model], group_name="evaluation", kinds={"onnx"})
@@ -26,22 +26,25 @@ def benchmark_results(context: dg.AssetExecutionContext, state: LocalStateResour
     record = state.record(ref)
     prod_record = record.baseline(state.candidate_dir)
     tp = record.effective_policy().throughput
-    texts = [ex.text for ex in read_split(state.split("evaluation"))[:64]]
-    feeds = encode(record.build.merged, texts, state.cache_dir("tokens"), pad_to=SEQUENCE_LENGTH)
-    cand = session(record.chosen_int8())
+    texts = [ex.text for ex in read_split(state.split("evaluation"))[:SAMPLE_TEXTS]]
+    feeds = encode(record.build.merged, texts, state.cache_dir("tokens"))
+    lengths = feeds["attention_mask"].sum(axis=1)
     # With nothing in production the candidate is paired with itself: the ratio then shows the noise floor.
-    prod = session(prod_record.chosen_int8()) if prod_record else session(record.chosen_int8())
+    cand_path, prod_path = record.chosen_int8(), (prod_record or record).chosen_int8()
+    cand, prod = session(cand_path), session(prod_path)
     results, plots = {}, {}
     for batch in (1, 32):
-        run = paired_throughput(cand, prod, feeds, batch, tp.pairs, CALLS[batch])
+        limits = (batch_limit(cand_path, batch), batch_limit(prod_path, batch))
+        run = paired_throughput(cand, prod, feeds, batch, tp.pairs, limits=limits)
         summary = summarize(run, tp.confidence)
         while summary["ratio_ci_low"] < tp.min_ratio <= summary["ratio_ci_high"] and len(run.ratios) < tp.max_pairs:
-            run = merge_runs(run, paired_throughput(cand, prod, feeds, batch, min(tp.pairs, tp.max_pairs - len(run.ratios)), CALLS[batch], warmup=0))
+            run = merge_runs(run, paired_throughput(cand, prod, feeds, batch, min(tp.pairs, tp.max_pairs - len(run.ratios)), warmup=0, limits=limits))
             summary = summarize(run, tp.confidence)
         results[str(batch)] = summary
         if batch == 1:
             plots = {f"candidate {ref.key}": run.candidate_latency_ms, f"production {prod_record.ref.key if prod_record else '(self)'}": run.production_latency_ms}
-    report = {"sequence_length": SEQUENCE_LENGTH, "production": prod_record.ref.key if prod_record else None, "batches": results}
+    shape = {"texts": len(texts), "median_tokens": float(np.median(lengths)), "max_tokens": int(lengths.max())}
+    report = {"inputs": shape, "production": prod_record.ref.key if prod_record else None, "batches": results}
     write_json(state.candidate_dir(ref) / REPORT_FILE, report)
     rows = "\n".join(
         f"| {b} | {r['pairs']} | {r['candidate_items_per_s']:.0f} | {r['production_items_per_s']:.0f} | {r['ratio_median']:.3f} [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}] "
@@ -55,8 +58,9 @@ def benchmark_results(context: dg.AssetExecutionContext, state: LocalStateResour
             "throughput_ratio_b1": results["1"]["ratio_median"],
             "p99_ms_b1": results["1"]["candidate_p99_ms"],
             "p50_ms_b1": results["1"]["candidate_p50_ms"],
+            "inputs": dg.MetadataValue.json(shape),
             "production_version": prod_record.ref.key if prod_record else "none (self-paired)",
             "results": dg.MetadataValue.md(table),
-            "latency_b1": dg.MetadataValue.md(latency_plot_md(plots, f"batch 1, seq {SEQUENCE_LENGTH}")),
+            "latency_b1": dg.MetadataValue.md(latency_plot_md(plots, f"batch 1, {len(texts)} evaluation texts, median {shape['median_tokens']:.0f} tokens")),
         }
     )

@@ -9,7 +9,6 @@ import numpy as np
 from modelcd_assets.defs.assets.calibration_set import calibration_set
 from modelcd_assets.defs.assets.onnx_model import onnx_model
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.benchmark import batch_feed
 from modelcd_assets.lib.builds import read_json, write_json
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.evaluate import predict
@@ -17,30 +16,27 @@ from modelcd_assets.lib.failpoints import failpoint
 from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.quantize import DYNAMIC, STATIC, choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
 from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.lib.runtime import feeds_for, session
-from modelcd_assets.lib.tokens import encode
+from modelcd_assets.lib.runtime import batch_limit, logits, session
+from modelcd_assets.lib.tokens import BATCH, encode, tokenizer_hash
 from modelcd_assets.resources.state import LocalStateResource
 
-SPEED_BATCH, SPEED_LENGTH, SPEED_ROUNDS = 32, 128, 5
+# Speed is timed on evaluation texts at their real lengths, in the length buckets every model call uses.
+SPEED_TEXTS, SPEED_ROUNDS = 128, 5
 
 
 def _items_per_s(paths: dict[str, Path], feeds: dict) -> dict[str, float]:
     """Items/s of each model, timed in interleaved rounds so a burst of load on the machine hits them all."""
     sessions = {k: session(p) for k, p in paths.items()}
-    batch = {k: feeds_for(sess, batch_feed(feeds, SPEED_BATCH)) for k, sess in sessions.items()}
+    batch = {k: batch_limit(p, BATCH) for k, p in paths.items()}  # each model run as it is served
     for k, sess in sessions.items():
-        sess.run(["logits"], batch[k])
+        logits(sess, feeds, batch[k])
     best = dict.fromkeys(sessions, float("inf"))
     for _ in range(SPEED_ROUNDS):
         for k, sess in sessions.items():
-            best[k] = min(best[k], _timed(sess, batch[k]))
-    return {k: SPEED_BATCH / t for k, t in best.items()}
-
-
-def _timed(sess, feed) -> float:
-    t = time.perf_counter()
-    sess.run(["logits"], feed)
-    return time.perf_counter() - t
+            t = time.perf_counter()
+            logits(sess, feeds, batch[k])
+            best[k] = min(best[k], time.perf_counter() - t)
+    return {k: len(feeds["input_ids"]) / t for k, t in best.items()}
 
 
 def calibration_path(context: dg.AssetExecutionContext, state: LocalStateResource) -> tuple[Path, str]:
@@ -71,7 +67,7 @@ def quantized_model(context: dg.AssetExecutionContext, state: LocalStateResource
         failpoint("mid_quantization")
         quantize_dynamic_int8(build.optimized, build.int8(DYNAMIC))
         feeds = encode(build.merged, [ex.text for ex in read_split(eval_file)], state.cache_dir("tokens"))
-        speed_feeds = encode(build.merged, [ex.text for ex in read_split(eval_file)[:SPEED_BATCH]], state.cache_dir("tokens"), pad_to=SPEED_LENGTH)
+        speed_feeds = encode(build.merged, [ex.text for ex in read_split(eval_file)[:SPEED_TEXTS]], state.cache_dir("tokens"))
         preds = {"fp32": predict(build.onnx, feeds)}
         speeds = _items_per_s({"fp32": build.onnx, STATIC: build.int8(STATIC), DYNAMIC: build.int8(DYNAMIC)}, speed_feeds)
         variants = {}
@@ -94,12 +90,21 @@ def quantized_model(context: dg.AssetExecutionContext, state: LocalStateResource
     else:
         chosen = model_policy.quantization.variant
         why = f"{chosen}: pinned by the policy's quantization.variant"
-    write_json(record.chosen_file, {"chosen": chosen, "why": why})
+    served = build.int8(chosen)
+    # What the server must reproduce before it serves this version: the artifact's hash, and its outputs on the probe texts.
+    probe_texts = [ex.text for ex in read_split(eval_file)[: model_policy.serving.probe_examples]]
+    probe_batch = batch_limit(served, BATCH)
+    probe_logits = logits(session(served, threads=1), encode(build.merged, probe_texts, state.cache_dir("tokens")), probe_batch)
+    artifact_sha256 = file_sha256(served)
+    write_json(record.chosen_file, {"chosen": chosen, "why": why, "artifact": served.name, "artifact_sha256": artifact_sha256,
+                                    "tokenizer_sha256": tokenizer_hash(build.merged),
+                                    "probe": {"batch": probe_batch, "texts": probe_texts, "logits": probe_logits.tolist()}})
     rows = "\n".join(f"| {k} | {v['top1_agreement']:.2%} | {v['items_per_s']:.0f} | {v['size_mb']:.1f} |" for k, v in report["variants"].items())
-    table = f"| variant | top-1 agreement vs FP32 | items/s (batch {SPEED_BATCH}, seq {SPEED_LENGTH}) | MB |\n|---|---|---|---|\n| fp32 | 100% | {report['fp32_items_per_s']:.0f} | {build.onnx.stat().st_size / 2**20:.1f} |\n{rows}"
+    table = f"| variant | top-1 agreement vs FP32 | items/s ({SPEED_TEXTS} evaluation texts, buckets of {BATCH}) | MB |\n|---|---|---|---|\n| fp32 | 100% | {report['fp32_items_per_s']:.0f} | {build.onnx.stat().st_size / 2**20:.1f} |\n{rows}"
     return dg.MaterializeResult(
         metadata={
             "chosen_variant": chosen,
+            "artifact_sha256": artifact_sha256,
             "why": why,
             "top1_agreement": report["variants"][chosen]["top1_agreement"],
             "static_top1_agreement": report["variants"][STATIC]["top1_agreement"],

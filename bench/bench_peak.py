@@ -1,0 +1,104 @@
+"""How close the server comes to this CPU's INT8 limit: peak MatMulInteger throughput against what serving achieves.
+
+Run after `make bench-serving`: python bench/bench_peak.py
+  1. Peak: one ONNX Runtime MatMulInteger (uint8 x int8 -> int32) at large square shapes, on every core, timed
+     repeatedly; the best is the peak, in integer ops/s (2·M·N·K per call).
+  2. Work per request: the integer multiply-accumulates of the served artifact (its MatMulInteger and QAttention
+     weights, 2·K·N per token each), times the mean token count of the evaluation texts the serving bench sent.
+  3. Achieved at concurrency 32: requests/s from bench/results/serving.json times the work per request.
+Writes bench/results/peak.json; the ratio achieved/peak is rendered in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from machine import machine
+from modelcd_assets.lib.candidate import CandidateRecord
+from modelcd_assets.lib.data import read_split
+from modelcd_assets.lib.runtime import session
+from modelcd_assets.lib.settings import apply_local_defaults
+from modelcd_assets.lib.tokens import TextEncoder
+
+RESULTS = Path(__file__).parent / "results"
+SIZES = (1024, 2048, 3072)
+
+
+def peak_int_ops_per_s(size: int, seconds: float = 3.0) -> float:
+    """Best integer ops/s of one size x size x size MatMulInteger on all cores."""
+    rng = np.random.default_rng(0)
+    b = numpy_helper.from_array(rng.integers(-127, 128, (size, size), dtype=np.int8), "B")
+    node = helper.make_node("MatMulInteger", ["A", "B"], ["Y"])
+    graph = helper.make_graph([node], "peak", [helper.make_tensor_value_info("A", TensorProto.UINT8, [size, size])],
+                              [helper.make_tensor_value_info("Y", TensorProto.INT32, [size, size])], initializer=[b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "peak.onnx"
+        onnx.save(model, str(path))
+        sess = session(path, threads=os.cpu_count())
+        a = rng.integers(0, 256, (size, size), dtype=np.uint8)
+        sess.run(["Y"], {"A": a})
+        best, end = float("inf"), time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t = time.perf_counter()
+            sess.run(["Y"], {"A": a})
+            best = min(best, time.perf_counter() - t)
+    return 2 * size**3 / best
+
+
+def int_macs_per_token(artifact: Path) -> tuple[int, dict[str, int]]:
+    """Integer multiply-accumulates per token of an INT8 graph: every MatMulInteger/QAttention weight is K x N."""
+    model = onnx.load(str(artifact))
+    shapes = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    total, counts = 0, {}
+    for node in model.graph.node:
+        if node.op_type in ("MatMulInteger", "QAttention"):
+            weight = node.input[1]
+            if weight in shapes and len(shapes[weight]) == 2:
+                k, n = shapes[weight]
+                total += k * n
+                counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return total, counts
+
+
+def main() -> int:
+    env = apply_local_defaults()
+    serving_file = RESULTS / "serving.json"
+    if not serving_file.is_file():
+        print("bench/results/serving.json is missing; run 'make bench-serving' first", file=sys.stderr)
+        return 2
+    serving = json.loads(serving_file.read_text())
+    name, version = serving["model"].split(" v")
+    record = CandidateRecord.load(Path(env["MODELCD_HOME"]) / "candidates" / name / version)
+    artifact = record.chosen_int8()
+    macs, counts = int_macs_per_token(artifact)
+    texts = [e.text for e in read_split(Path(env["MODELCD_DATA"]) / "evaluation.jsonl")]
+    mean_tokens = float(np.mean(TextEncoder(record.build.merged).lengths(texts)))
+    ops_per_request = 2 * macs * mean_tokens
+    peaks = {str(n): peak_int_ops_per_s(n) for n in SIZES}
+    peak = max(peaks.values())
+    achieved = serving["medians"]["modelcd"]["32"]["requests_per_s"] * ops_per_request
+    result = {"machine": machine(), "model": serving["model"], "variant": record.quantization()["chosen"], "artifact_sha256": record.quantization()["artifact_sha256"],
+              "peak_int_ops_per_s": peak, "peak_by_size": peaks, "int_macs_per_token": macs, "int_ops_by_op": counts,
+              "mean_tokens_per_request": mean_tokens, "int_ops_per_request": ops_per_request,
+              "requests_per_s_at_32": serving["medians"]["modelcd"]["32"]["requests_per_s"], "achieved_int_ops_per_s": achieved,
+              "achieved_over_peak": achieved / peak, "target": 0.4}
+    (RESULTS / "peak.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"peak MatMulInteger on {result['machine']['cpu']}: {peak / 1e9:.1f} GOPS ({', '.join(f'{k}: {v / 1e9:.1f}' for k, v in peaks.items())})")
+    print(f"served model: {macs / 1e6:.2f} M integer MACs per token ({counts}), {mean_tokens:.1f} tokens per request -> "
+          f"{ops_per_request / 1e6:.1f} M integer ops per request")
+    print(f"achieved at concurrency 32: {result['requests_per_s_at_32']:.0f} req/s -> {achieved / 1e9:.2f} GOPS = {achieved / peak:.1%} of peak (target >= 40%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
