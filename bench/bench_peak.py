@@ -56,16 +56,27 @@ def peak_int_ops_per_s(size: int, seconds: float = 3.0) -> float:
 
 
 def int_macs_per_token(artifact: Path) -> tuple[int, dict[str, int]]:
-    """Integer multiply-accumulates per token of an INT8 graph: every MatMulInteger/QAttention weight is K x N."""
+    """Integer multiply-accumulates per token of an INT8 graph, K x N per quantized weight matrix.
+
+    Dynamic INT8 holds them in MatMulInteger and QAttention nodes; static QDQ in MatMul nodes whose weight comes
+    from a DequantizeLinear of an int8 initializer (ONNX Runtime fuses those into integer kernels).
+    """
     model = onnx.load(str(artifact))
-    shapes = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    inits = {i.name: i for i in model.graph.initializer}
+    dequantized = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+
+    def int8_matrix(name: str) -> tuple[int, int] | None:
+        init = inits.get(dequantized.get(name, name))
+        if init is None or len(init.dims) != 2 or init.data_type not in (TensorProto.INT8, TensorProto.UINT8):
+            return None
+        return int(init.dims[0]), int(init.dims[1])
+
     total, counts = 0, {}
     for node in model.graph.node:
-        if node.op_type in ("MatMulInteger", "QAttention"):
-            weight = node.input[1]
-            if weight in shapes and len(shapes[weight]) == 2:
-                k, n = shapes[weight]
-                total += k * n
+        if node.op_type in ("MatMulInteger", "QAttention", "MatMul") and len(node.input) > 1:
+            shape = int8_matrix(node.input[1])
+            if shape is not None:
+                total += shape[0] * shape[1]
                 counts[node.op_type] = counts.get(node.op_type, 0) + 1
     return total, counts
 

@@ -105,7 +105,7 @@ def served_vs_baseline(record: CandidateRecord, name: str, texts: list[str], tmp
         "throughput_ratio_vs_baseline": {c: table["modelcd"][c]["requests_per_s"] / table["baseline"][c]["requests_per_s"] for c in table["modelcd"]},
         "p99_ratio_vs_baseline": {c: table["modelcd"][c]["p99_ms"] / table["baseline"][c]["p99_ms"] for c in table["modelcd"]},
         "medians": table,
-        "rounds": {k: {str(c): runs[k][c]["rounds"] for c in runs[k]} for k in runs},
+        "raw_rounds": {k: {str(c): runs[k][c]["rounds"] for c in runs[k]} for k in runs},
     }
 
 
@@ -208,7 +208,7 @@ def main() -> int:
     mem = memory(record)
     print(f"memory: {', '.join(f'{n} loaded {mb:.0f} MB' for n, mb in mem['rss_mb'].items())}; {mem['marginal_mb_per_version']:.1f} MB per further version")
     result = {"machine": machine(), "model": f"{args.name} v{record.version}", "variant": record.quantization()["chosen"],
-              "artifact_sha256": record.quantization()["artifact_sha256"], "targets": TARGETS, "rounds": args.rounds,
+              "artifact_sha256": record.quantization()["artifact_sha256"], "targets": TARGETS, "rounds_per_concurrency": args.rounds,
               "seconds_per_phase": args.seconds, **served, "swaps": swap, "memory": mem}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

@@ -42,7 +42,7 @@ def serving(d: dict) -> str:
     t = d["targets"]
     s = d["swaps"]
     return (f"Measured on {_machine(d['machine'])}; {d['model']} ({d['variant']} INT8, artifact sha256 {d['artifact_sha256'][:12]}); one evaluation "
-            f"text per request, closed loop, median of {d['rounds']} rounds of {d['seconds_per_phase']:g} s per server and concurrency; the two "
+            f"text per request, closed loop, median of {d['rounds_per_concurrency']} rounds of {d['seconds_per_phase']:g} s per server and concurrency; the two "
             f"servers agree on {d['top1_agreement_modelcd_vs_baseline']:.2%} of top-1 labels.\n\n"
             "| concurrency | modelcd req/s | baseline req/s | throughput ratio | modelcd p50 / p99 ms | baseline p50 / p99 ms | p99 ratio |\n"
             "|---|---|---|---|---|---|---|\n" + rows +

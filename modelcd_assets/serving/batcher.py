@@ -1,7 +1,9 @@
 """Micro-batching: texts of concurrent requests for one version are coalesced into one model call.
 
-A batch closes when it holds max_batch texts or when its first request has waited max_wait_ms; a request
-larger than max_batch is run alone (still in length buckets). Every request's texts go to one batch of
+A batch closes when it holds max_batch texts or when its first request has waited max_wait_ms; while no
+other batch of this version is running it closes at once, since nothing would be gained by waiting: a lone
+request is never delayed, and under load requests gather while earlier batches run. A request larger than
+max_batch is run alone (still in length buckets). Every request's texts go to one batch of
 one version, so each response is served entirely by one version. At most `parallel` batches run at once.
 """
 
@@ -23,6 +25,7 @@ class MicroBatcher:
         self._full = asyncio.Event()
         self._collector: asyncio.Task | None = None
         self.batches = 0  # model calls made, for tests and metrics
+        self._running = 0
 
     def _queued(self) -> int:
         return sum(len(texts) for texts, _ in self._pending)
@@ -40,7 +43,7 @@ class MicroBatcher:
     async def _collect(self) -> None:
         while self._pending:
             await self._slots.acquire()  # wait for a free slot first: requests keep joining meanwhile
-            if self._queued() < self.max_batch and self.max_wait > 0:
+            if self._running and self._queued() < self.max_batch and self.max_wait > 0:
                 try:
                     await asyncio.wait_for(self._full.wait(), self.max_wait)
                 except asyncio.TimeoutError:
@@ -53,6 +56,7 @@ class MicroBatcher:
                 size += len(texts)
             if self._queued() >= self.max_batch:
                 self._full.set()
+            self._running += 1
             asyncio.create_task(self._call(batch))
 
     async def _call(self, batch: list[tuple[list[str], asyncio.Future]]) -> None:
@@ -72,4 +76,5 @@ class MicroBatcher:
                     future.set_result(out[start : start + len(request)])
                 start += len(request)
         finally:
+            self._running -= 1
             self._slots.release()

@@ -69,11 +69,18 @@ def test_a_request_larger_than_max_batch_runs_alone():
     assert big in model.calls and small in model.calls
 
 
-def test_a_lone_request_waits_at_most_max_wait():
+def test_a_lone_request_does_not_wait_for_company():
     model = Model()
     t = time.perf_counter()
-    run(model, [texts_of(0, 1)], max_batch=32, max_wait_ms=20)
+    run(model, [texts_of(0, 1)], max_batch=32, max_wait_ms=5000)
     assert model.calls == [["0-0"]] and time.perf_counter() - t < 1.0
+
+
+def test_requests_arriving_while_a_batch_runs_wait_to_share_the_next_call():
+    model = Model(delay=0.05)
+    requests = [texts_of(i, 1) for i in range(6)]
+    run(model, requests, max_batch=32, max_wait_ms=200, stagger=0.01)  # the first runs alone; the rest gather behind it
+    assert model.calls[0] == ["0-0"] and len(model.calls) == 2 and sorted(model.calls[1]) == sorted(t for r in requests[1:] for t in r)
 
 
 def test_a_failed_call_answers_every_request_in_it_with_the_error_and_spares_the_others():
