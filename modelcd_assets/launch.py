@@ -12,6 +12,7 @@ from modelcd_assets.defs.assets.production_rollback import production_rollback, 
 from modelcd_assets.defs.jobs import GATE_JOB, ROLLBACK_JOB
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.processes import preserved_stop_signals
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.run_recovery import CANDIDATE, LAUNCHED_BY, ROLLBACK, process_tags, recover_dead_runs
 
@@ -106,10 +107,11 @@ def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instanc
         job = job.with_logger_defs({"progress": _progress_logger(bar)})
         run_config["loggers"] = {"progress": {}}
     try:
-        result = job.execute_in_process(
-            instance=instance, partition_key=ref.key, run_config=run_config, raise_on_error=False,
-            tags={CANDIDATE: ref.key, LAUNCHED_BY: "cli", **process_tags()},
-        )
+        with preserved_stop_signals():
+            result = job.execute_in_process(
+                instance=instance, partition_key=ref.key, run_config=run_config, raise_on_error=False,
+                tags={CANDIDATE: ref.key, LAUNCHED_BY: "cli", **process_tags()},
+            )
     finally:
         if bar is not None:
             bar.close()
@@ -141,10 +143,11 @@ def run_rollback(name: str, from_version: str, reason: dict, instance: dg.Dagste
     """Run the rollback job the SLO sensor launches, in this process; returns the materialization's metadata."""
     instance = instance or dg.DagsterInstance.get()
     recover_dead_runs(instance)
-    result = definitions().resolve_job_def(ROLLBACK_JOB).execute_in_process(
-        instance=instance, run_config=rollback_run_config(name, from_version, "manual", reason), raise_on_error=False,
-        tags={ROLLBACK: f"{name}:{from_version}", LAUNCHED_BY: "cli", **process_tags()},
-    )
+    with preserved_stop_signals():
+        result = definitions().resolve_job_def(ROLLBACK_JOB).execute_in_process(
+            instance=instance, run_config=rollback_run_config(name, from_version, "manual", reason), raise_on_error=False,
+            tags={ROLLBACK: f"{name}:{from_version}", LAUNCHED_BY: "cli", **process_tags()},
+        )
     if not result.success:
         raise ModelcdError(_failure_message(result).split(": ", 2)[-1] or "the rollback run failed; see it in the Dagster UI")
     mats = result.asset_materializations_for_node(production_rollback.op.name)

@@ -54,6 +54,16 @@ class Env:
         return path
 
 
+@pytest.fixture(autouse=True)
+def _stop_signals_as_they_were():
+    """Tests that run Dagster in process themselves (dg.materialize) would leave SIGTERM mapped onto SIGINT's handler,
+    which is SIG_IGN when the suite was started in the background; every later child would then ignore SIGTERM."""
+    from modelcd_assets.lib.processes import preserved_stop_signals
+
+    with preserved_stop_signals():
+        yield
+
+
 def make_env(home: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     """Embedded defaults under home, exported for Dagster's EnvVar resources."""
     env = local_defaults(home)

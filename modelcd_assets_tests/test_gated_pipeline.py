@@ -229,6 +229,41 @@ def test_models_sharing_a_build_keep_their_own_variant_choice(env, instance, bas
     assert (mine.chosen_variant(), theirs.chosen_variant()) == ("static", "dynamic")  # ...and each model's own choice
 
 
+def test_the_variant_is_chosen_once_per_base_and_later_adapters_build_only_it(env, instance, base, tiny_adapters):
+    """Each candidate used to pick its own variant from its own timings; now the first adapter of a base decides for all."""
+    other = "tiny-intent-auto"
+    env.policy(other, "accuracy:\n  absolute_floor: 0.6\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n")
+    first = env.registry.register(tiny_adapters["good"], other)
+    run_gate(first, instance=instance)
+    decided = CandidateRecord.load(env.home / "candidates" / other / first.version)
+    assert decided.build.int8("static").is_file() and decided.build.int8("dynamic").is_file()  # both built and timed, once
+    second = env.registry.register(tiny_adapters["good2"], other)
+    run_gate(second, instance=instance)
+    later = CandidateRecord.load(env.home / "candidates" / other / second.version)
+    chosen = decided.chosen_variant()
+    assert later.build_dir != decided.build_dir and later.chosen_variant() == chosen
+    assert later.build.int8(chosen).is_file() and not later.build.int8({"static": "dynamic", "dynamic": "static"}[chosen]).is_file()
+    assert f"chosen once for this base and calibration set, when {first.uri} was gated" in later.quantization()["why"]
+
+
+def test_modelcd_gate_started_in_the_background_can_still_be_stopped(env, instance, base):
+    """An in-process gated run used to leave SIGTERM ignored when SIGINT was (a background start): `kill` did nothing."""
+    import signal
+    import subprocess
+
+    from modelcd_assets.lib.processes import stop_process
+
+    saved = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        run_gate(production(env), instance=instance)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        assert stop_process(subprocess.Popen(["sleep", "60"]), timeout=5) == -15
+    finally:
+        signal.signal(signal.SIGINT, saved)
+
+
 def test_contract_diff_cli_and_semver_tags(env, base, capsys):
     """Contracts and SemVer are MLflow version tags; `modelcd contract diff` explains the relabelled candidate's block."""
     import json

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from modelcd_assets.lib.hashing import text_hash
 
 # Bump when the way builds are made changes, so stale cached builds are not reused.
-BUILD_RECIPE = "modelcd-build-4"
+BUILD_RECIPE = "modelcd-build-5"
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,21 @@ class Build:
 
     def int8(self, variant: str) -> Path:
         return self.dir / f"int8_{variant}.onnx"
+
+    def predictions(self, name: str) -> Path:
+        """Class ids predicted on the evaluation split by the FP32 export ("fp32") or an INT8 variant."""
+        return self.dir / f"predictions_{name}.npy"
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Exclusive use of this build folder: candidates with the same content share it, and may be gated at once."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def write_json(path: Path, payload: dict) -> None:

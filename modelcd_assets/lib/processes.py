@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,10 +62,34 @@ def descendants(pid: int, table: dict[int, ProcessInfo] | None = None) -> list[P
     return found
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def preserved_stop_signals() -> Iterator[None]:
+    """Put SIGINT's and SIGTERM's handlers back as they were when the block ends.
+
+    Dagster's in-process execution maps SIGTERM onto the SIGINT handler and leaves it so. In a process started
+    in the background SIGINT is ignored, so SIGTERM would be ignored from then on, by the process and by every
+    child it starts: `modelcd gate` and the servers it spawns could no longer be stopped. Main thread only.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
 def _prepare_child(parent: int, die_with_parent: bool) -> None:
     # A parent started in the background hands SIGINT down ignored; exec keeps SIG_IGN, and dagster dev
     # even maps SIGTERM onto its SIGINT handler, so the child would ignore both.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
     if die_with_parent and _prctl is not None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the parent died before prctl took effect

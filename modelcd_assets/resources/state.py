@@ -25,6 +25,10 @@ class LocalStateResource(dg.ConfigurableResource):
         """Per-version reports and the fetched artifact."""
         return self.root / "candidates" / ref.name / ref.version
 
+    def variant_decision(self, name: str, key: str) -> Path:
+        """A registered model's INT8 variant choice for one base and calibration set (key), shared by its versions."""
+        return self.root / "candidates" / name / "variants" / f"{key}.json"
+
     def record(self, ref: CandidateRef) -> CandidateRecord:
         """The candidate's record: its files, build, production baseline and effective policy."""
         return CandidateRecord.load(self.candidate_dir(ref))

@@ -64,6 +64,37 @@ def test_a_child_started_with_die_with_parent_dies_with_a_sigkilled_parent():
     assert not alive(child)
 
 
+@pytest.fixture
+def sigint_ignored():
+    """SIGINT as a background start leaves it (a non-interactive shell, nohup, some CI runners)."""
+    import signal
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_dagsters_sigterm_remap_is_undone_so_children_still_stop(sigint_ignored):
+    """Measured in a fresh-clone CI run started in the background: after an in-process Dagster run, every child ignored SIGTERM."""
+    import signal
+
+    from dagster._utils.interrupts import capture_interrupts
+
+    from modelcd_assets.lib.processes import preserved_stop_signals
+
+    with capture_interrupts():
+        pass
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # Dagster's doing: SIGTERM := SIGINT's handler, left so
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with preserved_stop_signals(), capture_interrupts():
+        pass
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert stop_process(subprocess.Popen(["sleep", "60"]), timeout=5) == -15
+
+
 LEAKY = """
 import subprocess
 

@@ -27,8 +27,7 @@ def _correct(record: CandidateRecord, eval_hash: str, truth: np.ndarray) -> dict
     if read_json(build.dir / "quantization_report.json").get("evaluation_sha256") != eval_hash:
         raise FileNotFoundError(f"build {build.key} was evaluated on another evaluation split; re-materialize its quantized_model")
     chosen = record.chosen_variant()
-    with np.load(build.dir / "eval_predictions.npz") as preds:
-        return {"fp32": preds["fp32"] == truth, "int8": preds[chosen] == truth}
+    return {"fp32": np.load(build.predictions("fp32")) == truth, "int8": np.load(build.predictions(chosen)) == truth}
 
 
 @dg.asset(partitions_def=candidates, deps=[quantized_model], group_name="evaluation", kinds={"onnx"})

@@ -1,5 +1,6 @@
 """quantized_model: INT8 by ONNX Runtime, static (fed by calibration_set) and dynamic; the best passing variant is chosen."""
 
+import json
 import time
 from pathlib import Path
 
@@ -9,11 +10,11 @@ import numpy as np
 from modelcd_assets.defs.assets.calibration_set import calibration_set
 from modelcd_assets.defs.assets.onnx_model import onnx_model
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.builds import read_json, write_json
+from modelcd_assets.lib.builds import Build, read_json, write_json
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.evaluate import predict
 from modelcd_assets.lib.failpoints import failpoint
-from modelcd_assets.lib.hashing import file_sha256
+from modelcd_assets.lib.hashing import file_sha256, text_hash
 from modelcd_assets.lib.quantize import DYNAMIC, STATIC, choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.runtime import batch_limit, logits, session
@@ -48,69 +49,118 @@ def calibration_path(context: dg.AssetExecutionContext, state: LocalStateResourc
     return state.root / "calibration" / f"{digest}.jsonl", digest
 
 
+def _build(build: Build, needed: set[str], calib_file: Path, calib_hash: str, eval_file: Path, eval_hash: str, state: LocalStateResource,
+           retime: bool) -> tuple[dict, bool]:
+    """The build's INT8 variants in `needed`, with their fidelity and speed; only what the build lacks is made.
+
+    Returns the build's quantization report and whether nothing had to be made. retime: time every needed variant
+    again, interleaved in this run, because a choice is about to be made from the timings.
+    """
+    report_path = build.dir / "quantization_report.json"
+    report = read_json(report_path) if report_path.is_file() else {}
+    if report.get("calibration_sha256") != calib_hash or report.get("evaluation_sha256") != eval_hash:
+        report = {"calibration_sha256": calib_hash, "evaluation_sha256": eval_hash, "variants": {}}
+    missing = [v for v in (STATIC, DYNAMIC) if v in needed and (v not in report["variants"] or not build.predictions(v).is_file())]
+    if not missing and not retime:
+        return report, True
+    if missing:
+        if "fused_ops" not in report or not build.optimized.is_file():
+            report["fused_ops"] = optimize_transformer(build.onnx, build.optimized, build.merged / "config.json")
+        if STATIC in missing:
+            calib = encode(build.merged, [ex.text for ex in read_split(calib_file)], state.cache_dir("tokens"))
+            quantize_static_int8(build.optimized, build.int8(STATIC), calib)
+        failpoint("mid_quantization")
+        if DYNAMIC in missing:
+            quantize_dynamic_int8(build.optimized, build.int8(DYNAMIC))
+    feeds = encode(build.merged, [ex.text for ex in read_split(eval_file)], state.cache_dir("tokens"))
+    if not build.predictions("fp32").is_file():
+        _save(build.predictions("fp32"), predict(build.onnx, feeds))
+    fp32 = np.load(build.predictions("fp32"))
+    timed = sorted(needed) if retime else missing
+    speed_feeds = encode(build.merged, [ex.text for ex in read_split(eval_file)[:SPEED_TEXTS]], state.cache_dir("tokens"))
+    speeds = _items_per_s({"fp32": build.onnx, **{v: build.int8(v) for v in timed}}, speed_feeds)
+    for variant in timed:
+        if variant in missing:
+            _save(build.predictions(variant), predict(build.int8(variant), feeds))
+        report["variants"][variant] = {
+            "top1_agreement": float(np.mean(np.load(build.predictions(variant)) == fp32)),
+            "items_per_s": speeds[variant],
+            "size_mb": build.int8(variant).stat().st_size / 2**20,
+        }
+    report["fp32_items_per_s"] = speeds["fp32"]
+    write_json(report_path, report)
+    return report, False
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, array)
+    tmp.replace(path)
+
+
+def _decide(decision_file: Path, choice: dict) -> dict:
+    """Record the base's variant choice unless another candidate recorded one first; returns the one that stands."""
+    decision_file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(decision_file, "x") as f:
+            json.dump(choice, f, indent=2, sort_keys=True)
+        return choice
+    except FileExistsError:
+        return read_json(decision_file)
+
+
 @dg.asset(partitions_def=candidates, deps=[onnx_model, calibration_set], group_name="build", kinds={"onnx"})
 def quantized_model(context: dg.AssetExecutionContext, state: LocalStateResource) -> dg.MaterializeResult:
-    """Static and dynamic INT8 of the fused graph; fidelity on the evaluation split, speed at batch 32; the variant chosen for this candidate."""
+    """INT8 of the fused graph in the variant chosen once per base and calibration set (or pinned by the policy); fidelity and speed measured."""
     ref = CandidateRef.parse(context.partition_key)
     record = state.record(ref)
     build = record.build
     calib_file, calib_hash = calibration_path(context, state)
     eval_file = state.split("evaluation")
     eval_hash = file_sha256(eval_file)
-    report_path = build.dir / "quantization_report.json"
-    report = read_json(report_path) if report_path.is_file() else {}
-    cached = report.get("calibration_sha256") == calib_hash and report.get("evaluation_sha256") == eval_hash
-    if not cached:
-        fused = optimize_transformer(build.onnx, build.optimized, build.merged / "config.json")
-        calib = encode(build.merged, [ex.text for ex in read_split(calib_file)], state.cache_dir("tokens"))
-        quantize_static_int8(build.optimized, build.int8(STATIC), calib)
-        failpoint("mid_quantization")
-        quantize_dynamic_int8(build.optimized, build.int8(DYNAMIC))
-        feeds = encode(build.merged, [ex.text for ex in read_split(eval_file)], state.cache_dir("tokens"))
-        speed_feeds = encode(build.merged, [ex.text for ex in read_split(eval_file)[:SPEED_TEXTS]], state.cache_dir("tokens"))
-        preds = {"fp32": predict(build.onnx, feeds)}
-        speeds = _items_per_s({"fp32": build.onnx, STATIC: build.int8(STATIC), DYNAMIC: build.int8(DYNAMIC)}, speed_feeds)
-        variants = {}
-        for variant in (STATIC, DYNAMIC):
-            preds[variant] = predict(build.int8(variant), feeds)
-            variants[variant] = {
-                "top1_agreement": float(np.mean(preds[variant] == preds["fp32"])),
-                "items_per_s": speeds[variant],
-                "size_mb": build.int8(variant).stat().st_size / 2**20,
-            }
-        np.savez(build.dir / "eval_predictions.npz", **preds)
-        report = {"calibration_sha256": calib_hash, "evaluation_sha256": eval_hash, "fused_ops": fused, "variants": variants,
-                  "fp32_items_per_s": speeds["fp32"]}
-        write_json(report_path, report)
     model_policy = record.effective_policy()
-    if model_policy.quantization.variant == "auto":
-        baseline = record.baseline(state.candidate_dir)
-        chosen, why = choose_variant(report["variants"], model_policy.int8_fidelity.min_top1_agreement,
-                                     production_variant=baseline.chosen_variant() if baseline and baseline.ref != ref else None)
+    min_agreement = model_policy.int8_fidelity.min_top1_agreement
+    # Every adapter of one base (a full model is its own base) runs the variant chosen for the first one gated, so
+    # the throughput gate compares like with like and later adapters build one variant, not two. The choice is the
+    # registered model's own: another model on the same base may have another production and policy.
+    key = text_hash(record.base_hash or record.content_hash, calib_hash, eval_hash, str(min_agreement))[:24]
+    decision_file = state.variant_decision(ref.name, key)
+    pinned = None if model_policy.quantization.variant == "auto" else model_policy.quantization.variant
+    decision = read_json(decision_file) if pinned is None and decision_file.is_file() else None
+    needed = {pinned} if pinned else ({decision["chosen"]} if decision else {STATIC, DYNAMIC})
+    with build.lock():
+        report, cached = _build(build, needed, calib_file, calib_hash, eval_file, eval_hash, state, retime=not pinned and not decision)
+    if pinned:
+        chosen, why = pinned, f"{pinned}: pinned by the policy's quantization.variant"
+    elif decision:
+        chosen, why = decision["chosen"], f"{decision['chosen']}: chosen once for this base and calibration set, when {decision['decided_by']} was gated ({decision['why']})"
     else:
-        chosen = model_policy.quantization.variant
-        why = f"{chosen}: pinned by the policy's quantization.variant"
+        baseline = record.baseline(state.candidate_dir)
+        chosen, why = choose_variant({v: report["variants"][v] for v in needed}, min_agreement,
+                                     production_variant=baseline.chosen_variant() if baseline and baseline.ref != ref else None)
+        stands = _decide(decision_file, {"chosen": chosen, "why": why, "decided_by": ref.uri, "variants": {v: report["variants"][v] for v in needed}})
+        if stands["chosen"] != chosen:  # another adapter of the base decided first, in a run of its own
+            chosen, why = stands["chosen"], f"{stands['chosen']}: chosen once for this base and calibration set, when {stands['decided_by']} was gated ({stands['why']})"
     served = build.int8(chosen)
     # What the server must reproduce before it serves this version: the artifact's hash, and its outputs on the probe texts.
     probe_texts = [ex.text for ex in read_split(eval_file)[: model_policy.serving.probe_examples]]
     probe_batch = batch_limit(served, BATCH)
-    probe_logits = logits(session(served, threads=1), encode(build.merged, probe_texts, state.cache_dir("tokens")), probe_batch)
-    artifact_sha256 = file_sha256(served)
+    with build.lock():
+        probe_logits = logits(session(served, threads=1), encode(build.merged, probe_texts, state.cache_dir("tokens")), probe_batch)
+        artifact_sha256 = file_sha256(served)
     write_json(record.chosen_file, {"chosen": chosen, "why": why, "artifact": served.name, "artifact_sha256": artifact_sha256,
                                     "tokenizer_sha256": tokenizer_hash(build.merged),
                                     "probe": {"batch": probe_batch, "texts": probe_texts, "logits": probe_logits.tolist()}})
-    rows = "\n".join(f"| {k} | {v['top1_agreement']:.2%} | {v['items_per_s']:.0f} | {v['size_mb']:.1f} |" for k, v in report["variants"].items())
+    rows = "\n".join(f"| {k} | {v['top1_agreement']:.2%} | {v['items_per_s']:.0f} | {v['size_mb']:.1f} |" for k, v in sorted(report["variants"].items()))
     table = f"| variant | top-1 agreement vs FP32 | items/s ({SPEED_TEXTS} evaluation texts, buckets of {BATCH}) | MB |\n|---|---|---|---|\n| fp32 | 100% | {report['fp32_items_per_s']:.0f} | {build.onnx.stat().st_size / 2**20:.1f} |\n{rows}"
+    measured = {f"{v}_{k}": report["variants"][v][k] for v in report["variants"] for k in ("top1_agreement", "items_per_s")}
     return dg.MaterializeResult(
         metadata={
             "chosen_variant": chosen,
             "artifact_sha256": artifact_sha256,
             "why": why,
             "top1_agreement": report["variants"][chosen]["top1_agreement"],
-            "static_top1_agreement": report["variants"][STATIC]["top1_agreement"],
-            "dynamic_top1_agreement": report["variants"][DYNAMIC]["top1_agreement"],
-            "static_items_per_s": report["variants"][STATIC]["items_per_s"],
-            "dynamic_items_per_s": report["variants"][DYNAMIC]["items_per_s"],
+            **measured,
             "calibration_sha256": calib_hash,
             "fused_ops": dg.MetadataValue.json(report["fused_ops"]),
             "variants": dg.MetadataValue.md(table),

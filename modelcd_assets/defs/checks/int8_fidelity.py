@@ -17,6 +17,6 @@ def int8_agrees_with_fp32(context: dg.AssetCheckExecutionContext, state: LocalSt
     ref = CandidateRef.parse(context.partition_key)
     record = state.record(ref)
     chosen = record.chosen_variant()
-    with np.load(record.build.dir / "eval_predictions.npz") as preds:
-        verdict = judge_fidelity(preds[chosen], preds["fp32"], record.effective_policy().int8_fidelity)
+    build = record.build
+    verdict = judge_fidelity(np.load(build.predictions(chosen)), np.load(build.predictions("fp32")), record.effective_policy().int8_fidelity)
     return check_result(verdict)
