@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from demo_files import demo_files
 from machine import machine
 from modelcd_assets.faults.conditions import COLLAPSING_CALIBRATION
 from modelcd_assets.lib.data import read_split
@@ -26,7 +27,6 @@ from modelcd_assets.lib.export import export_onnx
 from modelcd_assets.lib.model_io import merge_adapter
 from modelcd_assets.lib.quantize import optimize_transformer, quantize_static_int8
 from modelcd_assets.lib.runtime import logits, session
-from modelcd_assets.lib.settings import apply_local_defaults
 from modelcd_assets.lib.tokens import encode
 
 RESULTS = Path(__file__).parent / "results" / "calibration.json"
@@ -50,12 +50,10 @@ def splits(calibration: list[str]) -> dict[str, list[str]]:
 
 
 def main() -> int:
-    env = apply_local_defaults()
-    home, data = Path(env["MODELCD_HOME"]), Path(env["MODELCD_DATA"])
-    base, adapter = home / "work" / "base", home / "work" / "adapters" / "good"
-    if not (adapter / "adapter_model.safetensors").is_file():
-        print("the demo's good adapter is missing; run 'make demo' first", file=sys.stderr)
+    found = demo_files()
+    if found is None:
         return 2
+    data, base, adapter = found.data, found.base, found.adapter
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from demo_files import demo_files
 from machine import machine
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.evaluate import label_ids
@@ -33,7 +34,6 @@ from modelcd_assets.lib.export import export_onnx
 from modelcd_assets.lib.model_io import labels_of, load_classifier, merge_adapter
 from modelcd_assets.lib.quantize import optimize_transformer, quantize_dynamic_int8, quantize_static_int8
 from modelcd_assets.lib.runtime import batch_limit, feeds_for, logits, session
-from modelcd_assets.lib.settings import apply_local_defaults
 from modelcd_assets.lib.tokens import BATCH, MAX_LENGTH, TextEncoder, buckets
 
 RESULTS = Path(__file__).parent / "results" / "int8.json"
@@ -54,12 +54,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--texts", type=int, default=256, help="evaluation texts timed per cell")
     args = ap.parse_args()
-    env = apply_local_defaults()
-    home, data = Path(env["MODELCD_HOME"]), Path(env["MODELCD_DATA"])
-    base, adapter = home / "work" / "base", home / "work" / "adapters" / "good"
-    if not (adapter / "adapter_model.safetensors").is_file():
-        print("the demo's good adapter is missing; run 'make demo' first", file=sys.stderr)
+    found = demo_files()
+    if found is None:
         return 2
+    data, base, adapter = found.data, found.base, found.adapter
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         merged = tmp / "merged"

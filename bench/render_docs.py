@@ -105,10 +105,25 @@ def peak(d: dict) -> str:
             f"requests/s = {d['achieved_int_ops_per_s'] / 1e9:.2f} G ops/s, **{d['achieved_over_peak']:.1%} of peak** (target ≥ {d['target']:.0%}).")
 
 
+def adapter_designs(d: dict) -> str:
+    a, b = d["a_per_version"], d["b_shared_base"]
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return (f"On {_machine(d['machine'])}, {d['adapters']} adapters, {d['texts']} evaluation texts one per call.\n\n"
+            "| | (a) per version | (b) shared base |\n|---|---|---|\n"
+            f"| once per base | — | {b['base_seconds_once']:.1f} s (export, LoRA inputs, fusion, INT8) |\n"
+            f"| to add one adapter (median) | {med(a['seconds_to_add_one']):.1f} s (merge, export, fuse, INT8, open) | {1000 * med(b['seconds_to_add_one']):.1f} ms (write and load its .onnx_adapter) |\n"
+            f"| memory per adapter | {a['rss_mb_per_adapter']:.1f} MB | {b['rss_mb_per_adapter']:.2f} MB |\n"
+            f"| items/s (adapter 0, one text per call) | {a['items_per_s']:.0f} | {b['items_per_s']:.0f} |\n"
+            f"| fused ops | Attention, EmbedLayerNormalization, SkipLayerNormalization, BiasGelu | {', '.join(f'{k} {v}' for k, v in b['fused_ops'].items())} |\n\n"
+            f"(b) against (a) on the same adapters: top-1 agreement {min(d['top1_agreement_b_vs_a']):.2%} at worst, largest logit difference "
+            f"{max(d['max_abs_logit_diff_b_vs_a']):.3f}; the adapters' own outputs differ by {d['adapters_differ_in_b_by']:.3f} on average in (b).")
+
+
 BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "int8": ("benchmarks.md", "int8.json", int8, "make bench"),
     "serving": ("benchmarks.md", "serving.json", serving, "make bench-serving"),
     "peak": ("benchmarks.md", "peak.json", peak, "python bench/bench_peak.py"),
+    "adapter_designs": ("benchmarks.md", "adapter_designs.json", adapter_designs, "python bench/bench_adapter_designs.py"),
     "calibration": ("benchmarks.md", "calibration.json", calibration, "python bench/bench_calibration.py"),
     "false_block": ("benchmarks.md", "false_block.json", false_block, "make bench-gates"),
     "gate_overhead": ("benchmarks.md", "gate_overhead.json", gate_overhead, "python bench/bench_gate_overhead.py --fresh"),
