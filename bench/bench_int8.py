@@ -7,7 +7,7 @@ For each runtime, items/s over the same evaluation texts under three ways of fee
   - batches of 32 padded to 128 tokens (fixed shapes);
   - length buckets of 32 (lib/tokens.buckets: sorted by length, each batch padded to its own longest text), which
     modelcd's gates and server use; a batch-dependent model (dynamic INT8) is run one text per call there
-    (lib/runtime.batch_limit), so this row equals the first for it.
+    (lib/runtime.OnnxModel), so this row equals the first for it.
 Every cell is timed in interleaved rounds (each cell once per round, in rotating order); the median is kept.
 Accuracy and top-1 agreement with ORT FP32 are measured on the whole evaluation split for every runtime.
 Writes bench/results/int8.json.
@@ -33,7 +33,7 @@ from modelcd_assets.lib.evaluate import label_ids
 from modelcd_assets.lib.export import export_onnx
 from modelcd_assets.lib.model_io import labels_of, load_classifier, merge_adapter
 from modelcd_assets.lib.quantize import optimize_transformer, quantize_dynamic_int8, quantize_static_int8
-from modelcd_assets.lib.runtime import batch_limit, feeds_for, logits, session
+from modelcd_assets.lib.runtime import OnnxModel, feeds_for, logits
 from modelcd_assets.lib.tokens import BATCH, MAX_LENGTH, TextEncoder, buckets
 
 RESULTS = Path(__file__).parent / "results" / "int8.json"
@@ -74,15 +74,14 @@ def main() -> int:
         evaluation = read_split(data / "evaluation.jsonl")
         eval_feeds = enc.encode([e.text for e in evaluation])
         truth = label_ids([e.label for e in evaluation], labels_of(merged))
-        sessions = {name: session(p) for name, p in paths.items()}
-        limits = {name: batch_limit(p, BATCH) for name, p in paths.items()}
+        models = {name: OnnxModel(p) for name, p in paths.items()}
         model = load_classifier(merged)  # default attention implementation, as a user would run it
         with torch.inference_mode():
             eager_logits = _eager_all(model, eval_feeds)
         # Does a text's output depend on what it is batched with? Alone against in length buckets, same session.
         sample = {k: v[:256] for k, v in eval_feeds.items()}
-        dependence = {name: float(np.max(np.abs(logits(s, sample, 1) - logits(s, sample, BATCH)))) for name, s in sessions.items()}
-        preds = {"PyTorch eager FP32": eager_logits.argmax(1)} | {name: logits(s, eval_feeds, limits[name]).argmax(1) for name, s in sessions.items()}
+        dependence = {name: float(np.max(np.abs(logits(m.session, sample, 1) - logits(m.session, sample, BATCH)))) for name, m in models.items()}
+        preds = {"PyTorch eager FP32": eager_logits.argmax(1)} | {name: m.logits(eval_feeds).argmax(1) for name, m in models.items()}
 
         texts = [e.text for e in evaluation[: args.texts]]
         lengths = enc.lengths(texts)
@@ -90,9 +89,9 @@ def main() -> int:
         for how in FEEDING.values():
             torch_in = [{k: torch.from_numpy(v) for k, v in b.items()} for b in batches(enc, texts, how, BATCH)]
             runners[("PyTorch eager FP32", how)] = lambda ins=torch_in: [model(**b) for b in ins]
-            for name, s in sessions.items():
-                ins = [feeds_for(s, b) for b in batches(enc, texts, how, limits[name])]
-                runners[(name, how)] = lambda s=s, ins=ins: [s.run(["logits"], b) for b in ins]
+            for name, m in models.items():
+                ins = [feeds_for(m.session, b) for b in batches(enc, texts, how, m.batch(BATCH))]
+                runners[(name, how)] = lambda s=m.session, ins=ins: [s.run(["logits"], b) for b in ins]
         times = {key: [] for key in runners}
         keys = list(runners)
         with torch.inference_mode():

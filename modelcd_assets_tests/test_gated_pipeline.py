@@ -9,7 +9,9 @@ import dagster as dg
 import pytest
 
 from modelcd_assets.launch import BLOCKED, PROMOTED, run_gate
+from modelcd_assets.lib.builds import read_json
 from modelcd_assets.lib.candidate import CandidateRecord
+from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.registry import PRODUCTION
 from modelcd_assets_tests.conftest import make_env
 
@@ -244,6 +246,11 @@ def test_the_variant_is_chosen_once_per_base_and_later_adapters_build_only_it(en
     assert later.build_dir != decided.build_dir and later.chosen_variant() == chosen
     assert later.build.int8(chosen).is_file() and not later.build.int8({"static": "dynamic", "dynamic": "static"}[chosen]).is_file()
     assert f"chosen once for this base and calibration set, when {first.uri} was gated" in later.quantization()["why"]
+    # Timed once, for the decision; a later adapter's speed is the throughput gate's to measure.
+    assert "items_per_s" in read_json(decided.build.dir / "quantization_report.json")["variants"][chosen]
+    assert "items_per_s" not in read_json(later.build.dir / "quantization_report.json")["variants"][chosen]
+    # Production's labels on the traffic were predicted once, kept in its build for every candidate judged against it.
+    assert decided.build.predictions(chosen, file_sha256(env.data / "traffic_current.jsonl")).is_file()
 
 
 def test_modelcd_gate_started_in_the_background_can_still_be_stopped(env, instance, base):

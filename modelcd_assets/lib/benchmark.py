@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from modelcd_assets.lib.runtime import feeds_for
+from modelcd_assets.lib.runtime import OnnxModel, feeds_for
 from modelcd_assets.lib.tokens import buckets
 from modelcd_assets.lib.stats import median_ci
 
@@ -41,20 +41,19 @@ def _trial(sess: ort.InferenceSession, batches: list[dict[str, np.ndarray]], pas
     return passes * sum(len(b["input_ids"]) for b in batches) / elapsed, lat
 
 
-def paired_throughput(candidate: ort.InferenceSession, production: ort.InferenceSession, feeds: dict[str, np.ndarray],
-                      batch_size: int, pairs: int, passes_per_trial: int = 1, warmup: int = 1, min_trial_s: float = 0.05,
-                      limits: tuple[int, int] | None = None) -> PairedRun:
+def paired_throughput(candidate: OnnxModel, production: OnnxModel, feeds: dict[str, np.ndarray],
+                      batch_size: int, pairs: int, passes_per_trial: int = 1, warmup: int = 1, min_trial_s: float = 0.05) -> PairedRun:
     """Alternate candidate and production trials (A B, then B A) so drift in machine load hits both.
 
     The texts of feeds are run at their real lengths, in the length buckets of batch_size every model
     call uses (tokens.buckets). A trial makes passes_per_trial passes over all of them, and more when a
     pass is so fast that a trial would take under min_trial_s: timer and scheduler noise would then
-    swamp the difference. limits caps each side's batch as runtime.batch_limit does for the model it runs,
-    so each is timed as it is served.
+    swamp the difference. Each side's batch is what its model takes per call (OnnxModel.batch), so each is
+    timed as it is served.
     """
-    lim_c, lim_p = limits or (batch_size, batch_size)
-    feed_c = [feeds_for(candidate, b) for _, b in buckets(feeds, min(batch_size, lim_c))]
-    feed_p = [feeds_for(production, b) for _, b in buckets(feeds, min(batch_size, lim_p))]
+    feed_c = [feeds_for(candidate.session, b) for _, b in buckets(feeds, candidate.batch(batch_size))]
+    feed_p = [feeds_for(production.session, b) for _, b in buckets(feeds, production.batch(batch_size))]
+    candidate, production = candidate.session, production.session
     slowest = 0.0
     for _ in range(max(1, warmup)):
         for sess, feed in ((candidate, feed_c), (production, feed_p)):
@@ -72,6 +71,20 @@ def paired_throughput(candidate: ort.InferenceSession, production: ort.Inference
             thr.append(t)
             lat.extend(l)
     return PairedRun(batch_size, tc, tp, lc, lp)
+
+
+def best_items_per_s(models: dict[str, OnnxModel], feeds: dict[str, np.ndarray], rounds: int, batch_size: int) -> dict[str, float]:
+    """Items/s of each model over all of feeds, the best of rounds timed in interleaved order (A B C, A B C, ...),
+    so a burst of load on the machine hits them all; one warm-up pass each first."""
+    for model in models.values():
+        model.logits(feeds, batch_size)
+    best = dict.fromkeys(models, float("inf"))
+    for _ in range(rounds):
+        for name, model in models.items():
+            t = time.perf_counter()
+            model.logits(feeds, batch_size)
+            best[name] = min(best[name], time.perf_counter() - t)
+    return {name: len(feeds["attention_mask"]) / t for name, t in best.items()}
 
 
 def summarize(run: PairedRun, confidence: float) -> dict:

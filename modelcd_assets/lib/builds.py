@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from modelcd_assets.lib.hashing import text_hash
 
 # Bump when the way builds are made changes, so stale cached builds are not reused.
@@ -42,9 +44,10 @@ class Build:
     def int8(self, variant: str) -> Path:
         return self.dir / f"int8_{variant}.onnx"
 
-    def predictions(self, name: str) -> Path:
-        """Class ids predicted on the evaluation split by the FP32 export ("fp32") or an INT8 variant."""
-        return self.dir / f"predictions_{name}.npy"
+    def predictions(self, name: str, split_sha256: str | None = None) -> Path:
+        """Class ids predicted by the FP32 export ("fp32") or an INT8 variant: on the evaluation split (checked against
+        quantization_report.json's hash), or on the split file whose sha256 is given."""
+        return self.dir / (f"predictions_{name}.npy" if split_sha256 is None else f"predictions_{name}_on_{split_sha256[:24]}.npy")
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -63,6 +66,13 @@ def write_json(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=float))
+    tmp.replace(path)
+
+
+def save_array(path: Path, array: np.ndarray) -> None:
+    """Write a .npy atomically: readers see the old file or the whole new one."""
+    tmp = path.with_name(path.stem + ".tmp.npy")
+    np.save(tmp, array)
     tmp.replace(path)
 
 

@@ -6,13 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
-from modelcd_assets.lib.runtime import batch_limit, logits, session
-from modelcd_assets.lib.tokens import BATCH
+from modelcd_assets.lib.runtime import OnnxModel
 
 
 def predict(model_path: Path, feeds: dict[str, np.ndarray], threads: int | None = None) -> np.ndarray:
     """Class ids predicted by an ONNX model."""
-    out = logits(session(model_path, threads=threads), feeds, batch_limit(model_path, BATCH))
+    out = OnnxModel(model_path, threads=threads).logits(feeds)
     if not np.all(np.isfinite(out)):
         raise ValueError(f"{model_path} produced NaN or Inf logits; the model is numerically broken")
     return out.argmax(axis=1)

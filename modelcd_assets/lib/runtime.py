@@ -16,9 +16,13 @@ def providers() -> list[str]:
     return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
 
 
-def session(path: Path, threads: int | None = None, provider: str | None = None) -> ort.InferenceSession:
-    """An inference session; threads=None lets ORT use every core."""
+def session(path: Path, threads: int | None = None, provider: str | None = None, profile_prefix: str | None = None) -> ort.InferenceSession:
+    """An inference session; threads=None lets ORT use every core. profile_prefix: write ORT's per-node profile there
+    (InferenceSession.end_profiling() returns the file)."""
     opts = ort.SessionOptions()
+    if profile_prefix:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3
     # Idle intra-op threads otherwise spin for a while after each call and steal the cores from the
@@ -35,15 +39,33 @@ def session(path: Path, threads: int | None = None, provider: str | None = None)
 BATCH_DEPENDENT_OPS = frozenset({"DynamicQuantizeLinear", "DynamicQuantizeMatMul", "QAttention", "MatMulIntegerToFloat"})
 
 
-def batch_limit(model_path: Path, requested: int) -> int:
-    """How many texts one call of this model may take: 1 when its outputs would depend on the batch, else requested.
-
-    Gates, probes and the server all ask this, so a text's output is the same wherever and with whatever it is run.
-    """
+def is_batch_dependent(model_path: Path) -> bool:
+    """Whether the graph computes activation scales per call (dynamic INT8): its outputs then depend on the batch."""
     import onnx
 
     graph = onnx.load(str(model_path), load_external_data=False).graph
-    return 1 if any(n.op_type in BATCH_DEPENDENT_OPS for n in graph.node) else requested
+    return any(n.op_type in BATCH_DEPENDENT_OPS for n in graph.node)
+
+
+class OnnxModel:
+    """An ONNX model opened for inference, run the one way everything in modelcd runs it.
+
+    Gates, probes, benchmarks and the server all call models through this, so a text's output is the same wherever
+    and with whatever it is run: a batch-dependent graph takes one text per call. batch_dependent, when the caller
+    already knows it (recorded at gating), saves re-reading the graph.
+    """
+
+    def __init__(self, path: Path, threads: int | None = None, provider: str | None = None, batch_dependent: bool | None = None):
+        self.path = Path(path)
+        self.session = session(self.path, threads=threads, provider=provider)
+        self.batch_dependent = is_batch_dependent(self.path) if batch_dependent is None else bool(batch_dependent)
+
+    def batch(self, requested: int) -> int:
+        """The most texts one call may take when the caller asks for requested."""
+        return 1 if self.batch_dependent else requested
+
+    def logits(self, feeds: dict[str, np.ndarray], batch_size: int = BATCH) -> np.ndarray:
+        return logits(self.session, feeds, self.batch(batch_size))
 
 
 def feeds_for(sess: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

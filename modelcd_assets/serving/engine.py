@@ -8,23 +8,26 @@ from pathlib import Path
 import numpy as np
 
 from modelcd_assets.lib.model_io import labels_of
-from modelcd_assets.lib.runtime import batch_limit, logits, session
+from modelcd_assets.lib.runtime import OnnxModel
 from modelcd_assets.lib.tokens import BATCH, TextEncoder
 
 
 class Engine:
     """One InferenceSession over one artifact, with the tokenizer and labels of the model it was built from."""
 
-    def __init__(self, artifact: Path, model_dir: Path, threads: int = 1):
+    def __init__(self, artifact: Path, model_dir: Path, threads: int = 1, batch_dependent: bool | None = None):
         self.artifact = Path(artifact)
-        self.session = session(self.artifact, threads=threads)
+        self.model = OnnxModel(self.artifact, threads=threads, batch_dependent=batch_dependent)
         self.encoder = TextEncoder(model_dir)
         self.labels = labels_of(model_dir)
-        self.batch_dependent = batch_limit(self.artifact, 2) == 1
+
+    @property
+    def batch_dependent(self) -> bool:
+        return self.model.batch_dependent
 
     def logits(self, texts: list[str], max_batch: int = BATCH) -> np.ndarray:
         """Logits of texts in length buckets of max_batch (one text per call for a batch-dependent model); sessions take concurrent calls."""
-        return logits(self.session, self.encoder.encode(texts), 1 if self.batch_dependent else max_batch)
+        return self.model.logits(self.encoder.encode(texts), max_batch)
 
 
 @dataclass(frozen=True, eq=False)

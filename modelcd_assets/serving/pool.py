@@ -42,10 +42,25 @@ class LoadReport:
     seconds: float
     consistency: Consistency
     evicted: tuple[str, ...] = ()
+    steps: tuple[tuple[str, float], ...] = ()  # (step, seconds) in the order they ran
 
     def as_dict(self) -> dict:
         return {"version": self.version, "content_sha256": self.content_hash, "artifact_sha256": self.artifact_sha256, "variant": self.variant,
-                "seconds": round(self.seconds, 4), "consistency": self.consistency.as_dict(), "evicted": list(self.evicted)}
+                "seconds": round(self.seconds, 4), "steps": {k: round(v, 4) for k, v in self.steps}, "consistency": self.consistency.as_dict(),
+                "evicted": list(self.evicted)}
+
+
+class _Steps:
+    """Seconds spent in each step of a load, for the admin API's report and the swap bench."""
+
+    def __init__(self):
+        self.start = self._last = time.perf_counter()
+        self.done: list[tuple[str, float]] = []
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.done.append((name, now - self._last))
+        self._last = now
 
 
 def _verify(folder: Path, expected: str, what: str, limits: SafetyLimits) -> None:
@@ -111,13 +126,15 @@ class ServingPool:
     def load(self, version: str) -> LoadReport:
         """Load, verify and probe a version; it serves nothing until activate()."""
         with self._load_lock:
-            start = time.perf_counter()
+            step = _Steps()
             ref = CandidateRef(self.model, str(version))
             what = ref.uri
             if ref.version not in self._content_hash:
                 self._content_hash[ref.version] = self.registry.tags(ref)[CONTENT]
             record, gated = self._gated(ref)
+            step("registry and records")
             _verify(Path(record.artifact_dir), self._content_hash[ref.version], what, self.limits)
+            step("registered files scanned and hashed")
             artifact = record.build.int8(gated["chosen"])
             if not artifact.is_file():
                 raise SwapRefused(f"{what}: the INT8 model its gates judged is missing ({artifact}); run 'modelcd gate {ref.name} {ref.version}'")
@@ -127,18 +144,23 @@ class ServingPool:
             if (tokenizer := tokenizer_hash(record.build.merged)) != gated["tokenizer_sha256"]:
                 raise SwapRefused(f"{what}: the tokenizer in {record.build.merged} is not the one its gates used "
                                   f"(sha256 {tokenizer[:12]} != {gated['tokenizer_sha256'][:12]}); re-gate it")
+            step("artifact and tokenizer hashed")
             try:
-                engine = Engine(artifact, record.build.merged, threads=self.threads)
+                # Gated builds record whether the graph is batch-dependent; older records make the engine read the graph.
+                engine = Engine(artifact, record.build.merged, threads=self.threads, batch_dependent=gated.get("batch_dependent"))
             except ModelcdError as e:
                 raise SwapRefused(f"{what}: {e}") from e
             served = Served(self.model, ref.version, record.content_hash, gated["artifact_sha256"], gated["chosen"], engine)
+            step("session opened")
             probe = gated["probe"]
             consistency = compare(served.logits(probe["texts"], int(probe["batch"])), np.asarray(probe["logits"], dtype=np.float32),
                                   self.policy.max_abs_logit_diff, self.policy.min_top1_agreement, what)
+            step("probed against the gated outputs")
             self._loaded[ref.version] = served
             self._loaded.move_to_end(ref.version)
             evicted = self._evict(keep=ref.version)
-            report = LoadReport(ref.version, record.content_hash, served.artifact_sha256, served.variant, time.perf_counter() - start, consistency, evicted)
+            report = LoadReport(ref.version, record.content_hash, served.artifact_sha256, served.variant, time.perf_counter() - step.start, consistency,
+                                evicted, tuple(step.done))
             self.reports[ref.version] = report
             return report
 

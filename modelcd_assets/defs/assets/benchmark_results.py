@@ -10,7 +10,7 @@ from modelcd_assets.lib.builds import write_json
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.plots import latency_plot_md
 from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.lib.runtime import batch_limit, session
+from modelcd_assets.lib.runtime import OnnxModel
 from modelcd_assets.lib.tokens import encode
 from modelcd_assets.resources.state import LocalStateResource
 
@@ -30,15 +30,13 @@ def benchmark_results(context: dg.AssetExecutionContext, state: LocalStateResour
     feeds = encode(record.build.merged, texts, state.cache_dir("tokens"))
     lengths = feeds["attention_mask"].sum(axis=1)
     # With nothing in production the candidate is paired with itself: the ratio then shows the noise floor.
-    cand_path, prod_path = record.chosen_int8(), (prod_record or record).chosen_int8()
-    cand, prod = session(cand_path), session(prod_path)
+    cand, prod = OnnxModel(record.chosen_int8()), OnnxModel((prod_record or record).chosen_int8())
     results, plots = {}, {}
     for batch in (1, 32):
-        limits = (batch_limit(cand_path, batch), batch_limit(prod_path, batch))
-        run = paired_throughput(cand, prod, feeds, batch, tp.pairs, limits=limits)
+        run = paired_throughput(cand, prod, feeds, batch, tp.pairs)
         summary = summarize(run, tp.confidence)
         while summary["ratio_ci_low"] < tp.min_ratio <= summary["ratio_ci_high"] and len(run.ratios) < tp.max_pairs:
-            run = merge_runs(run, paired_throughput(cand, prod, feeds, batch, min(tp.pairs, tp.max_pairs - len(run.ratios)), warmup=0, limits=limits))
+            run = merge_runs(run, paired_throughput(cand, prod, feeds, batch, min(tp.pairs, tp.max_pairs - len(run.ratios)), warmup=0))
             summary = summarize(run, tp.confidence)
         results[str(batch)] = summary
         if batch == 1:

@@ -1,14 +1,19 @@
 """drift_report: Evidently drift of candidate vs production predictions on traffic, and of traffic vs reference."""
 
+from pathlib import Path
+
 import dagster as dg
+import numpy as np
 from pydantic import Field
 
 from modelcd_assets.defs.assets.quantized_model import quantized_model
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.builds import write_json
+from modelcd_assets.lib.builds import save_array, write_json
+from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.drift import describe, input_drift, prediction_drift
 from modelcd_assets.lib.evaluate import predict
+from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.model_io import labels_of
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.tokens import encode
@@ -22,6 +27,19 @@ class DriftConfig(dg.Config):
     reference_sample: str = Field("evaluation", description="Name of the split the model was validated on")
 
 
+def served_labels(record: CandidateRecord, split_file: Path, texts: list[str], cache: Path) -> list[str]:
+    """The labels a candidate's chosen INT8 model gives a split's texts, kept in its build: production's are reused by
+    every candidate judged against it, on the same traffic."""
+    build = record.build
+    path = build.predictions(record.chosen_variant(), file_sha256(split_file))
+    with build.lock():
+        if not path.is_file():
+            save_array(path, predict(record.chosen_int8(), encode(build.merged, texts, cache)))
+        ids = np.load(path)
+    labels = labels_of(build.merged)
+    return [labels[i] for i in ids]
+
+
 @dg.asset(partitions_def=candidates, deps=[quantized_model], group_name="evaluation", kinds={"evidently"})
 def drift_report(context: dg.AssetExecutionContext, config: DriftConfig, state: LocalStateResource) -> dg.MaterializeResult:
     """Both drifts measured on the same traffic sample, with the INT8 models that would serve it."""
@@ -29,19 +47,17 @@ def drift_report(context: dg.AssetExecutionContext, config: DriftConfig, state: 
     record = state.record(ref)
     build = record.build
     cache = state.cache_dir("tokens")
-    traffic = [ex.text for ex in read_split(state.split(config.traffic_sample))]
+    traffic_file = state.split(config.traffic_sample)
+    traffic = [ex.text for ex in read_split(traffic_file)]
     reference = [ex.text for ex in read_split(state.split(config.reference_sample))]
     traffic_feeds = encode(build.merged, traffic, cache)
     reference_feeds = encode(build.merged, reference, cache)
     inputs = input_drift(describe(reference, reference_feeds["attention_mask"]), describe(traffic, traffic_feeds["attention_mask"]))
-    labels = labels_of(build.merged)
-    cand_labels = [labels[i] for i in predict(record.chosen_int8(), traffic_feeds)]
+    cand_labels = served_labels(record, traffic_file, traffic, cache)
     prod_record = record.baseline(state.candidate_dir)
     pred_drift = None
     if prod_record:
-        prod_feeds = encode(prod_record.build.merged, traffic, cache)
-        prod_labels = [labels_of(prod_record.build.merged)[i] for i in predict(prod_record.chosen_int8(), prod_feeds)]
-        pred_drift = prediction_drift(prod_labels, cand_labels)
+        pred_drift = prediction_drift(served_labels(prod_record, traffic_file, traffic, cache), cand_labels)
     report = {"traffic_sample": config.traffic_sample, "reference_sample": config.reference_sample, "traffic_examples": len(traffic),
               "input_drift": inputs, "prediction_drift": pred_drift, "production": prod_record.ref.key if prod_record else None}
     write_json(state.candidate_dir(ref) / REPORT_FILE, report)

@@ -27,7 +27,11 @@ def _correct(record: CandidateRecord, eval_hash: str, truth: np.ndarray) -> dict
     if read_json(build.dir / "quantization_report.json").get("evaluation_sha256") != eval_hash:
         raise FileNotFoundError(f"build {build.key} was evaluated on another evaluation split; re-materialize its quantized_model")
     chosen = record.chosen_variant()
-    return {"fp32": np.load(build.predictions("fp32")) == truth, "int8": np.load(build.predictions(chosen)) == truth}
+    files = {"fp32": build.predictions("fp32"), "int8": build.predictions(chosen)}
+    if missing := [str(f) for f in files.values() if not f.is_file()]:
+        raise FileNotFoundError(f"{record.ref.uri}'s build {build.key} lacks its recorded predictions ({', '.join(missing)}); "
+                                f"re-gate it with 'modelcd gate {record.ref.name} {record.ref.version}'")
+    return {k: np.load(f) == truth for k, f in files.items()}
 
 
 @dg.asset(partitions_def=candidates, deps=[quantized_model], group_name="evaluation", kinds={"onnx"})
