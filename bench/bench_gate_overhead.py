@@ -23,6 +23,7 @@ from machine import machine
 from modelcd_assets.launch import run_gate
 from modelcd_assets.gate_results import code_location_graph, required_gates
 from production_artifact import production_copy
+from run_steps import step_seconds
 
 SAFETY_AND_HEALTH_ASSETS = ("candidate", "merged_model")  # the gates on these exist only for safety and health
 
@@ -42,11 +43,7 @@ def main() -> int:
         ref = reg.register(artifact, args.name)
         instance = dg.DagsterInstance.get()
         run = run_gate(ref, instance=instance, progress=True)
-    steps = {}
-    for record in instance.get_records_for_run(run.run_id).records:
-        event = record.event_log_entry.dagster_event
-        if event is not None and event.event_type_value == "STEP_SUCCESS":
-            steps[event.step_key] = event.event_specific_data.duration_ms / 1000
+    steps = step_seconds(instance, run.run_id)
     mat = instance.get_latest_materialization_event(dg.AssetKey("merged_model")).asset_materialization
     health_in_asset = float(mat.metadata["health_seconds"].value)
     total = sum(steps.values())

@@ -114,7 +114,7 @@ def swaps(name: str, prod: str, other: str, texts: list[str], tmp: Path, rounds:
     url = f"http://127.0.0.1:{port}"
     admin = {"Authorization": f"Bearer {TOKEN}"}
     proc, _ = start_modelcd(name, port, tmp / "modelcd-swaps.log")
-    steady, swapping, swap_seconds = [], [], []
+    steady, swapping, swap_seconds, swap_steps = [], [], [], []
     try:
         for _ in range(rounds):
             steady.append(measure(url, texts, 8, seconds))
@@ -127,6 +127,7 @@ def swaps(name: str, prod: str, other: str, texts: list[str], tmp: Path, rounds:
                         resp = http.post("/v1/admin/adapters", json={"version": target})
                         resp.raise_for_status()
                         swap_seconds.append(resp.json()["loaded"]["seconds"])
+                        swap_steps.append(resp.json()["loaded"]["steps"])
                         done.wait(1.0)
 
             t = threading.Thread(target=swapper)
@@ -148,6 +149,7 @@ def swaps(name: str, prod: str, other: str, texts: list[str], tmp: Path, rounds:
         "steady_p99_ms": p99(steady), "swapping_p99_ms": p99(swapping), "swap_p99_ratio": p99(swapping) / p99(steady),
         "swap_seconds_median": statistics.median(swap_seconds), "restart_to_ready_seconds_median": statistics.median(restart_s),
         "swap_vs_restart": statistics.median(swap_seconds) / statistics.median(restart_s),
+        "swap_step_seconds_median": {k: statistics.median(s[k] for s in swap_steps) for k in swap_steps[0]},
         "phases": {"steady": steady, "swapping": swapping}, "swap_seconds": swap_seconds, "restart_seconds": restart_s,
     }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -52,9 +53,16 @@ def serving(d: dict) -> str:
             f"| requests failed | {s['failed_requests']} of {s['requests']} ({s['swaps']} swaps) | 0 |\n"
             f"| p99 swapping once a second / steady p99 | {s['swapping_p99_ms']:.1f} / {s['steady_p99_ms']:.1f} ms = **{s['swap_p99_ratio']:.2f}** | ≤ {t['swap_p99_ratio']:g} |\n"
             f"| swap time / restart to ready | {s['swap_seconds_median'] * 1000:.0f} ms / {s['restart_to_ready_seconds_median']:.2f} s = **{s['swap_vs_restart']:.3f}** | ≤ {t['swap_vs_restart']:g} |"
-            "\n\n| versions loaded | resident MB | MB per version |\n|---|---|---|\n" +
+            + _swap_steps(s) + "\n\n| versions loaded | resident MB | MB per version |\n|---|---|---|\n" +
             "\n".join(f"| {n} | {d['memory']['rss_mb'][n]:.0f} | {d['memory']['mb_per_version'][n]:.1f} |" for n in d["memory"]["mb_per_version"]) +
             f"\n\nEach further version adds {d['memory']['marginal_mb_per_version']:.1f} MB (one ONNX Runtime session over its INT8 artifact).")
+
+
+def _swap_steps(s: dict) -> str:
+    steps = s.get("swap_step_seconds_median")
+    if not steps:
+        return ""
+    return "\n\nA swap, step by step (median ms, from the admin API's load report): " + "; ".join(f"{k} {1000 * v:.0f}" for k, v in steps.items()) + "."
 
 
 def calibration(d: dict) -> str:
@@ -107,7 +115,7 @@ def peak(d: dict) -> str:
 
 def adapter_designs(d: dict) -> str:
     a, b = d["a_per_version"], d["b_shared_base"]
-    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    med = statistics.median
     return (f"On {_machine(d['machine'])}, {d['adapters']} adapters, {d['texts']} evaluation texts one per call.\n\n"
             "| | (a) per version | (b) shared base |\n|---|---|---|\n"
             f"| once per base | — | {b['base_seconds_once']:.1f} s (export, LoRA inputs, fusion, INT8) |\n"
@@ -119,11 +127,26 @@ def adapter_designs(d: dict) -> str:
             f"{max(d['max_abs_logit_diff_b_vs_a']):.3f}; the adapters' own outputs differ by {d['adapters_differ_in_b_by']:.3f} on average in (b).")
 
 
+def adapters_of_base(d: dict) -> str:
+    t = d["targets"]
+    rows = "\n".join(f"| {i + 1} | {r['version']} | {r['outcome']}{' (' + ', '.join(r['failed_gates']) + ')' if r['failed_gates'] else ''} | "
+                     f"{r['verdict_seconds']:.1f} | {r['step_seconds'].get('quantized_model', 0.0):.1f} |" for i, r in enumerate(d["runs"]))
+    steps = sorted(d["later_step_seconds_median"].items(), key=lambda kv: -kv[1])
+    return (f"On {_machine(d['machine'])}, {d['adapters']} adapters of all-MiniLM-L6-v2 registered as a new model and gated one after another: "
+            f"first **{d['first_verdict_seconds']:.1f} s**, later ones **{d['later_verdict_seconds_median']:.1f} s** (median) from registration to verdict "
+            f"(target ≤ {t['verdict_seconds']:g} s); **Nth / first {d['nth_over_first']:.2f}** (target ≤ {t['nth_over_first']:g}; last / first "
+            f"{d['last_over_first']:.2f}).\n\n"
+            "| adapter | version | outcome | registration → verdict s | quantized_model s |\n|---|---|---|---|---|\n" + rows +
+            "\n\nWhere a later adapter's gated run goes (median step seconds, steps over 0.5 s): " +
+            "; ".join(f"{k} {v:.1f}" for k, v in steps if v > 0.5) + ".")
+
+
 BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "int8": ("benchmarks.md", "int8.json", int8, "make bench"),
     "serving": ("benchmarks.md", "serving.json", serving, "make bench-serving"),
     "peak": ("benchmarks.md", "peak.json", peak, "python bench/bench_peak.py"),
     "adapter_designs": ("benchmarks.md", "adapter_designs.json", adapter_designs, "python bench/bench_adapter_designs.py"),
+    "adapters_of_base": ("benchmarks.md", "adapters_of_base.json", adapters_of_base, "python bench/bench_adapters_of_base.py"),
     "calibration": ("benchmarks.md", "calibration.json", calibration, "python bench/bench_calibration.py"),
     "false_block": ("benchmarks.md", "false_block.json", false_block, "make bench-gates"),
     "gate_overhead": ("benchmarks.md", "gate_overhead.json", gate_overhead, "python bench/bench_gate_overhead.py --fresh"),
