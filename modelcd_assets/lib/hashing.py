@@ -18,6 +18,11 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def bytes_sha256(data: bytes) -> str:
+    """sha256 of bytes already read (the server hashes an artifact's bytes and opens its session from those same bytes)."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def folder_manifest(folder: Path) -> dict[str, str]:
     """Relative path -> sha256 for every regular file under folder, sorted by path."""
     folder = Path(folder)

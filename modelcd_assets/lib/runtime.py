@@ -16,9 +16,9 @@ def providers() -> list[str]:
     return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
 
 
-def session(path: Path, threads: int | None = None, provider: str | None = None, profile_prefix: str | None = None) -> ort.InferenceSession:
-    """An inference session; threads=None lets ORT use every core. profile_prefix: write ORT's per-node profile there
-    (InferenceSession.end_profiling() returns the file)."""
+def session(model: Path | bytes, threads: int | None = None, provider: str | None = None, profile_prefix: str | None = None) -> ort.InferenceSession:
+    """An inference session over a model file or its bytes; threads=None lets ORT use every core. profile_prefix: write
+    ORT's per-node profile there (InferenceSession.end_profiling() returns the file)."""
     opts = ort.SessionOptions()
     if profile_prefix:
         opts.enable_profiling = True
@@ -31,7 +31,7 @@ def session(path: Path, threads: int | None = None, provider: str | None = None,
     if threads:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), opts, providers=[provider] if provider else providers())
+    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), opts, providers=[provider] if provider else providers())
 
 
 # Ops whose activation scales are computed per call, over the whole batch: a text's output then depends on what it was
@@ -52,12 +52,14 @@ class OnnxModel:
 
     Gates, probes, benchmarks and the server all call models through this, so a text's output is the same wherever
     and with whatever it is run: a batch-dependent graph takes one text per call. batch_dependent, when the caller
-    already knows it (recorded at gating), saves re-reading the graph.
+    already knows it (recorded at gating), saves re-reading the graph. model_bytes: the file's bytes, already read and
+    verified by the caller, so the session runs exactly what was verified (the file could change after the check).
     """
 
-    def __init__(self, path: Path, threads: int | None = None, provider: str | None = None, batch_dependent: bool | None = None):
+    def __init__(self, path: Path, threads: int | None = None, provider: str | None = None, batch_dependent: bool | None = None,
+                 model_bytes: bytes | None = None):
         self.path = Path(path)
-        self.session = session(self.path, threads=threads, provider=provider)
+        self.session = session(model_bytes if model_bytes is not None else self.path, threads=threads, provider=provider)
         self.batch_dependent = is_batch_dependent(self.path) if batch_dependent is None else bool(batch_dependent)
 
     def batch(self, requested: int) -> int:

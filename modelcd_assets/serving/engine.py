@@ -15,9 +15,9 @@ from modelcd_assets.lib.tokens import BATCH, TextEncoder
 class Engine:
     """One InferenceSession over one artifact, with the tokenizer and labels of the model it was built from."""
 
-    def __init__(self, artifact: Path, model_dir: Path, threads: int = 1, batch_dependent: bool | None = None):
+    def __init__(self, artifact: Path, model_dir: Path, threads: int = 1, batch_dependent: bool | None = None, artifact_bytes: bytes | None = None):
         self.artifact = Path(artifact)
-        self.model = OnnxModel(self.artifact, threads=threads, batch_dependent=batch_dependent)
+        self.model = OnnxModel(self.artifact, threads=threads, batch_dependent=batch_dependent, model_bytes=artifact_bytes)
         self.encoder = TextEncoder(model_dir)
         self.labels = labels_of(model_dir)
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.hashing import file_sha256, folder_manifest, manifest_hash
+from modelcd_assets.lib.hashing import bytes_sha256, folder_manifest, manifest_hash
 from modelcd_assets.lib.policy import ServingPolicy
 from modelcd_assets.lib.registry import CONTENT, CandidateRef, Registry
 from modelcd_assets.lib.safety import SafetyLimits, scan_artifact
@@ -138,7 +138,9 @@ class ServingPool:
             artifact = record.build.int8(gated["chosen"])
             if not artifact.is_file():
                 raise SwapRefused(f"{what}: the INT8 model its gates judged is missing ({artifact}); run 'modelcd gate {ref.name} {ref.version}'")
-            if (actual := file_sha256(artifact)) != gated["artifact_sha256"]:
+            # Hashed and opened from the same bytes: a file replaced after the check is never what serves.
+            artifact_bytes = artifact.read_bytes()
+            if (actual := bytes_sha256(artifact_bytes)) != gated["artifact_sha256"]:
                 raise SwapRefused(f"{what}: {artifact} is not the INT8 model its gates judged (sha256 {actual[:12]} != {gated['artifact_sha256'][:12]}); "
                                   f"re-gate it with 'modelcd gate {ref.name} {ref.version}'")
             if (tokenizer := tokenizer_hash(record.build.merged)) != gated["tokenizer_sha256"]:
@@ -147,7 +149,8 @@ class ServingPool:
             step("artifact and tokenizer hashed")
             try:
                 # Gated builds record whether the graph is batch-dependent; older records make the engine read the graph.
-                engine = Engine(artifact, record.build.merged, threads=self.threads, batch_dependent=gated.get("batch_dependent"))
+                engine = Engine(artifact, record.build.merged, threads=self.threads, batch_dependent=gated.get("batch_dependent"),
+                                artifact_bytes=artifact_bytes)
             except ModelcdError as e:
                 raise SwapRefused(f"{what}: {e}") from e
             served = Served(self.model, ref.version, record.content_hash, gated["artifact_sha256"], gated["chosen"], engine)

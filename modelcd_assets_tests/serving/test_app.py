@@ -80,7 +80,11 @@ def record_of(served, ref) -> CandidateRecord:
 def gated_logits(served, ref) -> np.ndarray:
     """The gated INT8 artifact run directly, one text per call: what the server must answer, to the bit."""
     record = record_of(served, ref)
-    return np.concatenate([logits(session(record.chosen_int8(), threads=1), encode(record.build.merged, [t])) for t in TEXTS])
+    return gated_logits_of(record.chosen_int8(), record)
+
+
+def gated_logits_of(artifact, record) -> np.ndarray:
+    return np.concatenate([logits(session(artifact, threads=1), encode(record.build.merged, [t])) for t in TEXTS])
 
 
 def metric_samples(text: str) -> dict[tuple[str, frozenset], float]:
@@ -251,6 +255,33 @@ def test_a_swap_is_refused_unless_the_artifact_and_its_outputs_are_the_gated_one
             assert c.post("/v1/classify", json={"texts": TEXTS}).headers[HASH_HEADER] == content(served, served.v2)
     finally:
         backup.replace(target)
+
+
+def test_the_session_runs_the_bytes_that_were_hashed_even_if_the_file_changes_after_the_check(served, monkeypatch):
+    """The server used to hash the artifact file, then open the file again by path: a file replaced in between served unchecked bytes."""
+    from modelcd_assets.lib.hashing import bytes_sha256
+    from modelcd_assets.serving import pool as pool_module
+
+    record = record_of(served, served.v1)
+    artifact = record.chosen_int8()
+    backup = artifact.with_suffix(".bak")
+    shutil.copy2(artifact, backup)
+
+    def hash_then_replace(data: bytes) -> str:
+        digest = bytes_sha256(data)
+        shutil.copy2(record_of(served, served.v2).chosen_int8(), artifact)  # swapped right after the check
+        return digest
+
+    try:
+        with start(served) as c:
+            wait_serving(c, served.v2.version)
+            monkeypatch.setattr(pool_module, "bytes_sha256", hash_then_replace)  # for v1's load only
+            r = c.post("/v1/admin/adapters", json={"version": served.v1.version}, headers=AUTH)
+            assert r.status_code == 200, r.text  # the probe passed: what serves is v1's gated bytes, not the file now on disk
+            got = c.post("/v1/classify", json={"texts": TEXTS, "adapter": served.v1.version}).json()
+            assert np.allclose([p["logits"] for p in got["predictions"]], gated_logits_of(backup, record), atol=1e-5)
+    finally:
+        backup.replace(artifact)
 
 
 def test_modelcd_rollback_by_hand_moves_production_back_and_the_server_follows(served, client, capsys):
