@@ -83,6 +83,7 @@ def cmd_gate(args) -> int:
 def cmd_status(args) -> int:
     import dagster as dg
 
+    from modelcd_assets.defs.assets.gate_report import report_url
     from modelcd_assets.gate_results import code_location_graph
     from modelcd_assets.launch import latest_gate_rows
     from modelcd_assets.lib.registry import ROLLED_BACK
@@ -108,8 +109,8 @@ def cmd_status(args) -> int:
             if problems and not others:  # every gate passed, but on an outdated lineage
                 summary += "; " + problems[0]
             alias = "production" if prod == ref else ("rolled back from" if ROLLED_BACK in reg.tags(ref) else "")
-            rows.append([ref.version, alias, summary])
-        print(table(["version", "alias", "last gate results"], rows, max_width=200))
+            rows.append([ref.version, alias, summary, report_url(args.ui_url, ref.key) if summary != "never gated" else ""])
+        print(table(["version", "alias", "last gate results", "gate report in the UI"], rows, max_width=200))
     return 0
 
 
@@ -239,6 +240,8 @@ def parser() -> argparse.ArgumentParser:
     cd.set_defaults(func=cmd_contract_diff)
     s = sub.add_parser("status", help="production version, candidates and their last gate results")
     s.add_argument("name", nargs="?")
+    s.add_argument("--ui-url", default=os.environ.get("MODELCD_UI_URL", "http://127.0.0.1:3000"),
+                   help="the Dagster UI the gate report links point at ($MODELCD_UI_URL; 'modelcd ui' serves http://127.0.0.1:3000)")
     s.set_defaults(func=cmd_status)
     v = sub.add_parser("verdict", help="whether one version's gate results let it be promoted or served; exit 0 yes, 3 no")
     v.add_argument("name")

@@ -9,7 +9,7 @@ import dagster as dg
 
 from modelcd_assets.gate_results import read_gates
 from modelcd_assets.defs.assets.production_rollback import production_rollback, rollback_run_config
-from modelcd_assets.defs.jobs import GATE_JOB, ROLLBACK_JOB
+from modelcd_assets.defs.jobs import GATE_JOB, GATE_REPORT_JOB, ROLLBACK_JOB
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.processes import preserved_stop_signals
@@ -35,6 +35,7 @@ class GateRun:
     run_id: str
     rows: list[GateRow] = field(default_factory=list)
     error: str = ""
+    report_error: str = ""  # why the candidate's gate_report page could not be written (the decision stands either way)
 
 
 def definitions() -> dg.Definitions:
@@ -94,8 +95,7 @@ def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instanc
     instance = instance or dg.DagsterInstance.get()
     recover_dead_runs(instance)
     d = definitions()
-    if not instance.has_dynamic_partition(candidates.name, ref.key):
-        instance.add_dynamic_partitions(candidates.name, [ref.key])
+    add_candidate(instance, ref)
     run_config: dict = {"ops": {"drift_report": {"config": {"traffic_sample": traffic_sample}}}}
     job = d.resolve_job_def(GATE_JOB)
     bar = None
@@ -115,8 +115,34 @@ def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instanc
     finally:
         if bar is not None:
             bar.close()
-    # The gate table is read back exactly as promotion reads it, so it can never show a pass promotion would refuse.
-    rows = [_row(r) for r in read_gates(instance, ref.key, d.resolve_asset_graph()).records]
+    run = _judge(ref, result, [_row(r) for r in read_gates(instance, ref.key, d.resolve_asset_graph()).records])
+    run.report_error = write_report(instance, ref)
+    if run.report_error:
+        logging.getLogger(__name__).warning("the gate report of %s was not written: %s", ref.uri, run.report_error)
+    return run
+
+
+def add_candidate(instance: dg.DagsterInstance, ref: CandidateRef) -> str:
+    """Make a registered version a partition of the gated assets on instance, as the registry sensor does; returns its key."""
+    if not instance.has_dynamic_partition(candidates.name, ref.key):
+        instance.add_dynamic_partitions(candidates.name, [ref.key])
+    return ref.key
+
+
+def write_report(instance: dg.DagsterInstance, ref: CandidateRef) -> str:
+    """Materialize the candidate's gate_report page, as gate_report_sensor does after the daemon's gated runs.
+
+    Returns why it could not be written ("" when it was); the gate decision does not depend on it.
+    """
+    with preserved_stop_signals():
+        result = definitions().resolve_job_def(GATE_REPORT_JOB).execute_in_process(
+            instance=instance, partition_key=ref.key, raise_on_error=False, tags={CANDIDATE: ref.key, LAUNCHED_BY: "cli", **process_tags()})
+    return "" if result.success else (_failure_message(result) or "the gate_report run failed; see it in the Dagster UI")
+
+
+def _judge(ref: CandidateRef, result, rows: list[GateRow]) -> GateRun:
+    """The outcome of a finished gated run. The gate table is read back exactly as promotion reads it, so it can never
+    show a pass promotion would refuse."""
     evaluated = {e.check_name for e in result.get_asset_check_evaluations()}
     rows = [r if r.gate in evaluated or r.status != "not run" else GateRow(r.gate, "not run", reason="an earlier step failed or a gate blocked upstream")
             for r in rows]

@@ -202,6 +202,36 @@ def test_cli_gate_exit_codes_and_status(env, base, tiny_adapters, capsys):
     assert "production" in again_row and "/" in again_row and "=fail" not in again_row
 
 
+def gate_report_page(instance, ref) -> dict:
+    """The latest gate_report materialization's metadata for one candidate."""
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("gate_report"), asset_partitions=[ref.key]), limit=1).records
+    assert records, f"no gate_report for {ref.key}"
+    return {k: getattr(v, "value", v) for k, v in records[0].asset_materialization.metadata.items()}
+
+
+def test_every_gated_run_leaves_a_gate_report_page_whatever_the_gates_decided(env, instance, base, tiny_adapters, capsys):
+    """One page per candidate in the UI: written for a blocked candidate too, whose assets below the failed gate never ran."""
+    from modelcd_assets.cli import main
+    from modelcd_assets.defs.assets.gate_report import report_url
+
+    prod = production(env)
+    worse = env.registry.register(tiny_adapters["worse"], MODEL)
+    run = run_gate(worse, instance=instance)
+    assert run.outcome == BLOCKED and run.report_error == ""
+    page = gate_report_page(instance, worse)
+    assert page["promotable"] is False and any(p.startswith("accuracy_within_tolerance") for p in page["problems"])
+    assert "| accuracy_within_tolerance | **fail** |" in page["decision"] and "**blocked: accuracy_within_tolerance" in page["decision"]
+    assert f"judged against production version: {prod.version}" in page["decision"]
+    assert page["in_production"] == f"no (production is version {prod.version})"
+    assert page["policy"]["accuracy"]["absolute_floor"] == 0.6  # the effective policy it was judged by
+    promoted = gate_report_page(instance, prod)
+    assert promoted["promotable"] is True and promoted["in_production"] == "yes" and "**promotable" in promoted["decision"]
+    assert main(["status", MODEL, "--ui-url", "http://ui.example:3000/"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(f"{worse.version} "))
+    assert report_url("http://ui.example:3000/", worse.key) in row
+    assert f"http://ui.example:3000/assets/gate_report?view=partitions&partition={MODEL}%3A{worse.version}" in row
+
+
 def test_status_shows_what_promotion_would_decide_after_a_rebuild(env, instance, capsys):
     """Before, status said 'pass' from the check records alone while promotion refused a rebuilt lineage."""
     from modelcd_assets.cli import main

@@ -28,3 +28,12 @@ rollback_production = dg.define_asset_job(
     selection=dg.AssetSelection.assets("production_rollback"),
     description="Move production back to the most recent earlier version that passed its gates, recording why.",
 )
+
+GATE_REPORT_JOB = "write_gate_report"
+
+write_gate_report = dg.define_asset_job(
+    GATE_REPORT_JOB,
+    selection=dg.AssetSelection.assets("gate_report"),
+    partitions_def=candidates,
+    description="Write a candidate's gate decision on one page, after its gated run, whatever the gates decided.",
+)

@@ -1,0 +1,25 @@
+"""modelcd from Python: register a version, gate it on the Dagster instance you choose, read every gate's result.
+
+docs/python-api.md shows each in a few lines; modelcd_assets_tests/test_python_api_doc.py runs that page as written.
+The `modelcd` CLI and the registry sensor go through these same functions and the same job.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from modelcd_assets.defs.jobs import GATE_JOB
+from modelcd_assets.gate_results import GateDecision, read_gates
+from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun, add_candidate, run_gate
+from modelcd_assets.lib.promotion import GateRecord
+from modelcd_assets.lib.registry import CandidateRef, Registry
+
+__all__ = ["BLOCKED", "PROMOTED", "CandidateRef", "GateDecision", "GateRecord", "GateRun", "Registry", "add_candidate", "gate_job",
+           "read_gates", "run_gate"]
+
+
+def gate_job() -> dg.JobDefinition:
+    """The job the registry sensor launches for a candidate: every asset up to production_model, with its blocking gates."""
+    from modelcd_assets.definitions import defs
+
+    return defs().resolve_job_def(GATE_JOB)
