@@ -110,7 +110,21 @@ def peak(d: dict) -> str:
             f"{', '.join(f'{k}³' for k in d['peak_by_size'])}); the served artifact ({d['variant']} INT8, sha256 {d['artifact_sha256'][:12]}) does "
             f"{d['int_macs_per_token'] / 1e6:.2f} M integer multiply-accumulates per token, {d['int_ops_per_request'] / 1e6:.1f} M integer ops per request "
             f"at the evaluation texts' mean of {d['mean_tokens_per_request']:.1f} tokens; at concurrency 32 it served {d['requests_per_s_at_32']:.0f} "
-            f"requests/s = {d['achieved_int_ops_per_s'] / 1e9:.2f} G ops/s, **{d['achieved_over_peak']:.1%} of peak** (target ≥ {d['target']:.0%}).")
+            f"requests/s = {d['achieved_int_ops_per_s'] / 1e9:.2f} G ops/s, **{d['achieved_over_peak']:.1%} of peak** (target ≥ {d['target']:.0%})."
+            + _where_time_goes(d.get("where_time_goes")))
+
+
+def _where_time_goes(w: dict | None) -> str:
+    if not w:
+        return ""
+    total = w["profile_total_seconds"]
+    rows = "\n".join(f"| {op} | {sec:.3f} | {sec / total:.0%} |" for op, sec in w["profile_seconds_by_op"].items() if sec / total >= 0.005)
+    return (f"\n\nWhere the time goes. The artifact alone, without HTTP (two one-thread calls at once, length buckets of 32): "
+            f"{w['model_alone_items_per_s']:.0f} items/s = **{w['model_alone_over_peak']:.1%} of peak**. Inside it, the integer matrix-multiply "
+            f"kernels run at {w['integer_matmul_kernels_int_ops_per_s_one_thread'] / 1e9:.0f} G ops/s on one thread "
+            f"(**{w['integer_matmul_kernels_int_ops_per_s_one_thread'] / w['peak_per_core_int_ops_per_s']:.0%} of the per-core peak**) but take only "
+            f"{w['integer_matmul_share_of_time']:.0%} of its time. ONNX Runtime's per-node profile of one pass, by operator:\n\n"
+            "| operator | seconds | share |\n|---|---|---|\n" + rows)
 
 
 def adapter_designs(d: dict) -> str:
