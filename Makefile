@@ -49,6 +49,7 @@ bench: install
 
 bench-gates: install
 	$(BIN)/python bench/bench_false_block.py
+	$(BIN)/python bench/bench_adapters_of_base.py
 	$(BIN)/python bench/render_docs.py
 
 bench-serving: install

@@ -160,7 +160,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "serving": ("benchmarks.md", "serving.json", serving, "make bench-serving"),
     "peak": ("benchmarks.md", "peak.json", peak, "python bench/bench_peak.py"),
     "adapter_designs": ("benchmarks.md", "adapter_designs.json", adapter_designs, "python bench/bench_adapter_designs.py"),
-    "adapters_of_base": ("benchmarks.md", "adapters_of_base.json", adapters_of_base, "python bench/bench_adapters_of_base.py"),
+    "adapters_of_base": ("benchmarks.md", "adapters_of_base.json", adapters_of_base, "make bench-gates"),
     "calibration": ("benchmarks.md", "calibration.json", calibration, "python bench/bench_calibration.py"),
     "false_block": ("benchmarks.md", "false_block.json", false_block, "make bench-gates"),
     "gate_overhead": ("benchmarks.md", "gate_overhead.json", gate_overhead, "python bench/bench_gate_overhead.py --fresh"),
