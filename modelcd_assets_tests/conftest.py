@@ -75,6 +75,29 @@ def make_env(home: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     return Env(home, env)
 
 
+def module_state_fixtures(name: str, policies: dict[str, str]):
+    """Module-scoped fixtures `env` (a state folder, its policies written and exported to the environment) and
+    `instance` (a Dagster instance on it), for a test module that gates several candidates in one state:
+    `env, instance = module_state_fixtures("name", {MODEL: POLICY})`."""
+    import dagster as dg
+
+    @pytest.fixture(scope="module")
+    def env(tmp_path_factory):
+        mp = pytest.MonkeyPatch()
+        e = make_env(tmp_path_factory.mktemp(name) / "home", mp)
+        for model, text in policies.items():
+            e.policy(model, text)
+        yield e
+        mp.undo()
+
+    @pytest.fixture(scope="module")
+    def instance(env):
+        with dg.instance_for_test(temp_dir=env.env["DAGSTER_HOME"]) as inst:
+            yield inst
+
+    return env, instance
+
+
 @pytest.fixture
 def modelcd_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     return make_env(tmp_path / "home", monkeypatch)

@@ -13,30 +13,19 @@ from modelcd_assets.lib.builds import read_json
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.registry import PRODUCTION
-from modelcd_assets_tests.conftest import make_env
+from modelcd_assets_tests.conftest import module_state_fixtures
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny-intent"
+# The INT8 variant is pinned: with `auto`, two FP32-equivalent models may get different variants
+# (the fastest differs), and on a 2-layer model that alone moves accuracy by ~0.4 points.
+# An inconclusive throughput verdict passes here: on a loaded 2-core machine a clean candidate's CI can straddle
+# the threshold, and that is not what this module tests (the inconclusive path is tested in lib/test_gates.py);
+# a clearly slow candidate still fails (the crafted 'slow' case below).
+POLICY = "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n"
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    e = make_env(tmp_path_factory.mktemp("pipeline") / "home", mp)
-    # The INT8 variant is pinned: with `auto`, two FP32-equivalent models may get different variants
-    # (the fastest differs), and on a 2-layer model that alone moves accuracy by ~0.4 points.
-    # An inconclusive throughput verdict passes here: on a loaded 2-core machine a clean candidate's CI can straddle
-    # the threshold, and that is not what this module tests (the inconclusive path is tested in lib/test_gates.py);
-    # a clearly slow candidate still fails (the crafted 'slow' case below).
-    e.policy(MODEL, "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n")
-    yield e
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
-def instance(env):
-    with dg.instance_for_test(temp_dir=env.env["DAGSTER_HOME"]) as inst:
-        yield inst
+env, instance = module_state_fixtures("pipeline", {MODEL: POLICY})
 
 
 @pytest.fixture(scope="module")
@@ -249,14 +238,23 @@ def test_status_shows_what_promotion_would_decide_after_a_rebuild(env, instance,
     assert "promotable" in row and "not promotable" not in row, row
 
 
+def record_of(env, ref) -> CandidateRecord:
+    return CandidateRecord.load(env.home / "candidates" / ref.name / ref.version)
+
+
+def gated_record(env, instance, folder, model: str) -> CandidateRecord:
+    """Register folder as a new version of model, gate it, and return its candidate record."""
+    ref = env.registry.register(folder, model)
+    run_gate(ref, instance=instance)
+    return record_of(env, ref)
+
+
 def test_models_sharing_a_build_keep_their_own_variant_choice(env, instance, base, tiny_adapters):
     """The chosen variant used to live in the content-addressed build folder, shared by every model name with the same bytes."""
     other = "tiny-intent-static"
     env.policy(other, "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: static\nthroughput:\n  p99_slo_ms: 250\n")
-    ref = env.registry.register(tiny_adapters["good"], other)
-    run_gate(ref, instance=instance)
-    mine = CandidateRecord.load(env.home / "candidates" / other / ref.version)
-    theirs = CandidateRecord.load(env.home / "candidates" / MODEL / production(env).version)
+    mine = gated_record(env, instance, tiny_adapters["good"], other)
+    theirs = record_of(env, production(env))
     assert mine.build_dir == theirs.build_dir  # the same bytes, one build...
     assert (mine.chosen_variant(), theirs.chosen_variant()) == ("static", "dynamic")  # ...and each model's own choice
 
@@ -265,17 +263,13 @@ def test_the_variant_is_chosen_once_per_base_and_later_adapters_build_only_it(en
     """Each candidate used to pick its own variant from its own timings; now the first adapter of a base decides for all."""
     other = "tiny-intent-auto"
     env.policy(other, "accuracy:\n  absolute_floor: 0.6\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n")
-    first = env.registry.register(tiny_adapters["good"], other)
-    run_gate(first, instance=instance)
-    decided = CandidateRecord.load(env.home / "candidates" / other / first.version)
+    decided = gated_record(env, instance, tiny_adapters["good"], other)
     assert decided.build.int8("static").is_file() and decided.build.int8("dynamic").is_file()  # both built and timed, once
-    second = env.registry.register(tiny_adapters["good2"], other)
-    run_gate(second, instance=instance)
-    later = CandidateRecord.load(env.home / "candidates" / other / second.version)
+    later = gated_record(env, instance, tiny_adapters["good2"], other)
     chosen = decided.chosen_variant()
     assert later.build_dir != decided.build_dir and later.chosen_variant() == chosen
     assert later.build.int8(chosen).is_file() and not later.build.int8({"static": "dynamic", "dynamic": "static"}[chosen]).is_file()
-    assert f"chosen once for this base and calibration set, when {first.uri} was gated" in later.quantization()["why"]
+    assert f"chosen once for this base and calibration set, when {decided.ref.uri} was gated" in later.quantization()["why"]
     # Timed once, for the decision; a later adapter's speed is the throughput gate's to measure.
     assert "items_per_s" in read_json(decided.build.dir / "quantization_report.json")["variants"][chosen]
     assert "items_per_s" not in read_json(later.build.dir / "quantization_report.json")["variants"][chosen]

@@ -72,21 +72,81 @@ def judge_fidelity(int8_pred: np.ndarray, fp32_pred: np.ndarray, policy: Fidelit
                    {"top1_agreement": agreement, "threshold": policy.min_top1_agreement})
 
 
-def judge_drift(prediction_drift: float | None, input_drift: dict[str, float], policy: DriftPolicy) -> Verdict:
-    """Prediction drift vs production on the same traffic, and input drift of traffic vs reference."""
+def _input_drift(input_drift: dict[str, float], policy: DriftPolicy) -> tuple[list[str], float, bool]:
+    """The descriptors at or over the numeric threshold, their share, and whether that share is drift: the one rule the
+    drift gate and live monitoring both judge inputs by."""
     drifted = sorted(k for k, v in input_drift.items() if v >= policy.input_numeric_threshold)
     share = len(drifted) / max(1, len(input_drift))
+    return drifted, share, share >= policy.input_drift_share
+
+
+def judge_drift(prediction_drift: float | None, input_drift: dict[str, float], policy: DriftPolicy) -> Verdict:
+    """Prediction drift vs production on the same traffic, and input drift of traffic vs reference."""
+    drifted, share, inputs_drifted = _input_drift(input_drift, policy)
     numbers = {"prediction_drift": prediction_drift, "input_drift": input_drift, "input_drifted_share": share,
                "prediction_threshold": policy.prediction_threshold, "input_threshold": policy.input_numeric_threshold}
     problems = []
     if prediction_drift is not None and prediction_drift >= policy.prediction_threshold:
         problems.append(f"candidate predictions drift from production's on the same traffic (JS distance {prediction_drift:.3f} >= {policy.prediction_threshold})")
-    if share >= policy.input_drift_share:
+    if inputs_drifted:
         problems.append(f"traffic has drifted from the reference data in {', '.join(drifted)} ({share:.0%} of descriptors); re-validate on current data before promoting")
     pd_text = "n/a (no production)" if prediction_drift is None else f"{prediction_drift:.3f}"
     measured = f"pred JS {pd_text}; input drifted {share:.0%}"
     reason = "; ".join(problems) or "no prediction or input drift above threshold" + (" (no production model: input drift only)" if prediction_drift is None else "")
     return Verdict("drift", FAIL if problems else PASS, measured, f"JS < {policy.prediction_threshold}, drifted < {policy.input_drift_share:.0%}", reason, numbers)
+
+
+def judge_live_drift(input_drift: dict[str, float] | None, policy: DriftPolicy, records: int) -> Verdict:
+    """Input drift of production's live traffic window vs the reference data, by the drift gate's rule; a window of fewer
+    than live_min_records texts is not enough traffic to judge (inconclusive, not a pass)."""
+    threshold = f"drifted < {policy.input_drift_share:.0%} of descriptors, over >= {policy.live_min_records} texts"
+    numbers: dict = {"records": records, "min_records": policy.live_min_records, "input_threshold": policy.input_numeric_threshold,
+                     "input_drift_share": policy.input_drift_share}
+    if records < policy.live_min_records:
+        return Verdict("live_drift", INCONCLUSIVE, f"{records} texts", threshold,
+                       f"not enough traffic to judge: {records} sampled texts in the window, fewer than drift.live_min_records ({policy.live_min_records}); "
+                       f"serve more requests or raise serving.sample_ratio", numbers)
+    if input_drift is None:
+        raise ValueError(f"{records} texts are enough to judge live drift, but no input drift was measured on them")
+    drifted, share, inputs_drifted = _input_drift(input_drift, policy)
+    numbers |= {"input_drift": input_drift, "input_drifted_share": share, "drifted": drifted}
+    measured = f"input drifted {share:.0%} over {records} texts"
+    if inputs_drifted:
+        reason = (f"live traffic has drifted from the reference data in {', '.join(drifted)} ({share:.0%} of descriptors): production was validated "
+                  f"on data unlike what it now serves; re-validate it on a sample of current traffic")
+        return Verdict("live_drift", FAIL, measured, threshold, reason, numbers)
+    return Verdict("live_drift", PASS, measured, threshold, f"live traffic is like the reference data: {share:.0%} of descriptors drifted "
+                   f"(under {policy.input_drift_share:.0%}) over {records} texts", numbers)
+
+
+def judge_production_recheck(items_per_s: dict[str, list[float]], latency_b1_ms: list[float], recorded: dict[str, dict], policy: ThroughputPolicy) -> Verdict:
+    """Production's throughput and p99, timed again, against the figures its throughput gate recorded.
+
+    items_per_s: per batch size ("1", "32"), the items/s of each trial; recorded: benchmark.json's "batches". A recorded
+    figure from another time is not an interleaved pair, so the median of the trials is compared, with no CI to lean on:
+    only a fall below min_ratio x the recorded median, or a p99 over the SLO, fails.
+    """
+    numbers: dict = {"min_ratio": policy.min_ratio, "p99_slo_ms": policy.p99_slo_ms}
+    problems, measured = [], []
+    for batch, trials in sorted(items_per_s.items(), key=lambda kv: int(kv[0])):
+        before = (recorded.get(batch) or {}).get("candidate_items_per_s")
+        if not before or not trials:
+            raise ValueError(f"no recorded or no measured throughput at batch {batch}")
+        now = float(np.median(trials))
+        ratio = now / float(before)
+        numbers |= {f"b{batch}_items_per_s": now, f"b{batch}_recorded_items_per_s": float(before), f"b{batch}_ratio": ratio, f"b{batch}_trials": len(trials)}
+        measured.append(f"b{batch}: {now:.0f} items/s = {ratio:.2f}x recorded {float(before):.0f}")
+        if ratio < policy.min_ratio:
+            problems.append(f"batch {batch}: {now:.0f} items/s (median of {len(trials)} trials) is {ratio:.2f}x the {float(before):.0f} its gate recorded, "
+                            f"below {policy.min_ratio}; look for a slower node, a changed library or a busier machine")
+    p99 = float(np.percentile(latency_b1_ms, 99))
+    recorded_p99 = (recorded.get("1") or {}).get("candidate_p99_ms")
+    numbers |= {"p99_ms": p99, "recorded_p99_ms": recorded_p99}
+    measured.append(f"p99 {p99:.1f} ms (recorded {recorded_p99:.1f} ms)" if recorded_p99 is not None else f"p99 {p99:.1f} ms")
+    if p99 > policy.p99_slo_ms:
+        problems.append(f"p99 latency at batch 1 is {p99:.1f} ms, over the {policy.p99_slo_ms} ms SLO" + (f" (its gate recorded {recorded_p99:.1f} ms)" if recorded_p99 is not None else ""))
+    return _verdict("production_recheck", problems, "throughput and p99 still meet the throughput gate's figures", "; ".join(measured),
+                    f">= {policy.min_ratio}x recorded, p99 <= {policy.p99_slo_ms} ms", numbers)
 
 
 def judge_throughput(ratio_median: float, ratio_lo: float, ratio_hi: float, p99_ms: float, has_production: bool, policy: ThroughputPolicy) -> Verdict:

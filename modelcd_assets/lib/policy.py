@@ -39,6 +39,14 @@ class DriftPolicy(_Strict):
     prediction_threshold: float = Field(0.1, gt=0, le=1, description="Jensen-Shannon distance between candidate and production predicted labels on the same traffic.")
     input_numeric_threshold: float = Field(0.1, gt=0, description="Normed Wasserstein distance per numeric input descriptor, traffic vs reference.")
     input_drift_share: float = Field(0.5, gt=0, le=1, description="The gate fails when at least this share of input descriptors drifted.")
+    live_window: int = Field(1000, ge=1, description="Newest sampled texts of production's live traffic that live_traffic judges against the reference, by the same thresholds.")
+    live_min_records: int = Field(200, ge=1, description="Fewer sampled texts than this in the window: not enough traffic to judge live drift, reported as such.")
+
+    @model_validator(mode="after")
+    def _window_fits(self) -> "DriftPolicy":
+        if self.live_window < self.live_min_records:
+            raise ValueError(f"live_window ({self.live_window}) must be at least live_min_records ({self.live_min_records}), or live drift could never be judged")
+        return self
 
 
 class ThroughputPolicy(_Strict):
@@ -85,6 +93,8 @@ class ServingPolicy(_Strict):
     max_batch: int = Field(32, ge=1, le=256, description="Texts coalesced into one model call from concurrent requests for the same version.")
     max_wait_ms: float = Field(2.0, ge=0, le=1000, description="How long the first request of a batch waits for others to join it, milliseconds.")
     max_loaded_versions: int = Field(8, ge=1, le=1000, description="Versions kept loaded; beyond it the least recently used one that is not the default is unloaded.")
+    sample_ratio: float = Field(0.1, ge=0, le=1, description="Share of successfully served requests whose texts go to the traffic log that live drift is judged on; 0 turns sampling off.")
+    sample_max: int = Field(10_000, ge=10, description="Most sampled texts the traffic log keeps (newest first); older ones are rotated out.")
 
 
 class SloPolicy(_Strict):
@@ -113,6 +123,15 @@ class Policy(_Strict):
     slo: SloPolicy = SloPolicy()
     golden: list[GoldenCase] = Field(default_factory=list, description="Inference tests: inputs with the label the candidate must predict.")
 
+    @model_validator(mode="after")
+    def _traffic_log_fits_window(self) -> "Policy":
+        # Rotation is by halves: right after one, the log holds only sample_max // 2 texts.
+        kept = self.serving.sample_max // 2
+        if self.serving.sample_ratio > 0 and kept < self.drift.live_min_records:
+            raise ValueError(f"serving.sample_max ({self.serving.sample_max}) keeps as few as {kept} sampled texts, fewer than drift.live_min_records "
+                             f"({self.drift.live_min_records}), so live drift could never be judged; set sample_max to at least {2 * self.drift.live_min_records}")
+        return self
+
 
 def policy_file(policy_dir: Path, model_name: str) -> Path | None:
     """<policy_dir>/<model name>.yaml when it exists; None means the defaults."""
@@ -136,5 +155,5 @@ def load_policy(path: Path | None) -> Policy:
     try:
         return Policy.model_validate(raw)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+        problems = "; ".join((f"{'.'.join(str(x) for x in err['loc'])}: " if err["loc"] else "") + err["msg"] for err in e.errors())
         raise ModelcdError(f"policy file {path} is invalid: {problems}") from e

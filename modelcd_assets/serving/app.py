@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import os
@@ -22,11 +23,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.traffic_log import TrafficLog
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.batcher import MicroBatcher
 from modelcd_assets.serving.engine import Served
 from modelcd_assets.serving.follower import AliasFollower
-from modelcd_assets.serving.metrics import ServerMetrics
+from modelcd_assets.serving.metrics import LiveDriftCollector, ServerMetrics
 from modelcd_assets.serving.pool import LoadReport, ServingPool, UnknownVersion
 
 MAX_TEXTS = 64
@@ -105,14 +107,33 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
 
     gate_problems(version) says why a version has not passed its gates (empty when it has); the admin API loads and
     activates only versions it clears, and None turns the check off. chaos registers the fault-injection endpoint.
+    A share serving.sample_ratio of the requests answered 200 have their texts written to the model's traffic log
+    (lib/traffic_log.py), off the request path, for live drift; /metrics exports the live drift verdict judged on it.
     """
-    metrics = ServerMetrics()
+    metrics = ServerMetrics(live_drift=LiveDriftCollector(pool.state_root, pool.model))
+    traffic = TrafficLog(pool.state_root, pool.model, pool.policy.sample_ratio, pool.policy.sample_max)
+    sampler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="traffic-log")
+    sampling_failed = threading.Event()  # warn once, not once per sampled request
     inference = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inference")
     swapper = Swapper(pool, metrics, ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader", initializer=_background_priority))
     follower = AliasFollower(pool.registry, pool.model, swapper)
     faults: dict[str, FaultRequest] = {}
     # One batcher per loaded version, gone with it: a batch never mixes versions.
     batchers: weakref.WeakKeyDictionary[Served, MicroBatcher] = weakref.WeakKeyDictionary()
+
+    def sample(version: str, texts: list[str]) -> None:
+        """Runs on the sampler thread: a sample that cannot be written costs the sample, never the request."""
+        try:
+            traffic.append(version, texts)
+        except OSError as e:
+            if not sampling_failed.is_set():
+                sampling_failed.set()
+                log.warning("sampled traffic cannot be written to %s (%s); requests are served as before, but live drift cannot be judged "
+                            "until it can: check the folder's space and permissions, or set serving.sample_ratio to 0", traffic.folder, e)
+        except Exception:  # a bug, not the disk: said once, loudly, and still never the request's problem
+            if not sampling_failed.is_set():
+                sampling_failed.set()
+                log.exception("sampling traffic into %s failed", traffic.folder)
 
     def batcher(served: Served) -> MicroBatcher:
         b = batchers.get(served)
@@ -130,10 +151,12 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
             if hasattr(gate_problems, "close"):  # the gate-verdict helper process
                 gate_problems.close()
             inference.shutdown(wait=False, cancel_futures=True)
+            sampler.shutdown(wait=True)  # samples already taken are written (each is one small append), then the log closed
+            traffic.close()
             swapper.executor.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="modelcd serve", description=f"Serves {pool.model}, following its production alias.", lifespan=lifespan)
-    app.state.pool, app.state.follower, app.state.metrics = pool, follower, metrics
+    app.state.pool, app.state.follower, app.state.metrics, app.state.traffic = pool, follower, metrics, traffic
 
     def require_admin(request: Request) -> None:
         if not admin_token:
@@ -190,6 +213,9 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
         except Exception as e:  # a failed request is counted and answered, never dropped
             log.exception("classify failed on %s version %s", served.model, served.version)
             status, payload = 500, {"error": f"classification failed: {e}"}
+        if status == 200 and traffic.chosen():
+            with contextlib.suppress(RuntimeError):  # the sampler is shut down: the server is stopping
+                sampler.submit(sample, served.version, body.texts)
         return finish(served, labels, start, status, payload)
 
     def finish(served: Served, labels: tuple, start: float, status: int, payload: dict) -> JSONResponse:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from modelcd_assets.lib import traffic_log
+
+log = logging.getLogger("modelcd.serve")
 
 LABELS = ("model", "version", "adapter")
 # Fine below 100 ms, where a small classifier's requests sit, so histogram_quantile can resolve p99.
@@ -10,9 +19,44 @@ LATENCY_BUCKETS = (0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 
 SWAP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+class LiveDriftCollector:
+    """The live drift verdict the live_traffic asset last wrote for this model, read at scrape time.
+
+    Both gauges are exported only for a judged window: absent series mean not judged yet, too little traffic, or a
+    verdict file that cannot be read (logged); a scrape never fails on it.
+    """
+
+    def __init__(self, state_root: Path, model: str):
+        self.state_root, self.model = Path(state_root), model
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (GaugeMetricFamily("modelcd_live_input_drift_share", "Share of text descriptors of sampled live traffic that drifted from the reference data.",
+                                  labels=["model"]),
+                GaugeMetricFamily("modelcd_live_drift_detected", "1 when live traffic drifted from the reference data at the last live_traffic run, else 0.",
+                                  labels=["model"]))
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return list(self._families())  # names only, so the registry refuses a clash without reading the file
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        share, detected = self._families()
+        try:
+            verdict = traffic_log.read_live_drift(self.state_root, self.model)
+        except (OSError, ValueError) as e:
+            log.warning("live drift not exported: %s", e)
+            verdict = None
+        if verdict is not None and verdict.judged and verdict.input_drifted_share is not None:
+            share.add_metric([self.model], verdict.input_drifted_share)
+            detected.add_metric([self.model], 1.0 if verdict.detected else 0.0)
+        return [share, detected]
+
+
 class ServerMetrics:
-    def __init__(self) -> None:
+    def __init__(self, live_drift: Collector | None = None) -> None:
         self.registry = CollectorRegistry()
+        if live_drift is not None:
+            self.registry.register(live_drift)
         self.latency = Histogram("modelcd_request_duration_seconds", "Time to answer a classify request.", LABELS,
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
         self.requests = Counter("modelcd_requests", "Classify requests answered by a loaded version.", LABELS, registry=self.registry)

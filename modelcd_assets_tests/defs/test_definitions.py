@@ -22,13 +22,17 @@ def test_definitions_import_and_snapshot(modelcd_env, snapshot):
 
 
 def test_every_gate_is_blocking_and_upstream_of_production(modelcd_env):
+    """A check on anything production depends on is a gate, and blocks; the only other checks are monitoring ones,
+    which warn about production after the fact and can never stand in for a gate."""
     import dagster as dg
 
     graph = definitions().resolve_asset_graph()
     upstream = graph.get_ancestor_asset_keys(dg.AssetKey("production_model"))
     for key in graph.asset_check_keys:
-        assert graph.get_check_spec(key).blocking, key
-        assert key.asset_key in upstream, key
+        if key.asset_key in upstream:
+            assert graph.get_check_spec(key).blocking, key
+        else:
+            assert graph.get(key.asset_key).group_name == "monitoring" and not graph.get_check_spec(key).blocking, key
 
 
 def test_dagster_definitions_validate(modelcd_env):

@@ -344,3 +344,76 @@ def test_weight_scale_verdicts_at_their_boundaries():
     assert over.measured == "0x at the extreme"
     first = judge_weight_scale({}, policy)
     assert (first.status, first.measured) == (PASS, "no production to compare") and "first candidate" in first.reason
+
+
+@pytest.mark.parametrize("inputs", [{}, {"a": 0.0, "b": 0.1, "c": 0.02}, {"z": 0.1, "a": 0.5, "m": 0.0, "n": 0.0}, {"a": 0.09, "b": 0.2}, {"n_chars": 0.5}])
+def test_live_drift_judges_inputs_by_the_drift_gates_rule(inputs):
+    from modelcd_assets.lib.gates import judge_live_drift
+
+    policy = DriftPolicy()
+    gate, live = judge_drift(None, inputs, policy), judge_live_drift(inputs, policy, records=policy.live_min_records)
+    assert live.status == gate.status
+    assert live.numbers["input_drifted_share"] == gate.numbers["input_drifted_share"]
+    assert ("live traffic has drifted" in live.reason) == (gate.status == FAIL)
+
+
+def test_live_drift_fails_on_drifted_inputs_passes_on_calm_ones_and_needs_enough_traffic():
+    from modelcd_assets.lib.gates import judge_live_drift
+
+    policy = DriftPolicy(input_numeric_threshold=0.1, input_drift_share=0.5, live_min_records=200)
+    drifted = judge_live_drift({"n_chars": 2.0, "digit_share": 5.0, "n_words": 0.01, "n_tokens": 1.5, "mean_word_length": 0.0}, policy, 500)
+    assert drifted.status == FAIL and not drifted.passed
+    assert drifted.reason.startswith("live traffic has drifted from the reference data in digit_share, n_chars, n_tokens (60% of descriptors)")
+    assert drifted.numbers["drifted"] == ["digit_share", "n_chars", "n_tokens"] and drifted.numbers["records"] == 500
+    calm = judge_live_drift({"n_chars": 0.02, "digit_share": 0.0, "n_words": 0.01, "n_tokens": 0.03, "mean_word_length": 0.0}, policy, 500)
+    assert calm.status == PASS and calm.passed and "0% of descriptors drifted" in calm.reason
+    # Too little traffic is reported as such, never as a pass, whatever the (unmeasured) inputs would say.
+    few = judge_live_drift(None, policy, 199)
+    assert few.status == INCONCLUSIVE and not few.passed
+    assert few.reason.startswith("not enough traffic to judge: 199 sampled texts in the window, fewer than drift.live_min_records (200)")
+    with pytest.raises(ValueError, match="no input drift was measured"):
+        judge_live_drift(None, policy, 200)
+
+
+def test_a_live_window_smaller_than_its_minimum_is_refused():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"live_window \(100\) must be at least live_min_records \(200\)"):
+        DriftPolicy(live_window=100)
+    assert DriftPolicy(live_window=200).live_min_records == 200
+
+
+def test_a_traffic_log_too_small_for_the_live_drift_minimum_is_refused(tmp_path):
+    from modelcd_assets.lib.errors import ModelcdError
+    from modelcd_assets.lib.policy import load_policy
+
+    f = tmp_path / "m.yaml"
+    f.write_text("serving:\n  sample_max: 300\ndrift:\n  live_min_records: 200\n")
+    with pytest.raises(ModelcdError, match=r"serving.sample_max \(300\) keeps as few as 150 sampled texts, fewer than drift.live_min_records \(200\)"):
+        load_policy(f)
+    f.write_text("serving:\n  sample_max: 300\n  sample_ratio: 0\ndrift:\n  live_min_records: 200\n")  # sampling off: nothing to fit
+    assert load_policy(f).serving.sample_ratio == 0
+    f.write_text("serving:\n  sample_max: 400\ndrift:\n  live_min_records: 200\n")
+    assert load_policy(f).serving.sample_max == 400
+
+
+def _recorded(b1=1000.0, b32=4000.0, p99=5.0):
+    return {"1": {"candidate_items_per_s": b1, "candidate_p99_ms": p99}, "32": {"candidate_items_per_s": b32, "candidate_p99_ms": 20.0}}
+
+
+def test_production_recheck_compares_the_median_of_trials_with_the_recorded_figures():
+    from modelcd_assets.lib.gates import judge_production_recheck
+
+    policy = ThroughputPolicy(min_ratio=0.88, p99_slo_ms=100)
+    latency = [4.0] * 99 + [6.0]
+    same = judge_production_recheck({"1": [990.0, 1000.0, 1010.0], "32": [3900.0, 4000.0, 4100.0]}, latency, _recorded(), policy)
+    assert same.status == PASS and same.numbers["b1_ratio"] == 1.0 and same.numbers["b32_ratio"] == 1.0
+    # One slow trial does not move the median; a slower node moves every trial.
+    outlier = judge_production_recheck({"1": [100.0, 1000.0, 1010.0], "32": [3900.0, 4000.0, 4100.0]}, latency, _recorded(), policy)
+    assert outlier.status == PASS
+    slower = judge_production_recheck({"1": [800.0, 850.0, 870.0], "32": [3900.0, 4000.0, 4100.0]}, latency, _recorded(), policy)
+    assert slower.status == FAIL and slower.reason.startswith("batch 1: 850 items/s (median of 3 trials) is 0.85x the 1000 its gate recorded, below 0.88")
+    late = judge_production_recheck({"1": [1000.0] * 3, "32": [4000.0] * 3}, [4.0] * 98 + [150.0] * 2, _recorded(), policy)
+    assert late.status == FAIL and late.reason.startswith("p99 latency at batch 1 is 150.0 ms, over the 100.0 ms SLO (its gate recorded 5.0 ms)")
+    with pytest.raises(ValueError, match="no recorded or no measured throughput at batch 32"):
+        judge_production_recheck({"1": [1000.0], "32": [4000.0]}, latency, {"1": _recorded()["1"]}, policy)

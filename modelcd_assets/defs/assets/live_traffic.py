@@ -1,0 +1,103 @@
+"""live_traffic: the newest window of each production model's sampled traffic, judged for input drift against the reference data."""
+
+import json
+from datetime import datetime, timezone
+
+import dagster as dg
+
+from modelcd_assets.lib import traffic_log
+from modelcd_assets.lib.data import read_split
+from modelcd_assets.lib.drift import describe, input_drift
+from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
+from modelcd_assets.lib.gates import FAIL, INCONCLUSIVE, Verdict, judge_live_drift
+from modelcd_assets.lib.registry import CandidateRef, Registry
+from modelcd_assets.lib.tokens import encode
+from modelcd_assets.resources.policy import PolicyResource
+from modelcd_assets.resources.registry import MlflowRegistryResource
+from modelcd_assets.resources.state import LocalStateResource
+
+# The split production was validated on, as the drift gate's reference_sample defaults to.
+REFERENCE_SPLIT = "evaluation"
+LIVE_DRIFT_TAG = "modelcd.live_drift"  # on a production version whose live traffic drifted: when, how much, in what, as JSON
+
+
+def production_versions(registry: Registry) -> dict[str, CandidateRef]:
+    """Each registered candidate model that has a production version, with it; a registry that does not answer raises."""
+    try:
+        models = registry.candidate_models()
+    except Exception as e:  # listing is not an answer of "no models"
+        raise RegistryUnavailable(f"could not list the registered models in {registry.tracking_uri}: {type(e).__name__}: {e}; "
+                                  "nothing was judged, retry when the registry answers") from e
+    return {m: prod for m in models if (prod := registry.production(m)) is not None}
+
+
+def _judge(model: str, prod: CandidateRef, state: LocalStateResource, policy: PolicyResource, reference: list[str]) -> Verdict:
+    drift = policy.for_model(model).drift
+    records = traffic_log.window(state.root, model, drift.live_window)
+    if len(records) < drift.live_min_records:
+        return judge_live_drift(None, drift, len(records))
+    merged = state.record(prod).build.merged  # production's tokenizer: n_tokens as production sees the texts
+    texts = [r.text for r in records]
+    reference_feeds = encode(merged, reference, state.cache_dir("tokens"))
+    # A live window is never seen twice: caching its tokens would only grow the cache every hour.
+    window_feeds = encode(merged, texts)
+    inputs = input_drift(describe(reference, reference_feeds["attention_mask"]), describe(texts, window_feeds["attention_mask"]))
+    return judge_live_drift(inputs, drift, len(records))
+
+
+def _table(model: str, prod: CandidateRef, v: Verdict) -> str:
+    rows = "\n".join(f"| {k} | {d:.3f} | {'yes' if k in v.numbers.get('drifted', []) else 'no'} |" for k, d in (v.numbers.get("input_drift") or {}).items())
+    head = f"**{model}** (production v{prod.version}): {v.status}, {v.measured}\n\n{v.reason}"
+    return head + (f"\n\n| descriptor | normed Wasserstein | drifted |\n|---|---|---|\n{rows}" if rows else "")
+
+
+@dg.asset(group_name="monitoring", kinds={"evidently"})
+def live_traffic(context: dg.AssetExecutionContext, registry: MlflowRegistryResource, policy: PolicyResource,
+                 state: LocalStateResource) -> dg.MaterializeResult:
+    """Input drift of what production serves, by the drift gate's Evidently test and thresholds, against the split it was validated on.
+
+    A drift is shown here, tagged on the production version in the registry, and written where the server exports it to
+    Prometheus. Too little traffic, or a model that could not be checked, is inconclusive: never reported as no drift.
+    """
+    reg = registry.registry()
+    productions = production_versions(reg)
+    reference = [ex.text for ex in read_split(state.split(REFERENCE_SPLIT))] if productions else []
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    verdicts: dict[str, Verdict] = {}
+    for model, prod in productions.items():
+        try:
+            verdicts[model] = _judge(model, prod, state, policy, reference)
+        except (ModelcdError, FileNotFoundError) as e:  # e.g. production was never gated in this state folder
+            verdicts[model] = Verdict("live_drift", INCONCLUSIVE, "not judged", "", f"could not check live drift of {prod.uri}: {e}", {})
+        v = verdicts[model]
+        judged = "input_drifted_share" in v.numbers
+        traffic_log.write_live_drift(state.root, model, traffic_log.LiveDrift(
+            time=now, version=prod.version, judged=judged, detected=v.status == FAIL, input_drifted_share=v.numbers.get("input_drifted_share"),
+            descriptors=list(v.numbers.get("drifted", [])), records=int(v.numbers.get("records", 0)), reason=v.reason))
+        context.log.info(f"{model} v{prod.version}: {v.status}: {v.reason}")
+    for model, v in verdicts.items():
+        if v.status != FAIL:
+            continue
+        prod = productions[model]
+        tag = {"time": now, "input_drifted_share": round(v.numbers["input_drifted_share"], 4), "descriptors": v.numbers["drifted"], "records": v.numbers["records"]}
+        try:
+            reg.set_tags(prod, {LIVE_DRIFT_TAG: json.dumps(tag, sort_keys=True)})
+        except Exception as e:
+            raise RegistryUnavailable(f"live traffic of {prod.uri} drifted ({v.reason}), but the registry at {reg.tracking_uri} refused the "
+                                      f"{LIVE_DRIFT_TAG} tag: {type(e).__name__}: {e}; the server exports the drift already, re-materialize "
+                                      f"live_traffic when the registry answers to record it there") from e
+    drifted = sorted(m for m, v in verdicts.items() if v.status == FAIL)
+    return dg.MaterializeResult(
+        metadata={
+            "judged_at": now,
+            "models": len(verdicts),
+            "drifted": ", ".join(drifted) or "none",
+            "not_judged": ", ".join(sorted(m for m, v in verdicts.items() if v.status == INCONCLUSIVE)) or "none",
+            "reference_split": REFERENCE_SPLIT,
+            "live_drift": dg.MetadataValue.md("\n\n".join(_table(m, productions[m], v) for m, v in verdicts.items())
+                                              or "no registered model has a production version: no live traffic to judge"),
+            # What live_traffic_has_not_drifted judges, exactly as decided here.
+            "verdicts": dg.MetadataValue.json({m: {"version": productions[m].version, **json.loads(json.dumps(v.to_dict(), default=float))}
+                                               for m, v in verdicts.items()}),
+        }
+    )
