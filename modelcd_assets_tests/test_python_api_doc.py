@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from modelcd_assets_tests.conftest import make_env
+from modelcd_assets_tests.test_gated_pipeline import POLICY
 
 pytestmark = pytest.mark.slow
 DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
@@ -39,7 +40,7 @@ def test_the_pages_snippets_are_short():
 
 def test_the_python_api_doc_gates_a_good_adapter_into_production_and_blocks_a_worse_one(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
     env = make_env(tmp_path / "home", monkeypatch)
-    env.policy(MODEL, "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n")
+    env.policy(MODEL, POLICY)
     env.registry.register(tiny_trained, "tiny-base", role="base")
 
     good = run_doc(tiny_adapters["good"])

@@ -24,13 +24,19 @@ FAST = ["pickle_renamed", "tampered_after_registration", "raw_pickle_renamed", "
         "registry_outage", "production_moved_mid_run", "prometheus_unreachable"]
 
 
-def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
+def tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
+    """A state folder whose model has the tiny good adapter in production (never gated there), and that version."""
     env = make_env(tmp_path / "home", monkeypatch)
     env.policy(MODEL, POLICY)
+    env.registry.register(tiny_trained, "tiny-base", role="base")
+    prod = env.registry.register(tiny_adapters["good"], MODEL)
+    env.registry.move_production(prod, {"test": "production before the sandbox"}, expected=None)
+    return env, prod
+
+
+def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
+    env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
     reg = env.registry
-    reg.register(tiny_trained, "tiny-base", role="base")
-    prod = reg.register(tiny_adapters["good"], MODEL)
-    reg.move_production(prod, {"test": "production before the sandbox"}, expected=None)
 
     report = run_selftest(MODEL, env.env, only=FAST, identical_controls=2, retrained_controls=0, under_load=False, root=tmp_path / "sandbox")
     print(report.render())
@@ -50,11 +56,7 @@ def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_p
 def test_a_collapsing_static_calibration_is_caught_by_int8_fidelity_on_the_tiny_model(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
     # The catalog also accepts a throughput block for this class (on MiniLM static INT8 does not collapse, see
     # bench/bench_calibration.py); on the tiny model the fault is real, and the fidelity gate must be the one that sees it.
-    env = make_env(tmp_path / "home", monkeypatch)
-    env.policy(MODEL, POLICY)
-    env.registry.register(tiny_trained, "tiny-base", role="base")
-    prod = env.registry.register(tiny_adapters["good"], MODEL)
-    env.registry.move_production(prod, {"test": "production before the sandbox"}, expected=None)
+    env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
 
     report = run_selftest(MODEL, env.env, only=["static_calibration_collapse"], identical_controls=0, retrained_controls=0, under_load=False,
                           root=tmp_path / "sandbox")
@@ -77,11 +79,7 @@ def test_gate_selftest_asset_reports_the_table_and_interception_rate(tmp_path, m
     from modelcd_assets.resources.registry import MlflowRegistryResource
     from modelcd_assets.resources.state import LocalStateResource
 
-    env = make_env(tmp_path / "home", monkeypatch)
-    env.policy(MODEL, POLICY)
-    env.registry.register(tiny_trained, "tiny-base", role="base")
-    prod = env.registry.register(tiny_adapters["good"], MODEL)
-    env.registry.move_production(prod, {"test": "production before the sandbox"}, expected=None)
+    env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
     e = env.env
     resources = {"registry": MlflowRegistryResource(tracking_uri=e["MLFLOW_TRACKING_URI"], artifact_location=e["MODELCD_MLFLOW_ARTIFACTS"]),
                  "policy": PolicyResource(policy_dir=e["MODELCD_POLICY_DIR"]), "state": LocalStateResource(home=e["MODELCD_HOME"], data_dir=e["MODELCD_DATA"])}
