@@ -155,6 +155,11 @@ def adapters_of_base(d: dict) -> str:
             "; ".join(f"{k} {v:.1f}" for k, v in steps if v > 0.5) + ".")
 
 
+def mutation(d: dict) -> str:
+    return (f"Measured {d['when'][:10]}.\n\n| mutants | killed | survived | timed out | no tests | score (killed / all) |\n|---|---|---|---|---|---|\n"
+            f"| {d['total']} | {d['killed']} | {d['survived']} | {d['timeout']} | {d['no_tests']} | **{d['score']:.1%}** |")
+
+
 BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "int8": ("benchmarks.md", "int8.json", int8, "make bench"),
     "serving": ("benchmarks.md", "serving.json", serving, "make bench-serving"),
@@ -164,6 +169,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "calibration": ("benchmarks.md", "calibration.json", calibration, "python bench/bench_calibration.py"),
     "false_block": ("benchmarks.md", "false_block.json", false_block, "make bench-gates"),
     "gate_overhead": ("benchmarks.md", "gate_overhead.json", gate_overhead, "python bench/bench_gate_overhead.py --fresh"),
+    "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
 }
 

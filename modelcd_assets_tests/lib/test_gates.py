@@ -417,3 +417,50 @@ def test_production_recheck_compares_the_median_of_trials_with_the_recorded_figu
     assert late.status == FAIL and late.reason.startswith("p99 latency at batch 1 is 150.0 ms, over the 100.0 ms SLO (its gate recorded 5.0 ms)")
     with pytest.raises(ValueError, match="no recorded or no measured throughput at batch 32"):
         judge_production_recheck({"1": [1000.0], "32": [4000.0]}, latency, {"1": _recorded()["1"]}, policy)
+
+
+def test_live_drift_verdicts_say_exactly_what_was_judged():
+    """The whole verdict, as the UI, the registry tag and the server's gauges read it: every field is part of the answer."""
+    from modelcd_assets.lib.gates import judge_live_drift
+    from modelcd_assets.lib.policy import DriftPolicy
+
+    policy = DriftPolicy()
+    base = {"records": 150, "min_records": 200, "input_threshold": 0.1, "input_drift_share": 0.5}
+    threshold = "drifted < 50% of descriptors, over >= 200 texts"
+    assert judge_live_drift(None, policy, 150).to_dict() == {
+        "gate": "live_drift", "status": "inconclusive", "measured": "150 texts", "threshold": threshold, "numbers": base,
+        "reason": "not enough traffic to judge: 150 sampled texts in the window, fewer than drift.live_min_records (200); "
+                  "serve more requests or raise serving.sample_ratio"}
+    drifted = judge_live_drift({"n_chars": 0.2, "n_words": 0.05}, policy, 300).to_dict()
+    assert drifted == {
+        "gate": "live_drift", "status": "fail", "measured": "input drifted 50% over 300 texts", "threshold": threshold,
+        "numbers": base | {"records": 300, "input_drift": {"n_chars": 0.2, "n_words": 0.05}, "input_drifted_share": 0.5, "drifted": ["n_chars"]},
+        "reason": "live traffic has drifted from the reference data in n_chars (50% of descriptors): production was validated on data "
+                  "unlike what it now serves; re-validate it on a sample of current traffic"}
+    calm = judge_live_drift({"n_chars": 0.05, "n_words": 0.05}, policy, 200).to_dict()  # exactly the minimum is enough
+    assert calm["status"] == "pass" and calm["threshold"] == threshold and calm["measured"] == "input drifted 0% over 200 texts"
+    assert calm["reason"] == "live traffic is like the reference data: 0% of descriptors drifted (under 50%) over 200 texts"
+    assert calm["numbers"]["drifted"] == [] and calm["numbers"]["input_drifted_share"] == 0.0
+
+
+def test_production_recheck_verdicts_say_exactly_what_was_measured():
+    from modelcd_assets.lib.gates import judge_production_recheck
+    from modelcd_assets.lib.policy import ThroughputPolicy
+
+    policy = ThroughputPolicy()
+    recorded = {"1": {"candidate_items_per_s": 100, "candidate_p99_ms": 6.0}, "32": {"candidate_items_per_s": 400}}
+    ok = judge_production_recheck({"1": [100, 110, 90], "32": [400, 300, 420]}, [5.0] * 100, recorded, policy).to_dict()
+    assert ok == {
+        "gate": "production_recheck", "status": "pass", "reason": "throughput and p99 still meet the throughput gate's figures",
+        "measured": "b1: 100 items/s = 1.00x recorded 100; b32: 400 items/s = 1.00x recorded 400; p99 5.0 ms (recorded 6.0 ms)",
+        "threshold": ">= 0.88x recorded, p99 <= 100.0 ms",
+        "numbers": {"min_ratio": 0.88, "p99_slo_ms": 100.0, "b1_items_per_s": 100.0, "b1_recorded_items_per_s": 100.0, "b1_ratio": 1.0, "b1_trials": 3,
+                    "b32_items_per_s": 400.0, "b32_recorded_items_per_s": 400.0, "b32_ratio": 1.0, "b32_trials": 3, "p99_ms": 5.0, "recorded_p99_ms": 6.0}}
+    slow = judge_production_recheck({"1": [80, 80, 80], "32": [400]}, [150.0] * 100, recorded, policy).to_dict()
+    assert slow["status"] == "fail"
+    assert slow["reason"] == ("batch 1: 80 items/s (median of 3 trials) is 0.80x the 100 its gate recorded, below 0.88; look for a slower node, "
+                              "a changed library or a busier machine; p99 latency at batch 1 is 150.0 ms, over the 100.0 ms SLO (its gate recorded 6.0 ms)")
+    no_p99 = judge_production_recheck({"1": [100]}, [5.0] * 100, {"1": {"candidate_items_per_s": 100}}, policy).to_dict()
+    assert no_p99["measured"] == "b1: 100 items/s = 1.00x recorded 100; p99 5.0 ms" and no_p99["numbers"]["recorded_p99_ms"] is None
+    with pytest.raises(ValueError, match="no recorded or no measured throughput at batch 32"):
+        judge_production_recheck({"32": [1.0]}, [5.0], recorded | {"32": {}}, policy)
