@@ -27,11 +27,11 @@ class DriftConfig(dg.Config):
     reference_sample: str = Field("evaluation", description="Name of the split the model was validated on")
 
 
-def served_labels(record: CandidateRecord, split_file: Path, texts: list[str], cache: Path) -> list[str]:
-    """The labels a candidate's chosen INT8 model gives a split's texts, kept in its build: production's are reused by
-    every candidate judged against it, on the same traffic."""
+def served_labels(record: CandidateRecord, split_sha256: str, texts: list[str], cache: Path) -> list[str]:
+    """The labels a candidate's chosen INT8 model gives a split's texts (the split file with that sha256), kept in its
+    build: production's are reused by every candidate judged against it, on the same traffic."""
     build = record.build
-    path = build.predictions(record.chosen_variant(), file_sha256(split_file))
+    path = build.predictions(record.chosen_variant(), split_sha256)
     with build.lock():
         if not path.is_file():
             save_array(path, predict(record.chosen_int8(), encode(build.merged, texts, cache)))
@@ -53,11 +53,12 @@ def drift_report(context: dg.AssetExecutionContext, config: DriftConfig, state: 
     traffic_feeds = encode(build.merged, traffic, cache)
     reference_feeds = encode(build.merged, reference, cache)
     inputs = input_drift(describe(reference, reference_feeds["attention_mask"]), describe(traffic, traffic_feeds["attention_mask"]))
-    cand_labels = served_labels(record, traffic_file, traffic, cache)
+    traffic_sha256 = file_sha256(traffic_file)  # hashed once, for the candidate's and production's labels alike
+    cand_labels = served_labels(record, traffic_sha256, traffic, cache)
     prod_record = record.baseline(state.candidate_dir)
     pred_drift = None
     if prod_record:
-        pred_drift = prediction_drift(served_labels(prod_record, traffic_file, traffic, cache), cand_labels)
+        pred_drift = prediction_drift(served_labels(prod_record, traffic_sha256, traffic, cache), cand_labels)
     report = {"traffic_sample": config.traffic_sample, "reference_sample": config.reference_sample, "traffic_examples": len(traffic),
               "input_drift": inputs, "prediction_drift": pred_drift, "production": prod_record.ref.key if prod_record else None}
     write_json(state.candidate_dir(ref) / REPORT_FILE, report)
