@@ -6,7 +6,7 @@ export MODELCD_HOME ?= $(CURDIR)/.modelcd
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving docs clean
+.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving bench-recalibration docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ bench-gates: install
 bench-serving: install
 	$(BIN)/python bench/bench_serving.py
 	$(BIN)/python bench/bench_peak.py
+	$(BIN)/python bench/render_docs.py
+
+# A poor and a good calibration set, each gated as a calibration revision of production (tiny model and MiniLM).
+bench-recalibration: install
+	$(BIN)/python bench/bench_recalibration.py
 	$(BIN)/python bench/render_docs.py
 
 # The tables in docs/ from the JSON the benches wrote under bench/results/.

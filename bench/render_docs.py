@@ -71,6 +71,22 @@ def calibration(d: dict) -> str:
             "| calibration split | texts | top-1 agreement with FP32 | max abs logit difference |\n|---|---|---|---|\n" + rows)
 
 
+def recalibration(d: dict) -> str:
+    names = {"tiny": "tiny test model (2 layers, hidden 32)", "minilm": "all-MiniLM-L6-v2 + the demo's good adapter"}
+    gates = ("int8_agrees_with_fp32", "accuracy_within_tolerance", "throughput_within_tolerance")
+    rows = []
+    for model, m in d["models"].items():
+        rows.append(f"| {names.get(model, model)} | production {m['production']['version']}: the data folder's split | 256 | | "
+                    f"{m['production']['static_top1_agreement']:.2%} | | | | |")
+        for name, s in m["sets"].items():
+            g = [f"{s['gates'][k]['status']} ({s['gates'][k]['measured']})" if k in s["gates"] else "not run" for k in gates]
+            rows.append(f"| | {name}: revision {s['revision']} | {s['examples']} | {s['median_tokens']:g} / {s['evaluation_median_tokens']:g} | "
+                        f"{s['static_top1_agreement']:.2%} | {' | '.join(g)} | **{s['outcome']}** (production now {s['production_after']}) | {s['seconds_to_verdict']:.0f} |")
+    return (f"On {_machine(d['machine'])}; policy pinned to static INT8, fidelity floor 99% top-1 agreement.\n\n"
+            "| model | calibration set | texts | median tokens / evaluation's | static INT8 agreement with FP32 | fidelity gate | accuracy gate (vs production) | "
+            "throughput gate | outcome | calibrate → verdict s |\n|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+
+
 def faults(d: dict) -> str:
     ok = sum(c["ok"] for c in d["classes"])
     cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
@@ -167,6 +183,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "adapter_designs": ("benchmarks.md", "adapter_designs.json", adapter_designs, "python bench/bench_adapter_designs.py"),
     "adapters_of_base": ("benchmarks.md", "adapters_of_base.json", adapters_of_base, "make bench-gates"),
     "calibration": ("benchmarks.md", "calibration.json", calibration, "python bench/bench_calibration.py"),
+    "recalibration": ("benchmarks.md", "recalibration.json", recalibration, "make bench-recalibration"),
     "false_block": ("benchmarks.md", "false_block.json", false_block, "make bench-gates"),
     "gate_overhead": ("benchmarks.md", "gate_overhead.json", gate_overhead, "python bench/bench_gate_overhead.py --fresh"),
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),

@@ -10,12 +10,12 @@ import dagster as dg
 
 from modelcd_assets.defs.jobs import GATE_JOB
 from modelcd_assets.gate_results import GateDecision, read_gates
-from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun, add_candidate, run_gate
+from modelcd_assets.launch import BLOCKED, PROMOTED, Calibration, GateRun, add_candidate, run_calibration, run_gate
 from modelcd_assets.lib.promotion import GateRecord
 from modelcd_assets.lib.registry import CandidateRef, Registry
 
-__all__ = ["BLOCKED", "PROMOTED", "CandidateRef", "GateDecision", "GateRecord", "GateRun", "Registry", "add_candidate", "gate_job",
-           "read_gates", "run_gate"]
+__all__ = ["BLOCKED", "PROMOTED", "Calibration", "CandidateRef", "GateDecision", "GateRecord", "GateRun", "Registry", "add_candidate", "gate_job",
+           "read_gates", "run_calibration", "run_gate"]
 
 
 def gate_job() -> dg.JobDefinition:

@@ -80,13 +80,38 @@ def cmd_gate(args) -> int:
     return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, SUPERSEDED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(run.outcome, EXIT_ERROR)
 
 
+def cmd_calibrate(args) -> int:
+    from modelcd_assets.demo import print_gate_table
+    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, SUPERSEDED, run_calibration
+
+    _registry().require_candidate_model(args.name)
+    done = run_calibration(args.name, Path(args.source), gate=not args.no_gate)
+    if done.refused:
+        print(f"refused: {done.refused}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    s = done.summary
+    print(f"{args.name}: calibration set {done.sha256[:12]} is current ({s['examples']} texts, median {s['median_tokens']:g} tokens; "
+          f"evaluation split {s['evaluation_median_tokens']:g})")
+    print(f"production: {done.action}: {done.why}")
+    if done.gate is None:
+        if done.revision is not None:
+            print(f"{done.revision.uri} is registered; the registry sensor under 'modelcd up' gates it, or run 'modelcd gate {args.name} {done.revision.version}'")
+        return EXIT_PROMOTED
+    run = done.gate
+    print_gate_table([(f"revision {done.revision.version}", run)])
+    print(f"run {run.run_id}")
+    if run.outcome == SUPERSEDED:
+        print(f"superseded: {run.error}")
+    return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, SUPERSEDED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(run.outcome, EXIT_ERROR)
+
+
 def cmd_status(args) -> int:
     import dagster as dg
 
     from modelcd_assets.defs.assets.gate_report import report_url
     from modelcd_assets.gate_results import code_location_graph
     from modelcd_assets.launch import latest_gate_rows
-    from modelcd_assets.lib.registry import ROLLED_BACK
+    from modelcd_assets.lib.registry import REVISION_OF, ROLLED_BACK
     from modelcd_assets.lib.report import table
 
     reg = _registry()
@@ -108,7 +133,10 @@ def cmd_status(args) -> int:
             summary = "never gated" if all(g.status == "not run" for g in gates) else f"{verdict}: {passed}/{len(gates)} pass" + (f"; {others}" if others else "")
             if problems and not others:  # every gate passed, but on an outdated lineage
                 summary += "; " + problems[0]
-            alias = "production" if prod == ref else ("rolled back from" if ROLLED_BACK in reg.tags(ref) else "")
+            tags = reg.tags(ref)
+            alias = "production" if prod == ref else ("rolled back from" if ROLLED_BACK in tags else "")
+            if REVISION_OF in tags:
+                alias = ", ".join(filter(None, [alias, f"calibration revision of {tags[REVISION_OF]}"]))
             rows.append([ref.version, alias, summary, report_url(args.ui_url, ref.key) if summary != "never gated" else ""])
         print(table(["version", "alias", "last gate results", "gate report in the UI"], rows, max_width=200))
     return 0
@@ -231,6 +259,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("version", type=int)
     g.add_argument("--traffic", default="traffic_current", help="traffic split to judge drift on (default traffic_current)")
     g.set_defaults(func=cmd_gate)
+    ca = sub.add_parser("calibrate", help=("register a new calibration set for a model (refused with the reason unless valid), re-quantize production "
+                                          "under it as a calibration revision and gate that; exit codes as for gate, 2 when the set is refused"))
+    ca.add_argument("name")
+    ca.add_argument("--from", dest="source", required=True, help="JSON-lines file, one {\"text\": ...} object per line")
+    ca.add_argument("--no-gate", action="store_true", help="only register the set and the revision; the registry sensor under 'modelcd up' gates it")
+    ca.set_defaults(func=cmd_calibrate)
     c = sub.add_parser("contract", help="I/O contracts of registered versions")
     csub = c.add_subparsers(dest="contract_command", required=True)
     cd = csub.add_parser("diff", help="the contract diff between two versions and the SemVer bump it requires")

@@ -14,7 +14,6 @@ from modelcd_assets.lib.promotion import GateRecord, gate_problems, lineage_prob
 
 PRODUCTION_KEY = dg.AssetKey("production_model")
 # Tags Dagster writes on every materialization: its data version, and the data version of each input it was built from.
-_DATA_VERSION, _INPUT_DATA_VERSION = "dagster/data_version", "dagster/input_data_version/"
 
 
 @dataclass(frozen=True)
@@ -60,24 +59,15 @@ def _lineage(instance: dg.DagsterInstance, graph, partition: str) -> list[str]:
     upstream = graph.get_ancestor_asset_keys(PRODUCTION_KEY)
     assets = [k for k in graph.toposorted_asset_keys if k in upstream]
     latest = {k: _latest(instance, k, partition if graph.get(k).is_partitioned else None) for k in assets}
-    problems = []
     parents = {}
     for key in assets:
         if not graph.get(key).is_partitioned:
             continue
-        ups = [p for p in graph.get(key).parent_keys if p in latest]
-        parents[key.to_user_string()] = [p.to_user_string() for p in ups if graph.get(p).is_partitioned]
-        # A shared, unpartitioned parent (calibration_set) is re-materialized by every gated run: what matters is
-        # whether this candidate was built from its current data version, not when it last ran.
-        for p in ups:
-            if graph.get(p).is_partitioned or latest[key] is None or latest[p] is None:
-                continue
-            used = latest[key].asset_materialization.tags.get(_INPUT_DATA_VERSION + p.to_user_string())
-            now = latest[p].asset_materialization.tags.get(_DATA_VERSION)
-            if used != now:
-                problems.append(f"{key.to_user_string()} was built from an older {p.to_user_string()}; re-run the gated job for {partition}")
+        # Unpartitioned parents (calibration_set) are shared by every model; which set a candidate was calibrated with
+        # is pinned on the version and recorded by quantized_model, so a newer set does not make its build outdated.
+        parents[key.to_user_string()] = [p.to_user_string() for p in graph.get(key).parent_keys if p in latest and graph.get(p).is_partitioned]
     ids = {k.to_user_string(): (r.storage_id if r else None) for k, r in latest.items() if graph.get(k).is_partitioned}
-    return lineage_problems(ids, parents) + problems
+    return lineage_problems(ids, parents)
 
 
 def _evaluations(instance: dg.DagsterInstance, run_ids: set[str], partition: str) -> dict[tuple[str, dg.AssetCheckKey], object]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
 
 from modelcd_assets.gate_results import read_gates
 from modelcd_assets.defs.assets.production_rollback import production_rollback, rollback_run_config
-from modelcd_assets.defs.jobs import GATE_JOB, GATE_REPORT_JOB, ROLLBACK_JOB
+from modelcd_assets.defs.jobs import CALIBRATION_JOB, GATE_JOB, GATE_REPORT_JOB, ROLLBACK_JOB
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.processes import preserved_stop_signals
@@ -120,6 +121,44 @@ def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instanc
     if run.report_error:
         logging.getLogger(__name__).warning("the gate report of %s was not written: %s", ref.uri, run.report_error)
     return run
+
+
+@dataclass
+class Calibration:
+    """What `modelcd calibrate` did: the set accepted or refused, what became of production, and the revision's gated run."""
+
+    model: str
+    refused: str = ""  # why the set was refused; the current set stays
+    sha256: str = ""
+    summary: dict = field(default_factory=dict)  # calibration_set's metadata
+    action: str = ""  # lib/recalibration: registered, already registered, up to date, ...
+    why: str = ""
+    revision: CandidateRef | None = None
+    gate: GateRun | None = None
+
+
+def run_calibration(name: str, source: Path, instance: dg.DagsterInstance | None = None, gate: bool = True) -> Calibration:
+    """Register a new calibration set for a model and re-quantize production under it (the `calibrate` job, in this process);
+    with gate=True, gate the calibration revision as `modelcd gate` does."""
+    instance = instance or dg.DagsterInstance.get()
+    recover_dead_runs(instance)
+    run_config = {"ops": {"calibration_set": {"config": {"model": name, "source": str(Path(source).expanduser().resolve())}}}}
+    with preserved_stop_signals():
+        result = definitions().resolve_job_def(CALIBRATION_JOB).execute_in_process(
+            instance=instance, run_config=run_config, raise_on_error=False, tags={LAUNCHED_BY: "cli", **process_tags()})
+    if not result.success:
+        message = _failure_message(result)
+        if message.startswith("calibration_set:") and any(k in message for k in ("BadCalibrationSet", "ModelcdError")):
+            return Calibration(name, refused=message.split(": ", 2)[-1])
+        raise ModelcdError(message.split(": ", 2)[-1] or "the calibrate run failed; see it in the Dagster UI")
+    meta = lambda node: {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node(node)[0].metadata.items()}  # noqa: E731
+    summary, plans = meta("calibration_set"), meta("calibration_revision")["plans"]
+    plan = plans[name]
+    out = Calibration(name, sha256=summary["sha256"], summary=summary, action=plan["action"], why=plan["why"],
+                      revision=CandidateRef(name, plan["revision"]) if plan["revision"] else None)
+    if gate and out.revision is not None:
+        out.gate = run_gate(out.revision, instance=instance)
+    return out
 
 
 def add_candidate(instance: dg.DagsterInstance, ref: CandidateRef) -> str:

@@ -12,6 +12,7 @@ from modelcd_assets.launch import BLOCKED, PROMOTED, run_gate
 from modelcd_assets.lib.builds import read_json
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.hashing import file_sha256
+from modelcd_assets.lib.quantize import artifact_id
 from modelcd_assets.lib.registry import PRODUCTION
 from modelcd_assets_tests.conftest import module_state_fixtures
 
@@ -264,17 +265,19 @@ def test_the_variant_is_chosen_once_per_base_and_later_adapters_build_only_it(en
     other = "tiny-intent-auto"
     env.policy(other, "accuracy:\n  absolute_floor: 0.6\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n")
     decided = gated_record(env, instance, tiny_adapters["good"], other)
-    assert decided.build.int8("static").is_file() and decided.build.int8("dynamic").is_file()  # both built and timed, once
+    ids = {v: artifact_id(v, decided.calibration_sha256) for v in ("static", "dynamic")}
+    assert decided.build.int8(ids["static"]).is_file() and decided.build.int8(ids["dynamic"]).is_file()  # both built and timed, once
     later = gated_record(env, instance, tiny_adapters["good2"], other)
     chosen = decided.chosen_variant()
+    other_variant = {"static": "dynamic", "dynamic": "static"}[chosen]
     assert later.build_dir != decided.build_dir and later.chosen_variant() == chosen
-    assert later.build.int8(chosen).is_file() and not later.build.int8({"static": "dynamic", "dynamic": "static"}[chosen]).is_file()
+    assert later.build.int8(ids[chosen]).is_file() and not later.build.int8(ids[other_variant]).is_file()
     assert f"chosen once for this base and calibration set, when {decided.ref.uri} was gated" in later.quantization()["why"]
     # Timed once, for the decision; a later adapter's speed is the throughput gate's to measure.
-    assert "items_per_s" in read_json(decided.build.dir / "quantization_report.json")["variants"][chosen]
-    assert "items_per_s" not in read_json(later.build.dir / "quantization_report.json")["variants"][chosen]
+    assert "items_per_s" in read_json(decided.quantization_report)["variants"][chosen]
+    assert "items_per_s" not in read_json(later.quantization_report)["variants"][chosen]
     # Production's labels on the traffic were predicted once, kept in its build for every candidate judged against it.
-    assert decided.build.predictions(chosen, file_sha256(env.data / "traffic_current.jsonl")).is_file()
+    assert decided.build.predictions(ids[chosen], file_sha256(env.data / "traffic_current.jsonl")).is_file()
 
 
 def test_modelcd_gate_started_in_the_background_can_still_be_stopped(env, instance, base):

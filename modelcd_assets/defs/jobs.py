@@ -8,17 +8,18 @@ GATE_JOB = "gate_candidate"
 
 gate_candidate = dg.define_asset_job(
     GATE_JOB,
-    selection=dg.AssetSelection.groups("data", "candidate", "build", "evaluation", "release"),
+    selection=dg.AssetSelection.groups("candidate", "build", "evaluation", "release"),
     partitions_def=candidates,
     description="Fetch, build, quantize, evaluate and benchmark one candidate; promote it only if every gate passes.",
 )
 
-CALIBRATION_JOB = "refresh_calibration_set"
+CALIBRATION_JOB = "calibrate"
 
-refresh_calibration_set = dg.define_asset_job(
+calibrate = dg.define_asset_job(
     CALIBRATION_JOB,
-    selection=dg.AssetSelection.groups("data"),
-    description="Version the calibration split under its content hash; gated runs quantize with the latest version.",
+    selection=dg.AssetSelection.assets("calibration_set", "calibration_revision"),
+    description=("Register a model's new calibration set (config: model, source), refused unless valid, and re-quantize production "
+                 "under it as a calibration revision for the registry sensor to gate. Without config: version the data folder's split."),
 )
 
 ROLLBACK_JOB = "rollback_production"

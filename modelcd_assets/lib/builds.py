@@ -41,12 +41,22 @@ class Build:
     def optimized(self) -> Path:
         return self.dir / "optimized.onnx"
 
-    def int8(self, variant: str) -> Path:
-        return self.dir / f"int8_{variant}.onnx"
+    def int8(self, artifact_id: str) -> Path:
+        """An INT8 model by its artifact id (lib/quantize.artifact_id: the variant, and for static INT8 its calibration set)."""
+        return self.dir / f"int8_{artifact_id}.onnx"
+
+    @property
+    def fused_ops(self) -> Path:
+        """The fused-operator counts of optimized.onnx."""
+        return self.dir / "fused_ops.json"
+
+    def quantization_report(self, calibration_sha256: str | None) -> Path:
+        """Fidelity and speed of the INT8 variants made under one calibration set (None: a build made before sets were per version)."""
+        return self.dir / (f"quantization_report_{calibration_sha256[:16]}.json" if calibration_sha256 else "quantization_report.json")
 
     def predictions(self, name: str, split_sha256: str | None = None) -> Path:
-        """Class ids predicted by the FP32 export ("fp32") or an INT8 variant: on the evaluation split (checked against
-        quantization_report.json's hash), or on the split file whose sha256 is given."""
+        """Class ids predicted by the FP32 export ("fp32") or an INT8 model (by artifact id): on the evaluation split
+        (checked against the quantization report's hash), or on the split file whose sha256 is given."""
         return self.dir / (f"predictions_{name}.npy" if split_sha256 is None else f"predictions_{name}_on_{split_sha256[:24]}.npy")
 
     @contextlib.contextmanager

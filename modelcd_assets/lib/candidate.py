@@ -34,6 +34,8 @@ class CandidateRecord:
     # The effective policy for this run and where it came from (a file's path, or "defaults").
     policy: dict = field(default_factory=dict)
     policy_source: str = "defaults"
+    # The calibration set (sha256) its static INT8 is calibrated with: pinned on the version in the registry when first gated.
+    calibration_sha256: str | None = None
 
     @property
     def ref(self) -> CandidateRef:
@@ -64,9 +66,18 @@ class CandidateRecord:
     def chosen_variant(self) -> str:
         return self.quantization()["chosen"]
 
+    def chosen_artifact_id(self) -> str:
+        """The build's name for the INT8 model quantized_model selected (records made before calibration revisions name only the variant)."""
+        q = self.quantization()
+        return q.get("artifact_id", q["chosen"])
+
     def chosen_int8(self) -> Path:
         """The INT8 model quantized_model selected for this candidate."""
-        return self.build.int8(self.chosen_variant())
+        return self.build.int8(self.chosen_artifact_id())
+
+    @property
+    def quantization_report(self) -> Path:
+        return self.build.quantization_report(self.calibration_sha256)
 
     def save(self) -> None:
         write_json(Path(self.candidate_dir) / RECORD_FILE, asdict(self))

@@ -31,6 +31,12 @@ class QuantizationPolicy(_Strict):
     variant: str = Field("auto", pattern="^(auto|static|dynamic)$", description="INT8 variant to deploy: auto picks the fastest that passes fidelity; pin one for reproducible numerics across versions.")
 
 
+class CalibrationPolicy(_Strict):
+    min_examples: int = Field(200, ge=1, description="Fewest texts a new calibration set may hold.")
+    max_median_length_ratio: float = Field(3.0, ge=1, description=(
+        "How far a new calibration set's median token length may be from the evaluation split's, as a factor up or down."))
+
+
 class HealthPolicy(_Strict):
     max_weight_scale_ratio: float = Field(10.0, gt=1, description="How far any weight matrix's norm may move from production's, as a factor up or down.")
 
@@ -116,6 +122,7 @@ class Policy(_Strict):
     int8_fidelity: FidelityPolicy = FidelityPolicy()
     health: HealthPolicy = HealthPolicy()
     quantization: QuantizationPolicy = QuantizationPolicy()
+    calibration: CalibrationPolicy = CalibrationPolicy()
     safety: SafetyPolicy = SafetyPolicy()
     drift: DriftPolicy = DriftPolicy()
     throughput: ThroughputPolicy = ThroughputPolicy()
@@ -151,7 +158,7 @@ def load_policy(path: Path | None) -> Policy:
     except yaml.YAMLError as e:
         raise ModelcdError(f"policy file {path} is not valid YAML: {e}") from e
     if not isinstance(raw, dict):
-        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, quantization, drift, throughput, safety, serving, slo, golden)")
+        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, quantization, calibration, drift, throughput, safety, serving, slo, golden)")
     try:
         return Policy.model_validate(raw)
     except ValidationError as e:

@@ -13,8 +13,16 @@ import onnx
 
 STATIC = "static"
 DYNAMIC = "dynamic"
+# Variants whose ranges come from a calibration set: one artifact per set, so a calibration revision of a version
+# never overwrites the artifact that version's gates judged (and that may be serving).
+CALIBRATED = frozenset({STATIC})
 # Fused contrib ops have no ONNX shape inference; the quantizer must be told their outputs are float.
 _FLOAT_DEFAULT = {"DefaultTensorType": onnx.TensorProto.FLOAT}
+
+
+def artifact_id(variant: str, calibration_sha256: str) -> str:
+    """The name an INT8 model is kept under in its build: the variant, and for a calibrated one its calibration set."""
+    return f"{variant}_{calibration_sha256[:16]}" if variant in CALIBRATED else variant
 
 
 @contextlib.contextmanager

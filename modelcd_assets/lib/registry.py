@@ -35,6 +35,10 @@ CONTRACT = "modelcd.contract"  # the I/O contract as JSON
 PROMOTION = "modelcd.promotion"  # why the alias last moved to a version, as JSON
 PREVIOUS_PRODUCTION = "modelcd.previous_production"  # the version production pointed to before
 ROLLED_BACK = "modelcd.rolled_back"  # on a version production was rolled back from: why, as JSON
+# Calibration: on a registered model, its current set; on a version, the set that calibrated its INT8 (pinned when first gated).
+CALIBRATION = "modelcd.calibration_sha256"
+REVISION_OF = "modelcd.revision_of"  # on a calibration revision: the production version it re-quantizes
+WEIGHTS_VERSION = "modelcd.weights_version"  # on a calibration revision: the version whose weights it carries (the first one registered)
 MANIFEST_FILE = "modelcd_manifest.json"
 
 
@@ -164,6 +168,35 @@ class Registry:
     def set_tags(self, ref: CandidateRef, tags: dict[str, str]) -> None:
         for k, v in tags.items():
             self.client.set_model_version_tag(ref.name, ref.version, k, v)
+
+    def calibration_of(self, name: str) -> str | None:
+        """The sha256 of the registered model's current calibration set; None when none was registered for it."""
+        try:
+            return self.client.get_registered_model(name).tags.get(CALIBRATION)
+        except MlflowException as e:
+            raise RegistryUnavailable(f"could not read the calibration set of {name!r} from {self.tracking_uri}: {e.message}; "
+                                      "nothing was decided, retry when the registry answers") from e
+
+    def set_calibration(self, name: str, sha256: str) -> None:
+        self.client.set_registered_model_tag(name, CALIBRATION, sha256)
+
+    def register_revision(self, production: CandidateRef, calibration_sha256: str) -> CandidateRef:
+        """A new version of production's model with production's registered files (no copy, no retraining), to be quantized
+        under another calibration set and gated against production like any other version."""
+        mv = self.version(production)
+        tags = dict(mv.tags)
+        keep = {k: tags[k] for k in (KIND, BASE, CONTENT) if k in tags}
+        revision = {**keep, REVISION_OF: production.version, WEIGHTS_VERSION: tags.get(WEIGHTS_VERSION, production.version),
+                    CALIBRATION: calibration_sha256}
+        new = self.client.create_model_version(production.name, source=mv.source, run_id=mv.run_id, tags=revision,
+                                               description=f"calibration revision of version {production.version} (set {calibration_sha256[:12]})")
+        return CandidateRef(production.name, str(new.version))
+
+    def revisions_of(self, production: CandidateRef) -> dict[str, CandidateRef]:
+        """Calibration revisions registered for a version, by calibration sha256."""
+        mvs = self.client.search_model_versions(f"name='{production.name}'")
+        return {v.tags[CALIBRATION]: CandidateRef(production.name, str(v.version)) for v in mvs
+                if v.tags.get(REVISION_OF) == production.version and CALIBRATION in v.tags}
 
     def production(self, name: str) -> CandidateRef | None:
         """The version the production alias points to; None only when the registry answers that there is none."""

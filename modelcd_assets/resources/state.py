@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from modelcd_assets.lib.calibration import CalibrationStore
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.registry import CandidateRef
 
@@ -36,6 +37,14 @@ class LocalStateResource(dg.ConfigurableResource):
     def cache_dir(self, kind: str) -> Path:
         """Content-addressed work shared by every candidate: bases, builds, tokenized inputs."""
         return self.root / "cache" / kind
+
+    def calibration_sets(self) -> CalibrationStore:
+        """Every calibration set a version was or may be calibrated with, under its sha256."""
+        return CalibrationStore(self.root / "calibration")
+
+    def default_calibration(self) -> str:
+        """The data folder's calibration split, frozen under its hash: the set of every model that has none of its own."""
+        return self.calibration_sets().save(self.split("calibration"))
 
     def split(self, name: str) -> Path:
         path = Path(self.data_dir).resolve() / f"{name}.jsonl"

@@ -135,7 +135,7 @@ class ServingPool:
             step("registry and records")
             _verify(Path(record.artifact_dir), self._content_hash[ref.version], what, self.limits)
             step("registered files scanned and hashed")
-            artifact = record.build.int8(gated["chosen"])
+            artifact = record.build.int8(gated.get("artifact_id", gated["chosen"]))
             if not artifact.is_file():
                 raise SwapRefused(f"{what}: the INT8 model its gates judged is missing ({artifact}); run 'modelcd gate {ref.name} {ref.version}'")
             # Hashed and opened from the same bytes: a file replaced after the check is never what serves.

@@ -1,26 +1,65 @@
-"""calibration_set: the texts that calibrate static INT8 ranges, versioned by content hash."""
+"""calibration_set: a registered model's calibration set for static INT8, validated and versioned by content hash."""
 
-import shutil
+from pathlib import Path
 
 import dagster as dg
+from pydantic import Field
 
+from modelcd_assets.lib.calibration import read_texts, validate
 from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.hashing import file_sha256
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.tokens import TextEncoder
+from modelcd_assets.resources.policy import PolicyResource
+from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
 
+class CalibrationSetConfig(dg.Config):
+    model: str = Field("", description="Registered model the set is for. Empty: version the data folder's calibration split, "
+                                       "the set of every model that has none of its own.")
+    source: str = Field("", description="With model: a JSON-lines file on this machine, one {\"text\": ...} object per line.")
+
+
 @dg.asset(group_name="data", kinds={"json"})
-def calibration_set(state: LocalStateResource) -> dg.MaterializeResult:
-    """A frozen copy of the calibration split under its sha256; quantized_model reads it by hash."""
-    src = state.split("calibration")
-    examples = read_split(src)
-    digest = file_sha256(src)
-    dst = state.root / "calibration" / f"{digest}.jsonl"
-    if not dst.exists():
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst.with_suffix(".tmp"))
-        dst.with_suffix(".tmp").rename(dst)
+def calibration_set(context: dg.AssetExecutionContext, config: CalibrationSetConfig, state: LocalStateResource, registry: MlflowRegistryResource,
+                    policy: PolicyResource) -> dg.MaterializeResult:
+    """A model's new calibration set: refused with every reason (and the current set kept) unless it passes validation;
+    accepted, it is frozen under its sha256 and becomes the model's current set, which calibration_revision acts on."""
+    sets = state.calibration_sets()
+    if not config.model:
+        if config.source:
+            raise ModelcdError("calibration_set got a source file but no model; set config.model to the registered model the set is for")
+        digest = state.default_calibration()
+        return dg.MaterializeResult(
+            metadata={"model": "(default: every model without a set of its own)", "sha256": digest,
+                      "examples": len(read_texts(sets.path(digest))), "path": dg.MetadataValue.path(str(sets.path(digest)))},
+            data_version=dg.DataVersion(digest[:16]),
+        )
+    reg = registry.registry()
+    reg.require_candidate_model(config.model)
+    production = reg.production(config.model)
+    if production is None:
+        raise ModelcdError(f"{config.model} has no production version yet: a calibration set is judged against production's tokenizer and "
+                           "re-quantizes production; gate a first version (it is calibrated with the data folder's split), then register the set")
+    source = Path(config.source).expanduser()
+    texts = read_texts(source)
+    evaluation = [ex.text for ex in read_split(state.split("evaluation"))]
+    summary = validate(texts, evaluation, TextEncoder(state.record(production).build.merged).lengths,
+                       policy.for_model(config.model).calibration, source=str(source))
+    previous = reg.calibration_of(config.model)
+    digest = sets.save(source)
+    reg.set_calibration(config.model, digest)
+    context.log.info(f"{config.model}: calibration set {digest[:12]} is current (was {previous[:12] if previous else 'the data folder split'})")
     return dg.MaterializeResult(
-        metadata={"sha256": digest, "examples": len(examples), "path": dg.MetadataValue.path(str(dst))},
+        metadata={
+            "model": config.model,
+            "sha256": digest,
+            "previous_sha256": previous or "(the data folder's calibration split)",
+            "examples": summary.examples,
+            "median_tokens": summary.median_tokens,
+            "evaluation_median_tokens": summary.evaluation_median_tokens,
+            "source": str(source),
+            "path": dg.MetadataValue.path(str(sets.path(digest))),
+        },
         data_version=dg.DataVersion(digest[:16]),
     )

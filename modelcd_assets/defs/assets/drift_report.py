@@ -31,7 +31,7 @@ def served_labels(record: CandidateRecord, split_sha256: str, texts: list[str], 
     """The labels a candidate's chosen INT8 model gives a split's texts (the split file with that sha256), kept in its
     build: production's are reused by every candidate judged against it, on the same traffic."""
     build = record.build
-    path = build.predictions(record.chosen_variant(), split_sha256)
+    path = build.predictions(record.chosen_artifact_id(), split_sha256)
     with build.lock():
         if not path.is_file():
             save_array(path, predict(record.chosen_int8(), encode(build.merged, texts, cache)))

@@ -24,10 +24,9 @@ REPORT_FILE = "evaluation.json"
 def _correct(record: CandidateRecord, eval_hash: str, truth: np.ndarray) -> dict[str, np.ndarray]:
     """Per-example correctness of a candidate's FP32 and chosen INT8 model."""
     build = record.build
-    if read_json(build.dir / "quantization_report.json").get("evaluation_sha256") != eval_hash:
+    if read_json(record.quantization_report).get("evaluation_sha256") != eval_hash:
         raise FileNotFoundError(f"build {build.key} was evaluated on another evaluation split; re-materialize its quantized_model")
-    chosen = record.chosen_variant()
-    files = {"fp32": build.predictions("fp32"), "int8": build.predictions(chosen)}
+    files = {"fp32": build.predictions("fp32"), "int8": build.predictions(record.chosen_artifact_id())}
     if missing := [str(f) for f in files.values() if not f.is_file()]:
         raise FileNotFoundError(f"{record.ref.uri}'s build {build.key} lacks its recorded predictions ({', '.join(missing)}); "
                                 f"re-gate it with 'modelcd gate {record.ref.name} {record.ref.version}'")

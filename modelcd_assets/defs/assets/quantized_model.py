@@ -10,12 +10,13 @@ from modelcd_assets.defs.assets.calibration_set import calibration_set
 from modelcd_assets.defs.assets.onnx_model import onnx_model
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.benchmark import best_items_per_s
+from modelcd_assets.lib.calibration import read_texts
 from modelcd_assets.lib.builds import Build, read_json, save_array, write_json
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.evaluate import predict
 from modelcd_assets.lib.failpoints import failpoint
 from modelcd_assets.lib.hashing import file_sha256, text_hash
-from modelcd_assets.lib.quantize import DYNAMIC, STATIC, choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
+from modelcd_assets.lib.quantize import DYNAMIC, STATIC, artifact_id, choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.runtime import OnnxModel
 from modelcd_assets.lib.tokens import BATCH, encode, tokenizer_hash
@@ -25,38 +26,38 @@ from modelcd_assets.resources.state import LocalStateResource
 SPEED_TEXTS, SPEED_ROUNDS = 128, 5
 
 
-def calibration_path(context: dg.AssetExecutionContext, state: LocalStateResource) -> tuple[Path, str]:
-    """The calibration file of calibration_set's latest materialization, by its content hash."""
-    event = context.instance.get_latest_materialization_event(calibration_set.key)
-    if event is None or event.asset_materialization is None:
-        raise FileNotFoundError("calibration_set has never been materialized; materialize it before quantized_model")
-    digest = event.asset_materialization.metadata["sha256"].value
-    return state.root / "calibration" / f"{digest}.jsonl", digest
+def _fused_ops(build: Build) -> dict[str, int]:
+    """Fuse the FP32 export once per build (optimized.onnx, the input of every INT8 variant); returns the fused-op counts."""
+    if not build.optimized.is_file() or not build.fused_ops.is_file():
+        write_json(build.fused_ops, optimize_transformer(build.onnx, build.optimized, build.merged / "config.json"))
+    return read_json(build.fused_ops)
 
 
 def _build(build: Build, needed: set[str], calib_file: Path, calib_hash: str, eval_file: Path, eval_hash: str, state: LocalStateResource,
            retime: bool) -> tuple[dict, bool]:
-    """The build's INT8 variants in `needed`, with their fidelity and speed; only what the build lacks is made.
+    """The build's INT8 variants in `needed` under one calibration set, with their fidelity and speed; only what the build lacks is made.
 
-    Returns the build's quantization report and whether nothing had to be made. retime: time every needed variant
-    again, interleaved in this run, because a choice is about to be made from the timings.
+    Returns the quantization report for that set and whether nothing had to be made. An INT8 file that exists is never
+    made again: it may be what a gated version serves. retime: time every needed variant again, interleaved in this
+    run, because a choice is about to be made from the timings.
     """
-    report_path = build.dir / "quantization_report.json"
+    ids = {v: artifact_id(v, calib_hash) for v in needed}
+    report_path = build.quantization_report(calib_hash)
     report = read_json(report_path) if report_path.is_file() else {}
     if report.get("calibration_sha256") != calib_hash or report.get("evaluation_sha256") != eval_hash:
         report = {"calibration_sha256": calib_hash, "evaluation_sha256": eval_hash, "variants": {}}
-    missing = [v for v in (STATIC, DYNAMIC) if v in needed and (v not in report["variants"] or not build.predictions(v).is_file())]
+    missing = [v for v in (STATIC, DYNAMIC) if v in needed and (v not in report["variants"] or not build.predictions(ids[v]).is_file())]
     if not missing and not retime:
         return report, True
-    if missing:
-        if "fused_ops" not in report or not build.optimized.is_file():
-            report["fused_ops"] = optimize_transformer(build.onnx, build.optimized, build.merged / "config.json")
-        if STATIC in missing:
-            calib = encode(build.merged, [ex.text for ex in read_split(calib_file)], state.cache_dir("tokens"))
-            quantize_static_int8(build.optimized, build.int8(STATIC), calib)
-        failpoint("mid_quantization")
-        if DYNAMIC in missing:
-            quantize_dynamic_int8(build.optimized, build.int8(DYNAMIC))
+    to_make = [v for v in missing if not build.int8(ids[v]).is_file()]
+    if to_make or "fused_ops" not in report:
+        report["fused_ops"] = _fused_ops(build)
+    if STATIC in to_make:
+        calib = encode(build.merged, read_texts(calib_file), state.cache_dir("tokens"))
+        quantize_static_int8(build.optimized, build.int8(ids[STATIC]), calib)
+    failpoint("mid_quantization")
+    if DYNAMIC in to_make:
+        quantize_dynamic_int8(build.optimized, build.int8(ids[DYNAMIC]))
     feeds = encode(build.merged, [ex.text for ex in read_split(eval_file)], state.cache_dir("tokens"))
     if not build.predictions("fp32").is_file():
         save_array(build.predictions("fp32"), predict(build.onnx, feeds))
@@ -67,14 +68,15 @@ def _build(build: Build, needed: set[str], calib_file: Path, calib_hash: str, ev
     speeds = {}
     if retime:
         speed_feeds = encode(build.merged, [ex.text for ex in read_split(eval_file)[:SPEED_TEXTS]], state.cache_dir("tokens"))
-        models = {"fp32": OnnxModel(build.onnx), **{v: OnnxModel(build.int8(v)) for v in sorted(needed)}}
+        models = {"fp32": OnnxModel(build.onnx), **{v: OnnxModel(build.int8(ids[v])) for v in sorted(needed)}}
         speeds = best_items_per_s(models, speed_feeds, SPEED_ROUNDS, BATCH)  # interleaved, each model run as it is served
         report["fp32_items_per_s"] = speeds["fp32"]
     for variant in sorted(set(missing) | set(speeds) - {"fp32"}):
         if variant in missing:
-            save_array(build.predictions(variant), predict(build.int8(variant), feeds))
+            save_array(build.predictions(ids[variant]), predict(build.int8(ids[variant]), feeds))
         entry = report["variants"].get(variant, {}) if variant not in missing else {}
-        entry.update(top1_agreement=float(np.mean(np.load(build.predictions(variant)) == fp32)), size_mb=build.int8(variant).stat().st_size / 2**20)
+        entry.update(top1_agreement=float(np.mean(np.load(build.predictions(ids[variant])) == fp32)),
+                     size_mb=build.int8(ids[variant]).stat().st_size / 2**20, artifact_id=ids[variant])
         if variant in speeds:
             entry["items_per_s"] = speeds[variant]
         report["variants"][variant] = entry
@@ -95,11 +97,16 @@ def _decide(decision_file: Path, choice: dict) -> dict:
 
 @dg.asset(partitions_def=candidates, deps=[onnx_model, calibration_set], group_name="build", kinds={"onnx"})
 def quantized_model(context: dg.AssetExecutionContext, state: LocalStateResource) -> dg.MaterializeResult:
-    """INT8 of the fused graph in the variant chosen once per base and calibration set (or pinned by the policy); fidelity and speed measured."""
+    """INT8 of the fused graph in the variant chosen once per base and calibration set (or pinned by the policy), static
+    INT8 calibrated with the set pinned on this version; fidelity and speed measured."""
     ref = CandidateRef.parse(context.partition_key)
     record = state.record(ref)
     build = record.build
-    calib_file, calib_hash = calibration_path(context, state)
+    calib_hash = record.calibration_sha256
+    if calib_hash is None:
+        raise FileNotFoundError(f"{ref.uri}'s record was written by an older modelcd and names no calibration set; re-run its gated job "
+                                f"('modelcd gate {ref.name} {ref.version}')")
+    calib_file = state.calibration_sets().require(calib_hash)
     eval_file = state.split("evaluation")
     eval_hash = file_sha256(eval_file)
     model_policy = record.effective_policy()
@@ -125,14 +132,16 @@ def quantized_model(context: dg.AssetExecutionContext, state: LocalStateResource
         stands = _decide(decision_file, {"chosen": chosen, "why": why, "decided_by": ref.uri, "variants": {v: report["variants"][v] for v in needed}})
         if stands["chosen"] != chosen:  # another adapter of the base decided first, in a run of its own
             chosen, why = stands["chosen"], f"{stands['chosen']}: chosen once for this base and calibration set, when {stands['decided_by']} was gated ({stands['why']})"
-    served = build.int8(chosen)
+    served_id = artifact_id(chosen, calib_hash)
+    served = build.int8(served_id)
     # What the server must reproduce before it serves this version: the artifact's hash, and its outputs on the probe texts.
     probe_texts = [ex.text for ex in read_split(eval_file)[: model_policy.serving.probe_examples]]
     with build.lock():
         model = OnnxModel(served, threads=1)
         probe_logits = model.logits(encode(build.merged, probe_texts, state.cache_dir("tokens")))
         artifact_sha256 = file_sha256(served)
-    write_json(record.chosen_file, {"chosen": chosen, "why": why, "artifact": served.name, "artifact_sha256": artifact_sha256,
+    write_json(record.chosen_file, {"chosen": chosen, "why": why, "artifact": served.name, "artifact_id": served_id, "artifact_sha256": artifact_sha256,
+                                    "calibration_sha256": calib_hash,
                                     "batch_dependent": model.batch_dependent, "tokenizer_sha256": tokenizer_hash(build.merged),
                                     "probe": {"batch": model.batch(BATCH), "texts": probe_texts, "logits": probe_logits.tolist()}})
     speed = lambda v: f"{v:.0f}" if v is not None else "not timed (variant already decided)"  # noqa: E731

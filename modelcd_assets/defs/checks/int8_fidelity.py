@@ -16,7 +16,6 @@ def int8_agrees_with_fp32(context: dg.AssetCheckExecutionContext, state: LocalSt
     """Top-1 agreement of the chosen INT8 variant with FP32 on the evaluation split."""
     ref = CandidateRef.parse(context.partition_key)
     record = state.record(ref)
-    chosen = record.chosen_variant()
     build = record.build
-    verdict = judge_fidelity(np.load(build.predictions(chosen)), np.load(build.predictions("fp32")), record.effective_policy().int8_fidelity)
+    verdict = judge_fidelity(np.load(build.predictions(record.chosen_artifact_id())), np.load(build.predictions("fp32")), record.effective_policy().int8_fidelity)
     return check_result(verdict)

@@ -1,0 +1,156 @@
+"""Recalibration without retraining, on the tiny model: a new calibration set becomes a gated calibration revision of production.
+
+One module-scoped state folder, production pinned to static INT8: a refused set changes nothing, a poor set's
+revision is blocked and production keeps serving its own artifact, a good set's revision is promoted and served.
+"""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from modelcd_assets.cli import EXIT_BAD_INPUT, EXIT_BLOCKED, EXIT_PROMOTED, main
+from modelcd_assets.launch import PROMOTED, SUPERSEDED, definitions, latest_gate_rows, run_gate
+from modelcd_assets.lib.candidate import CandidateRecord
+from modelcd_assets.lib.data import generate, read_split
+from modelcd_assets.lib.hashing import file_sha256
+from modelcd_assets.lib.policy import ServingPolicy
+from modelcd_assets.lib.registry import CALIBRATION, REVISION_OF, WEIGHTS_VERSION, CandidateRef
+from modelcd_assets.serving.pool import ServingPool
+from modelcd_assets_tests.conftest import module_state_fixtures
+
+pytestmark = pytest.mark.slow
+MODEL = "tiny-recal"
+POLICY = "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: static\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n"
+
+env, instance = module_state_fixtures("recalibration", {MODEL: POLICY})
+
+
+def write_texts(path, texts):
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return path
+
+
+def poor_texts() -> list[str]:
+    """A few hundred short, unrepresentative texts: one polite word repeated 5 to 9 times (median 9 tokens, the tickets' 18)."""
+    rng = np.random.default_rng(0)
+    return [" ".join(["thanks"] * int(k)) for k in rng.integers(5, 10, size=300)]
+
+
+def good_texts(evaluation: set[str]) -> list[str]:
+    """Fresh tickets from the same generator as the evaluation split, another seed, less those that happen to be in it."""
+    return [ex.text for ex in generate(400, 7) if ex.text not in evaluation][:300]
+
+
+def record(env, version: str) -> CandidateRecord:
+    return CandidateRecord.load(env.home / "candidates" / MODEL / version)
+
+
+def gates(run) -> dict[str, str]:
+    return {r.gate: r.status for r in run.rows}
+
+
+@pytest.fixture(scope="module")
+def production_v1(env, instance, tiny_trained, tiny_adapters):
+    env.registry.register(tiny_trained, "tiny-base", role="base")
+    ref = env.registry.register(tiny_adapters["good"], MODEL)
+    run = run_gate(ref, instance=instance)
+    assert run.outcome == PROMOTED, (run.error, gates(run))
+    return ref
+
+
+def test_the_first_version_is_pinned_to_the_data_folders_calibration_split(env, production_v1):
+    pinned = env.registry.tags(production_v1)[CALIBRATION]
+    assert pinned == file_sha256(env.data / "calibration.jsonl")
+    assert record(env, "1").quantization()["artifact_id"] == f"static_{pinned[:16]}"
+
+
+@pytest.mark.parametrize("problem, texts, reason", [
+    ("overlaps the evaluation split", lambda ev: ev[:250], "are in the evaluation split"),
+    ("too few texts", lambda ev: [t + " please" for t in ev[:50]], "fewer than calibration.min_examples (200)"),
+    ("texts far shorter than the evaluation split's", lambda ev: ["ok"] * 300, "median length is 3 tokens"),
+])
+def test_a_bad_set_is_refused_with_the_reason_and_nothing_changes(env, instance, production_v1, tmp_path, capsys, problem, texts, reason):
+    evaluation = [ex.text for ex in read_split(env.data / "evaluation.jsonl")]
+    versions = env.registry.versions(MODEL)
+    path = write_texts(tmp_path / "set.jsonl", texts(evaluation))
+    assert main(["calibrate", MODEL, "--from", str(path)]) == EXIT_BAD_INPUT, problem
+    assert reason in capsys.readouterr().err
+    assert env.registry.calibration_of(MODEL) is None  # the current set stays
+    assert env.registry.versions(MODEL) == versions  # and no revision was registered
+
+
+def test_calibration_revision_is_requested_by_declarative_automation_when_a_set_is_registered(env, instance, production_v1):
+    defs = definitions()
+    first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    cursor = first.cursor
+    quiet = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+    assert quiet.total_requested == 0  # nothing new upstream: nothing requested
+    job = defs.resolve_job_def("calibrate")
+    assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("calibration_set")]).success  # the default set, versioned again
+    after = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=quiet.cursor)
+    assert after.total_requested == 1
+    assert after.get_requested_partitions(dg.AssetKey("calibration_revision")) == {None}
+
+
+def test_a_poor_set_makes_a_revision_the_gates_block_and_production_keeps_its_artifact(env, instance, production_v1, tmp_path, capsys):
+    served = record(env, "1")
+    artifact_before = file_sha256(served.chosen_int8())
+    assert artifact_before == served.quantization()["artifact_sha256"]
+    path = write_texts(tmp_path / "poor.jsonl", poor_texts())
+    assert main(["calibrate", MODEL, "--from", str(path)]) == EXIT_BLOCKED
+    out = capsys.readouterr().out
+    poor = file_sha256(path)
+    assert env.registry.calibration_of(MODEL) == poor  # the set was valid: it is current, and its revision was judged
+    revision = max(env.registry.versions(MODEL), key=lambda r: int(r.version))
+    tags = env.registry.tags(revision)
+    assert (tags[REVISION_OF], tags[WEIGHTS_VERSION], tags[CALIBRATION]) == ("1", "1", poor), tags
+    assert f"production {production_v1.version} was calibrated with set" in out
+    rec = record(env, revision.version)
+    assert rec.build_dir == served.build_dir and rec.content_hash == served.content_hash  # the same weights, not retrained
+    fidelity = rec.quantization()
+    assert fidelity["chosen"] == "static" and fidelity["artifact_id"] == f"static_{poor[:16]}"
+    assert env.registry.production(MODEL) == production_v1
+    # What production serves was not overwritten by its revision's quantization.
+    assert file_sha256(served.chosen_int8()) == artifact_before
+    rows, problems = latest_gate_rows(instance, revision)
+    failed = {r.gate for r in rows if r.status == "fail"}
+    assert failed and failed <= {"int8_agrees_with_fp32", "accuracy_within_tolerance"}, {r.gate: (r.status, r.measured) for r in rows}
+    assert problems
+
+
+def test_a_good_set_makes_a_revision_that_is_promoted_and_served(env, instance, production_v1, tmp_path, capsys):
+    path = write_texts(tmp_path / "good.jsonl", good_texts({ex.text for ex in read_split(env.data / "evaluation.jsonl")}))
+    code = main(["calibrate", MODEL, "--from", str(path)])
+    assert code == EXIT_PROMOTED, capsys.readouterr().err[-3000:]
+    good = file_sha256(path)
+    prod = env.registry.production(MODEL)
+    tags = env.registry.tags(prod)
+    assert (tags[REVISION_OF], tags[WEIGHTS_VERSION], tags[CALIBRATION]) == ("1", "1", good)
+    assert json.loads(tags["modelcd.promotion"])  # promoted by the same promotion step as any version
+    assert tags["modelcd.previous_production"] == "1"
+    # The server swaps to it like to any version: the artifact its gates judged, probe-verified.
+    pool = ServingPool(MODEL, env.registry, env.home, ServingPolicy())
+    old, new = pool.load("1"), pool.load(prod.version)
+    assert new.artifact_sha256 == record(env, prod.version).quantization()["artifact_sha256"] != old.artifact_sha256
+    assert pool.activate(prod.version).version == prod.version
+    # Nothing left to revise: the automation's next run registers nothing.
+    assert main(["calibrate", MODEL, "--from", str(path), "--no-gate"]) == EXIT_PROMOTED
+    assert "up to date" in capsys.readouterr().out
+    assert env.registry.production(MODEL) == prod == CandidateRef(MODEL, prod.version)
+
+
+def test_a_revision_of_a_version_that_is_no_longer_production_is_superseded_not_gated(env, instance, production_v1, capsys):
+    """Gated against the newer production, it could pass and put the older weights it carries back into production."""
+    prod = env.registry.production(MODEL)
+    assert prod != production_v1  # the good set's revision replaced it
+    stale = env.registry.register_revision(production_v1, env.registry.calibration_of(MODEL))
+    run = run_gate(stale, instance=instance)
+    assert run.outcome == SUPERSEDED, (run.outcome, run.error)
+    assert f"calibration revision of version 1, but production is now {prod.version}" in run.error
+    assert env.registry.production(MODEL) == prod
+    assert main(["status", MODEL]) == 0
+    assert "calibration revision of 1" in capsys.readouterr().out
