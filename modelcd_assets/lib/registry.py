@@ -77,10 +77,22 @@ class CandidateRef:
 class Registry:
     """A thin client over one MLflow tracking/registry URI."""
 
-    def __init__(self, tracking_uri: str, artifact_location: str):
+    def __init__(self, tracking_uri: str, artifact_location: str, page_size: int = 100):
         self.tracking_uri = tracking_uri
         self.artifact_location = artifact_location
+        # Searches return at most one page (100 registered models by default); every listing here reads all pages.
+        self.page_size = page_size
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+    def _all_pages(self, search, **kwargs) -> list:
+        """Every result of an MLflow search, page by page."""
+        found, token = [], None
+        while True:
+            page = search(max_results=self.page_size, page_token=token, **kwargs)
+            found.extend(page)
+            token = page.token
+            if not token:
+                return found
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Registry":
@@ -194,7 +206,7 @@ class Registry:
 
     def revisions_of(self, production: CandidateRef) -> dict[str, CandidateRef]:
         """Calibration revisions registered for a version, by calibration sha256."""
-        mvs = self.client.search_model_versions(f"name='{production.name}'")
+        mvs = self._all_pages(self.client.search_model_versions, filter_string=f"name='{production.name}'")
         return {v.tags[CALIBRATION]: CandidateRef(production.name, str(v.version)) for v in mvs
                 if v.tags.get(REVISION_OF) == production.version and CALIBRATION in v.tags}
 
@@ -239,8 +251,17 @@ class Registry:
 
     def versions(self, name: str) -> list[CandidateRef]:
         """All versions of a registered model, oldest first."""
-        mvs = self.client.search_model_versions(f"name='{name}'")
+        mvs = self._all_pages(self.client.search_model_versions, filter_string=f"name='{name}'")
         return sorted((CandidateRef(name, str(v.version)) for v in mvs), key=lambda r: int(r.version))
+
+    def candidate_versions(self) -> dict[str, list[CandidateRef]]:
+        """Every version of every candidate model, oldest first per model: two paged listings, however many models there are."""
+        names = set(self.candidate_models())
+        found: dict[str, list[CandidateRef]] = {name: [] for name in names}
+        for v in self._all_pages(self.client.search_model_versions, filter_string=None):
+            if v.name in names:
+                found[v.name].append(CandidateRef(v.name, str(v.version)))
+        return {name: sorted(refs, key=lambda r: int(r.version)) for name, refs in sorted(found.items())}
 
     def require_candidate_model(self, name: str) -> None:
         """Raise, with what to do, unless name is a registered model whose versions are candidates."""
@@ -250,4 +271,4 @@ class Registry:
 
     def candidate_models(self) -> list[str]:
         """Names of registered models whose versions are candidates for production."""
-        return sorted(m.name for m in self.client.search_registered_models(filter_string=f"tags.`{ROLE}` = 'candidate'"))
+        return sorted(m.name for m in self._all_pages(self.client.search_registered_models, filter_string=f"tags.`{ROLE}` = 'candidate'"))

@@ -13,6 +13,7 @@ class MlflowRegistryResource(dg.ConfigurableResource):
 
     tracking_uri: str = Field(description="MLflow tracking and registry URI, e.g. sqlite:///.modelcd/mlflow.db or http://mlflow:5000")
     artifact_location: str = Field(description="Where registration runs store artifacts (a local folder for the embedded default)")
+    page_size: int = Field(100, ge=1, le=1000, description="Results per registry search call; every listing reads all pages")
 
     def registry(self) -> Registry:
-        return Registry(self.tracking_uri, self.artifact_location)
+        return Registry(self.tracking_uri, self.artifact_location, self.page_size)

@@ -61,3 +61,46 @@ def test_first_tick_then_nothing_new_then_several(modelcd_env, tiny_base):
 
     again = tick(modelcd_env, several.cursor)
     assert skipped(again)
+
+
+def test_120_models_are_found_in_one_tick_with_paged_listings_and_launched_once(modelcd_env, monkeypatch):
+    """MLflow returns one page per search (100 registered models by default): listing without paging missed the 101st.
+
+    One listing per model would also cost a registry call per model every tick; the sensor now reads two paged listings.
+    """
+    import math
+
+    from mlflow import MlflowClient
+
+    from modelcd_assets.lib.registry import ROLE
+
+    from pathlib import Path
+
+    client = MlflowClient(tracking_uri=modelcd_env.env["MLFLOW_TRACKING_URI"])
+    source = Path(modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"]).as_uri()  # the sensor reads the registry only, never the files
+    expected = []
+    for i in range(120):
+        name = f"fleet-{i:03d}"
+        client.create_registered_model(name, tags={ROLE: "candidate"})
+        for _ in range(2 if i % 12 == 0 else 1):  # 130 versions in all
+            expected.append(f"{name}:{client.create_model_version(name, source=source).version}")
+    client.create_registered_model("fleet-base", tags={ROLE: "base"})
+    client.create_model_version("fleet-base", source=source)  # a base's version is never launched
+    page = 7
+    calls = []
+    for method in ("search_registered_models", "search_model_versions", "get_registered_model", "get_model_version", "get_latest_versions"):
+        real = getattr(MlflowClient, method)
+        monkeypatch.setattr(MlflowClient, method, lambda self, *a, _real=real, _m=method, **kw: (calls.append(_m), _real(self, *a, **kw))[1])
+    resource = MlflowRegistryResource(tracking_uri=modelcd_env.env["MLFLOW_TRACKING_URI"], artifact_location=modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"],
+                                      page_size=page)
+    with dg.instance_for_test() as instance:
+        first = registry_sensor(dg.build_sensor_context(instance=instance, resources={"registry": resource}))
+        keys = [r.run_key for r in first.run_requests]
+        assert sorted(keys) == sorted(expected) and len(set(keys)) == 130  # exactly one run per NAME:VERSION
+        assert [r.partition_key for r in first.run_requests] == keys
+        assert sorted(first.dynamic_partitions_requests[0].partition_keys) == sorted(expected)
+        # Bounded by pages, not by models: 120 candidate models in pages of 7, 132 versions in pages of 7.
+        assert len(calls) <= math.ceil(121 / page) + math.ceil(132 / page) + 2, calls
+        instance.add_dynamic_partitions("candidates", keys)
+        second = registry_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor, resources={"registry": resource}))
+    assert skipped(second) and not second.run_requests

@@ -13,8 +13,8 @@ from modelcd_assets.resources.registry import MlflowRegistryResource
 def new_versions(registry, cursor: dict[str, int]) -> tuple[list[CandidateRef], dict[str, int]]:
     """Versions above each model's cursor, oldest first, and the advanced cursor."""
     found, advanced = [], dict(cursor)
-    for name in registry.candidate_models():
-        for ref in registry.versions(name):
+    for name, refs in registry.candidate_versions().items():
+        for ref in refs:
             if int(ref.version) > cursor.get(name, 0):
                 found.append(ref)
                 advanced[name] = max(advanced.get(name, 0), int(ref.version))
