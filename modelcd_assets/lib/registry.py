@@ -104,8 +104,21 @@ class Registry:
         exp = self.client.get_experiment_by_name(EXPERIMENT)
         if exp is not None:
             return exp.experiment_id
-        Path(self.artifact_location).mkdir(parents=True, exist_ok=True)
-        return self.client.create_experiment(EXPERIMENT, artifact_location=Path(self.artifact_location).resolve().as_uri())
+        return self.client.create_experiment(EXPERIMENT, artifact_location=self._artifact_uri())
+
+    def _artifact_uri(self) -> str | None:
+        """Where registrations store files: a local folder (the embedded default), a URI as given (mlflow-artifacts:/, s3://),
+        or, when empty, the tracking server's own default (mlflow-artifacts:/ under `mlflow server --serve-artifacts`)."""
+        location = self.artifact_location
+        if not location:
+            if not self.tracking_uri.startswith(("http://", "https://")):
+                raise ModelcdError(f"MODELCD_MLFLOW_ARTIFACTS is empty but the registry at {self.tracking_uri} is not a tracking server that "
+                                   "stores artifacts itself; set it to a folder or an artifact URI")
+            return None
+        if "://" in location or location.startswith("mlflow-artifacts:"):
+            return location
+        Path(location).mkdir(parents=True, exist_ok=True)
+        return Path(location).resolve().as_uri()
 
     def _ensure_registered(self, name: str, role: str) -> None:
         try:

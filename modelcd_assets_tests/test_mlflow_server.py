@@ -1,0 +1,79 @@
+"""The registry through a real `mlflow server` (as on Kubernetes): proxied artifacts (mlflow-artifacts:) and the Host check.
+
+MLflow 3 answers 403 to a request whose Host header it does not allow, while its health probe still passes: the
+server must be started with the Service's host name in --allowed-hosts.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+
+import httpx
+import pytest
+
+from modelcd_assets.lib.processes import start_process, stop_process
+from modelcd_assets.lib.registry import CONTENT, Registry
+
+SERVICE_HOST = "mlflow.modelcd.svc.cluster.local:5000"  # the in-cluster name clients use
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    log = open(root / "server.log", "w")
+    proc = start_process([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+                          "--artifacts-destination", str(root / "artifacts"), "--serve-artifacts", "--host", "127.0.0.1", "--port", str(port),
+                          "--workers", "1", "--allowed-hosts", f"127.0.0.1:{port},{SERVICE_HOST}"], stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mlflow server did not come up: {(root / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield url, root
+    finally:
+        stop_process(proc)
+        log.close()
+
+
+def test_the_server_refuses_a_host_it_was_not_told_about_and_answers_the_services_name(mlflow_server):
+    url, _ = mlflow_server
+    search = f"{url}/api/2.0/mlflow/registered-models/search"
+    assert httpx.get(search, headers={"Host": "attacker.example:5000"}).status_code == 403
+    assert httpx.get(search, headers={"Host": SERVICE_HOST}).status_code == 200
+
+
+def test_registration_through_the_server_stores_files_as_mlflow_artifacts_and_fetches_them_verified(mlflow_server, tiny_base, tmp_path):
+    url, root = mlflow_server
+    reg = Registry(url, artifact_location="")  # the server's own artifact store
+    ref = reg.register(tiny_base, "served-model")
+    mv = reg.version(ref)
+    assert mv.source.startswith("mlflow-artifacts:/"), mv.source
+    assert any((root / "artifacts").rglob("model.safetensors"))  # the server wrote them, not this process's folder
+    got = reg.fetch(ref, tmp_path / "fetched")
+    assert (got / "config.json").read_bytes() == (tiny_base / "config.json").read_bytes()
+    assert reg.tags(ref)[CONTENT]
+
+
+def test_an_empty_artifact_location_needs_a_tracking_server(tmp_path):
+    from modelcd_assets.lib.errors import ModelcdError
+
+    with pytest.raises(ModelcdError, match="not a tracking server that stores artifacts itself"):
+        Registry(f"sqlite:///{tmp_path / 'db'}", artifact_location="")._artifact_uri()
+    assert Registry("http://mlflow:5000", artifact_location="mlflow-artifacts:/modelcd")._artifact_uri() == "mlflow-artifacts:/modelcd"
+    assert Registry("http://mlflow:5000", artifact_location=str(tmp_path / "a"))._artifact_uri() == (tmp_path / "a").as_uri()
