@@ -99,7 +99,13 @@ def _scenario(which: str, work: Path) -> dict:
         raise SystemExit(f"{which}: the adapter was not promoted ({first.error}); nothing to recalibrate")
     record = lambda version: CandidateRecord.load(Path(env["MODELCD_HOME"]) / "candidates" / MODEL / version)  # noqa: E731
     agreement = lambda version: json.loads(record(version).quantization_report.read_text())["variants"]["static"]["top1_agreement"]  # noqa: E731
-    out = {"production": {"version": first.ref.version, "static_top1_agreement": agreement(first.ref.version)}, "sets": {}}
+    from modelcd_assets.lib.calibration import read_texts
+    from modelcd_assets.lib.tokens import TextEncoder
+
+    lengths = TextEncoder(record(first.ref.version).build.merged).lengths
+    split = read_texts(data["calibration"])
+    out = {"production": {"version": first.ref.version, "static_top1_agreement": agreement(first.ref.version), "examples": len(split),
+                          "median_tokens": float(np.median(lengths(split)))}, "sets": {}}
     evaluation = {ex.text for ex in read_split(data["evaluation"])}
     for name, texts in (("poor", poor_texts()), ("good", good_texts(evaluation))):
         path = work / f"{name}.jsonl"

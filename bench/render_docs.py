@@ -76,13 +76,16 @@ def recalibration(d: dict) -> str:
     gates = ("int8_agrees_with_fp32", "accuracy_within_tolerance", "throughput_within_tolerance")
     rows = []
     for model, m in d["models"].items():
-        rows.append(f"| {names.get(model, model)} | production {m['production']['version']}: the data folder's split | 256 | | "
-                    f"{m['production']['static_top1_agreement']:.2%} | | | | |")
+        p = m["production"]
+        rows.append(f"| {names.get(model, model)} | production {p['version']}: the data folder's split | {p['examples']} | {p['median_tokens']:g} | "
+                    f"{p['static_top1_agreement']:.2%} | | | | | |")
         for name, s in m["sets"].items():
-            g = [f"{s['gates'][k]['status']} ({s['gates'][k]['measured']})" if k in s["gates"] else "not run" for k in gates]
+            g = [f"{s['gates'][k]['status']} ({s['gates'][k]['measured']})" if s["gates"].get(k, {}).get("measured")
+                 else s["gates"].get(k, {}).get("status", "not run") for k in gates]
             rows.append(f"| | {name}: revision {s['revision']} | {s['examples']} | {s['median_tokens']:g} / {s['evaluation_median_tokens']:g} | "
                         f"{s['static_top1_agreement']:.2%} | {' | '.join(g)} | **{s['outcome']}** (production now {s['production_after']}) | {s['seconds_to_verdict']:.0f} |")
-    return (f"On {_machine(d['machine'])}; policy pinned to static INT8, fidelity floor 99% top-1 agreement.\n\n"
+    return (f"On {_machine(d['machine'])}; policy pinned to static INT8, fidelity floor 99% top-1 agreement. A gate \"not run\" sits below "
+            "a blocking gate that failed.\n\n"
             "| model | calibration set | texts | median tokens / evaluation's | static INT8 agreement with FP32 | fidelity gate | accuracy gate (vs production) | "
             "throughput gate | outcome | calibrate → verdict s |\n|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
 
