@@ -4,7 +4,7 @@ hourly live drift, nightly re-timing against the gate's figures."""
 import dagster as dg
 
 from modelcd_assets.defs.assets.gate_selftest import gate_selftest
-from modelcd_assets.defs.assets.live_traffic import live_traffic, production_versions
+from modelcd_assets.defs.assets.live_traffic import live_traffic
 from modelcd_assets.defs.assets.production_recheck import production_recheck
 from modelcd_assets.lib import traffic_log
 from modelcd_assets.resources.registry import MlflowRegistryResource
@@ -42,7 +42,7 @@ recheck_production = dg.define_asset_job(
 @dg.schedule(job=judge_live_traffic, cron_schedule="0 * * * *", default_status=dg.DefaultScheduleStatus.RUNNING)
 def live_traffic_hourly(context: dg.ScheduleEvaluationContext, registry: MlflowRegistryResource, state: LocalStateResource):
     """A run when some production model has sampled traffic; a registry that does not answer fails the tick, not a skip."""
-    productions = production_versions(registry.registry())
+    productions = registry.registry().productions()
     if not productions:
         return dg.SkipReason("no registered model has a production version: no live traffic to judge")
     sampled = sorted(m for m in productions if traffic_log.has_records(state.root, m))
@@ -56,7 +56,7 @@ def live_traffic_hourly(context: dg.ScheduleEvaluationContext, registry: MlflowR
 @dg.schedule(job=recheck_production, cron_schedule="0 2 * * *", default_status=dg.DefaultScheduleStatus.RUNNING)
 def production_recheck_nightly(context: dg.ScheduleEvaluationContext, registry: MlflowRegistryResource):
     """A run when some model has a production version to re-time."""
-    productions = production_versions(registry.registry())
+    productions = registry.registry().productions()
     if not productions:
         return dg.SkipReason("no registered model has a production version: nothing to re-measure")
     return dg.RunRequest(tags={"modelcd/models": ",".join(sorted(productions))})

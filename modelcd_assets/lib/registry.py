@@ -267,6 +267,15 @@ class Registry:
         mvs = self._all_pages(self.client.search_model_versions, filter_string=f"name='{name}'")
         return sorted((CandidateRef(name, str(v.version)) for v in mvs), key=lambda r: int(r.version))
 
+    def productions(self) -> dict[str, CandidateRef]:
+        """Each candidate model that has a production version, with it; a registry that does not answer raises."""
+        try:
+            models = self.candidate_models()
+        except Exception as e:  # listing is not an answer of "no models"
+            raise RegistryUnavailable(f"could not list the registered models in {self.tracking_uri}: {type(e).__name__}: {e}; "
+                                      "nothing was judged, retry when the registry answers") from e
+        return {m: prod for m in models if (prod := self.production(m)) is not None}
+
     def candidate_versions(self) -> dict[str, list[CandidateRef]]:
         """Every version of every candidate model, oldest first per model: two paged listings, however many models there are."""
         names = set(self.candidate_models())

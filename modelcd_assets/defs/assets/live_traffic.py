@@ -10,7 +10,7 @@ from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.drift import describe, input_drift
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
 from modelcd_assets.lib.gates import FAIL, INCONCLUSIVE, Verdict, judge_live_drift
-from modelcd_assets.lib.registry import CandidateRef, Registry
+from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.tokens import encode
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
@@ -19,16 +19,6 @@ from modelcd_assets.resources.state import LocalStateResource
 # The split production was validated on, as the drift gate's reference_sample defaults to.
 REFERENCE_SPLIT = "evaluation"
 LIVE_DRIFT_TAG = "modelcd.live_drift"  # on a production version whose live traffic drifted: when, how much, in what, as JSON
-
-
-def production_versions(registry: Registry) -> dict[str, CandidateRef]:
-    """Each registered candidate model that has a production version, with it; a registry that does not answer raises."""
-    try:
-        models = registry.candidate_models()
-    except Exception as e:  # listing is not an answer of "no models"
-        raise RegistryUnavailable(f"could not list the registered models in {registry.tracking_uri}: {type(e).__name__}: {e}; "
-                                  "nothing was judged, retry when the registry answers") from e
-    return {m: prod for m in models if (prod := registry.production(m)) is not None}
 
 
 def _judge(model: str, prod: CandidateRef, state: LocalStateResource, policy: PolicyResource, reference: list[str]) -> Verdict:
@@ -60,7 +50,7 @@ def live_traffic(context: dg.AssetExecutionContext, registry: MlflowRegistryReso
     Prometheus. Too little traffic, or a model that could not be checked, is inconclusive: never reported as no drift.
     """
     reg = registry.registry()
-    productions = production_versions(reg)
+    productions = reg.productions()
     reference = [ex.text for ex in read_split(state.split(REFERENCE_SPLIT))] if productions else []
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     verdicts: dict[str, Verdict] = {}

@@ -6,7 +6,6 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from modelcd_assets.defs.assets.benchmark_results import REPORT_FILE, SAMPLE_TEXTS
-from modelcd_assets.defs.assets.live_traffic import production_versions
 from modelcd_assets.lib.benchmark import paired_throughput
 from modelcd_assets.lib.builds import read_json
 from modelcd_assets.lib.data import read_split
@@ -56,7 +55,7 @@ def _cells(v: Verdict) -> str:
 def production_recheck(context: dg.AssetExecutionContext, registry: MlflowRegistryResource, policy: PolicyResource,
                        state: LocalStateResource) -> dg.MaterializeResult:
     """Each production model's INT8 artifact timed as its gate timed it: a slower node or library shows as a fall from the recorded figures."""
-    productions = production_versions(registry.registry())
+    productions = registry.registry().productions()
     texts = [ex.text for ex in read_split(state.split("evaluation"))[:SAMPLE_TEXTS]] if productions else []
     verdicts: dict[str, Verdict] = {}
     for model, prod in productions.items():
