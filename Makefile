@@ -43,6 +43,20 @@ ui: install
 up: install
 	$(BIN)/modelcd up
 
+# PostgreSQL for Dagster's and MLflow's state, on 127.0.0.1, its data in $(MODELCD_HOME)/postgres (scripts/postgres.sh).
+# Every modelcd command, `make up` included, uses the server MODELCD_PG_URL names (unset: SQLite), so either
+# `make up-postgres`, or `export MODELCD_PG_URL=$(bash scripts/postgres.sh url)` once and then `make up`, `make ui`.
+.PHONY: postgres-up postgres-down up-postgres
+postgres-up:
+	bash scripts/postgres.sh start >/dev/null
+	bash scripts/postgres.sh status
+
+postgres-down:
+	bash scripts/postgres.sh stop
+
+up-postgres: install postgres-up
+	MODELCD_PG_URL=$$(bash scripts/postgres.sh url) $(BIN)/modelcd up
+
 bench: install
 	$(BIN)/python bench/bench_int8.py
 	$(BIN)/python bench/render_docs.py

@@ -321,11 +321,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    apply_local_defaults()
     # MLflow announces database migrations at INFO on stderr; keep stderr for modelcd's own one-line errors.
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
     try:
+        apply_local_defaults()  # a bad MODELCD_PG_URL is a one-line error too
         return args.func(args)
     except (ModelcdError, FileNotFoundError, ValueError) as e:
         print(f"modelcd: error: {e}", file=sys.stderr)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["pytester", "modelcd_assets_tests.process_leaks"]
+pytest_plugins = ["pytester", "modelcd_assets_tests.process_leaks", "modelcd_assets_tests.postgres_server"]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from modelcd_assets.lib.base_model import build_tiny_base  # noqa: E402
 from modelcd_assets.lib.data import LABELS, generate, write_splits  # noqa: E402
 from modelcd_assets.lib.registry import Registry  # noqa: E402
+from modelcd_assets.lib.instance_config import PG_URL_VAR, normalize_pg_url  # noqa: E402
 from modelcd_assets.lib.settings import local_defaults  # noqa: E402
 from modelcd_assets.lib.training import Training, train_adapter, train_classifier  # noqa: E402
 
@@ -64,9 +65,11 @@ def _stop_signals_as_they_were():
         yield
 
 
-def make_env(home: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
-    """Embedded defaults under home, exported for Dagster's EnvVar resources."""
-    env = local_defaults(home)
+def make_env(home: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str = "") -> Env:
+    """Embedded defaults under home, exported for Dagster's EnvVar resources: SQLite, or the Postgres server pg_url names.
+
+    MODELCD_PG_URL is always set (empty for SQLite), so a developer's exported URL never switches a test's storage."""
+    env = {**local_defaults(home, normalize_pg_url(pg_url) if pg_url else ""), PG_URL_VAR: normalize_pg_url(pg_url) if pg_url else ""}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     for key in ("MODELCD_DATA", "MODELCD_POLICY_DIR", "MODELCD_MLFLOW_ARTIFACTS", "DAGSTER_HOME"):

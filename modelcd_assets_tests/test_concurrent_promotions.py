@@ -1,4 +1,4 @@
-"""Eight candidates of one model gated at once, each by its own `modelcd gate` process, on the embedded instance.
+"""Eight candidates of one model gated at once, each by its own `modelcd gate` process, on SQLite and on PostgreSQL.
 
 Promotion is compare-and-set under the modelcd_promotion pool: every promotion must move the alias from the
 production it was judged against, the rest end 'superseded' (exit 3), and the modelcd.previous_production chain
@@ -24,10 +24,12 @@ MODEL = "tiny-concurrent"
 CANDIDATES = 8
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def env(request, tmp_path_factory):
+    """The state folder; Dagster's storage and MLflow's backend store in SQLite files, or on the session's PostgreSQL server."""
+    pg_url = request.getfixturevalue("pg_server").url if request.param == "postgres" else ""
     mp = pytest.MonkeyPatch()
-    e = make_env(tmp_path_factory.mktemp("concurrent") / "home", mp)
+    e = make_env(tmp_path_factory.mktemp(f"concurrent-{request.param}") / "home", mp, pg_url)
     apply_local_defaults(dict(e.env))  # the instance's dagster.yaml, with the promotion pool's limit, before any process starts
     # Eight gated runs share two cores: throughput is not what this test judges.
     e.policy(MODEL, "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\n"
@@ -44,6 +46,9 @@ def test_eight_concurrent_gates_promote_by_compare_and_set(env, tiny_trained, ti
     first = reg.register(tiny_adapters["good"], MODEL)
     instance = dg.DagsterInstance.get()
     assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
+    postgres = bool(env.env["MODELCD_PG_URL"])
+    assert (type(instance.run_storage).__name__ == "PostgresRunStorage") == postgres
+    assert env.env["MLFLOW_TRACKING_URI"].startswith("postgresql") == postgres
     assert run_gate(first, instance=instance).outcome == PROMOTED
     refs = [reg.register(tiny_adapters["good"], MODEL) for _ in range(CANDIDATES)]
 

@@ -190,7 +190,7 @@ def _fetch_production(source: Registry, name: str, work: Path) -> tuple[Candidat
     """The user's production version, its tags, its files (and its base's, for an adapter), verified against their manifests."""
     prod = source.production(name)
     if prod is None:
-        raise ModelcdError(f"{name} has no production version in {source.tracking_uri}; faults are derived from production ('make demo' first)")
+        raise ModelcdError(f"{name} has no production version in {source.shown_uri}; faults are derived from production ('make demo' first)")
     tags = source.tags(prod)
     artifact = source.fetch(prod, work / "production")
     kind = inspect_artifact(artifact).kind

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import mlflow
 from mlflow import MlflowClient
@@ -74,6 +75,12 @@ class CandidateRef:
         return cls(name, version)
 
 
+def masked_uri(uri: str) -> str:
+    """uri with its password, if any, shown as ***."""
+    parts = urlsplit(uri)
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1))) if parts.password else uri
+
+
 class Registry:
     """A thin client over one MLflow tracking/registry URI."""
 
@@ -83,6 +90,11 @@ class Registry:
         # Searches return at most one page (100 registered models by default); every listing here reads all pages.
         self.page_size = page_size
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+    @property
+    def shown_uri(self) -> str:
+        """The tracking URI as messages show it: a database password is masked."""
+        return masked_uri(self.tracking_uri)
 
     def _all_pages(self, search, **kwargs) -> list:
         """Every result of an MLflow search, page by page."""
@@ -112,7 +124,7 @@ class Registry:
         location = self.artifact_location
         if not location:
             if not self.tracking_uri.startswith(("http://", "https://")):
-                raise ModelcdError(f"MODELCD_MLFLOW_ARTIFACTS is empty but the registry at {self.tracking_uri} is not a tracking server that "
+                raise ModelcdError(f"MODELCD_MLFLOW_ARTIFACTS is empty but the registry at {self.shown_uri} is not a tracking server that "
                                    "stores artifacts itself; set it to a folder or an artifact URI")
             return None
         if "://" in location or location.startswith("mlflow-artifacts:"):
@@ -169,7 +181,7 @@ class Registry:
         try:
             return self.client.get_model_version(ref.name, ref.version)
         except MlflowException as e:
-            raise ModelcdError(f"{ref.uri} is not in the registry at {self.tracking_uri}; check the name and version with 'modelcd status'") from e
+            raise ModelcdError(f"{ref.uri} is not in the registry at {self.shown_uri}; check the name and version with 'modelcd status'") from e
 
     def fetch(self, ref: CandidateRef, dst: Path) -> Path:
         """Download a version's files into dst and verify them against the registered manifest."""
@@ -199,7 +211,7 @@ class Registry:
         try:
             return self.client.get_registered_model(name).tags.get(CALIBRATION)
         except MlflowException as e:
-            raise RegistryUnavailable(f"could not read the calibration set of {name!r} from {self.tracking_uri}: {e.message}; "
+            raise RegistryUnavailable(f"could not read the calibration set of {name!r} from {self.shown_uri}: {e.message}; "
                                       "nothing was decided, retry when the registry answers") from e
 
     def set_calibration(self, name: str, sha256: str) -> None:
@@ -230,9 +242,9 @@ class Registry:
         except MlflowException as e:
             if e.error_code == "RESOURCE_DOES_NOT_EXIST":  # the model itself is not registered: no alias either
                 return None
-            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.tracking_uri}: {e.message}; nothing was decided, retry when the registry answers") from e
+            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.shown_uri}: {e.message}; nothing was decided, retry when the registry answers") from e
         except Exception as e:  # a network or database error is not an answer
-            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.tracking_uri}: {type(e).__name__}: {e}; nothing was decided, retry when the registry answers") from e
+            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.shown_uri}: {type(e).__name__}: {e}; nothing was decided, retry when the registry answers") from e
         version = aliases.get(PRODUCTION)
         return CandidateRef(name, str(version)) if version is not None else None
 
@@ -272,7 +284,7 @@ class Registry:
         try:
             models = self.candidate_models()
         except Exception as e:  # listing is not an answer of "no models"
-            raise RegistryUnavailable(f"could not list the registered models in {self.tracking_uri}: {type(e).__name__}: {e}; "
+            raise RegistryUnavailable(f"could not list the registered models in {self.shown_uri}: {type(e).__name__}: {e}; "
                                       "nothing was judged, retry when the registry answers") from e
         return {m: prod for m in models if (prod := self.production(m)) is not None}
 
@@ -289,7 +301,7 @@ class Registry:
         """Raise, with what to do, unless name is a registered model whose versions are candidates."""
         if name not in self.candidate_models():
             raise ModelcdError(f"{name!r} is not a registered candidate model; run 'make demo' for the demo's ticket-intent, "
-                               f"or register versions with 'modelcd register PATH --name NAME' (registry: {self.tracking_uri})")
+                               f"or register versions with 'modelcd register PATH --name NAME' (registry: {self.shown_uri})")
 
     def candidate_models(self) -> list[str]:
         """Names of registered models whose versions are candidates for production."""

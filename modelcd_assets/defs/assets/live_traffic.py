@@ -73,7 +73,7 @@ def live_traffic(context: dg.AssetExecutionContext, registry: MlflowRegistryReso
         try:
             reg.set_tags(prod, {LIVE_DRIFT_TAG: json.dumps(tag, sort_keys=True)})
         except Exception as e:
-            raise RegistryUnavailable(f"live traffic of {prod.uri} drifted ({v.reason}), but the registry at {reg.tracking_uri} refused the "
+            raise RegistryUnavailable(f"live traffic of {prod.uri} drifted ({v.reason}), but the registry at {reg.shown_uri} refused the "
                                       f"{LIVE_DRIFT_TAG} tag: {type(e).__name__}: {e}; the server exports the drift already, re-materialize "
                                       f"live_traffic when the registry answers to record it there") from e
     drifted = sorted(m for m, v in verdicts.items() if v.status == FAIL)
