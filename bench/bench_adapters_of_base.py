@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
 import tempfile
@@ -25,12 +24,10 @@ from pathlib import Path
 import dagster as dg
 
 from bench_adapter_designs import scaled_adapters
-from demo_files import demo_files
+from demo_files import new_demo_model
 from machine import machine
-from modelcd_assets.demo import MODEL_NAME
 from modelcd_assets.launch import run_gate
 from modelcd_assets.lib.registry import Registry
-from modelcd_assets.lib.settings import apply_local_defaults
 from run_steps import step_seconds
 
 RESULTS = Path(__file__).parent / "results" / "adapters_of_base.json"
@@ -41,17 +38,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--adapters", type=int, default=10)
     args = ap.parse_args()
-    found = demo_files()
-    if found is None:
+    made = new_demo_model("fleet")
+    if made is None:
         return 2
-    env = apply_local_defaults()
-    policy = Path(env["MODELCD_POLICY_DIR"]) / f"{MODEL_NAME}.yaml"
-    if not policy.is_file():
-        print(f"{policy} is missing; run 'make demo' first", file=sys.stderr)
-        return 2
-    stamp = time.strftime("%Y%m%d%H%M%S")
-    name = f"{MODEL_NAME}-fleet-{stamp}"
-    shutil.copy(policy, policy.with_name(f"{name}.yaml"))
+    name, stamp, found = made
     reg = Registry.from_env()
     instance = dg.DagsterInstance.get()
     runs = []

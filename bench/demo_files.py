@@ -25,3 +25,24 @@ def demo_files() -> DemoFiles | None:
         print("the demo's good adapter is missing; run 'make demo' first", file=sys.stderr)
         return None
     return found
+
+
+def new_demo_model(kind: str) -> tuple[str, str, DemoFiles] | None:
+    """A registered-model name new to this run (ticket-intent-KIND-TIME) with the demo's policy copied to it, the run's
+    stamp, and the demo's files; None (with a hint on stderr) before `make demo`."""
+    import shutil
+    import time
+
+    from modelcd_assets.demo import MODEL_NAME
+
+    found = demo_files()
+    if found is None:
+        return None
+    policy = Path(apply_local_defaults()["MODELCD_POLICY_DIR"]) / f"{MODEL_NAME}.yaml"
+    if not policy.is_file():
+        print(f"{policy} is missing; run 'make demo' first", file=sys.stderr)
+        return None
+    stamp = time.strftime("%Y%m%d%H%M%S")
+    name = f"{MODEL_NAME}-{kind}-{stamp}"
+    shutil.copy(policy, policy.with_name(f"{name}.yaml"))
+    return name, stamp, found

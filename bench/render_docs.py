@@ -174,6 +174,24 @@ def adapters_of_base(d: dict) -> str:
             "; ".join(f"{k} {v:.1f}" for k, v in steps if v > 0.5) + ".")
 
 
+def run_overhead(d: dict) -> str:
+    rows = "\n".join(f"| {r['candidate']} | {r['executor']} | {r['status']} | {r['wall_seconds']:.1f} | {r['step_seconds_sum']:.1f} | {r['wall_over_steps']:.2f} |"
+                     for r in d["runs"])
+    med = d["wall_over_steps_median"]
+    return (f"On {_machine(d['machine'])}: later adapters of a new model (the demo's, scaled), each gated by `dagster job execute` "
+            f"as a run worker executes a run. Wall time over the sum of step times, median: **multiprocess {med['multiprocess']:.2f}, "
+            f"in process {med['in_process']:.2f}** (target ≤ {d['target']:g}).\n\n"
+            "| candidate | executor | status | run wall s | sum of steps s | wall / steps |\n|---|---|---|---|---|---|\n" + rows)
+
+
+def sensor_tick(d: dict) -> str:
+    rows = "\n".join(f"| {r['models']} | {r['versions']} | {r['runs_launched']} | {r['registry_search_calls_first_tick']} | "
+                     f"{r['first_tick_seconds_median']:.2f} | {r['quiet_tick_seconds_median']:.2f} |" for r in d["sizes"].values())
+    return (f"On {_machine(d['machine'])}, MLflow on {d['backend']}, pages of {d['page_size']}; median of {d['ticks']} evaluations each.\n\n"
+            "| candidate models | versions | runs launched by the first tick | registry searches in it | first tick s | tick with nothing new s |\n"
+            "|---|---|---|---|---|---|\n" + rows)
+
+
 def mutation(d: dict) -> str:
     return (f"Measured {d['when'][:10]}.\n\n| mutants | killed | survived | timed out | no tests | score (killed / all) |\n|---|---|---|---|---|---|\n"
             f"| {d['total']} | {d['killed']} | {d['survived']} | {d['timeout']} | {d['no_tests']} | **{d['score']:.1%}** |")
@@ -189,6 +207,8 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "recalibration": ("benchmarks.md", "recalibration.json", recalibration, "make bench-recalibration"),
     "false_block": ("benchmarks.md", "false_block.json", false_block, "make bench-gates"),
     "gate_overhead": ("benchmarks.md", "gate_overhead.json", gate_overhead, "python bench/bench_gate_overhead.py --fresh"),
+    "run_overhead": ("benchmarks.md", "run_overhead.json", run_overhead, "python bench/bench_run_overhead.py"),
+    "sensor_tick": ("benchmarks.md", "sensor_tick.json", sensor_tick, "python bench/bench_sensor_tick.py"),
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
 }

@@ -6,10 +6,14 @@ from modelcd_assets.defs.partitions import candidates
 
 GATE_JOB = "gate_candidate"
 
+# In process by default: the multiprocess executor starts a subprocess per step (about 23), each importing torch and the
+# definitions, and on 2 cores a run's wall time was 2.8x the sum of its steps against 1.01x in process
+# (bench/bench_run_overhead.py). A run config may still choose `execution: {config: {multiprocess: {}}}`.
 gate_candidate = dg.define_asset_job(
     GATE_JOB,
     selection=dg.AssetSelection.groups("candidate", "build", "evaluation", "release"),
     partitions_def=candidates,
+    config={"execution": {"config": {"in_process": {}}}},
     description="Fetch, build, quantize, evaluate and benchmark one candidate; promote it only if every gate passes.",
 )
 

@@ -39,3 +39,11 @@ def test_dagster_definitions_validate(modelcd_env):
     dagster = Path(sys.executable).with_name("dagster")
     proc = subprocess.run([str(dagster), "definitions", "validate", "-w", str(ROOT / "workspace.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_gated_run_the_sensor_launches_executes_in_process():
+    """Each of ~23 steps in its own subprocess made a run's wall time 2.8x its steps (bench/bench_run_overhead.py)."""
+    from modelcd_assets.definitions import defs
+
+    job = defs().resolve_job_def("gate_candidate")
+    assert job.partitioned_config.get_run_config_for_partition_key("any-model:1")["execution"] == {"config": {"in_process": {}}}
