@@ -78,16 +78,22 @@ def make_env(home: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str = "") -> E
     return Env(home, env)
 
 
-def module_state_fixtures(name: str, policies: dict[str, str]):
+def module_state_fixtures(name: str, policies: dict[str, str], backends: tuple[str, ...] = ("sqlite",)):
     """Module-scoped fixtures `env` (a state folder, its policies written and exported to the environment) and
     `instance` (a Dagster instance on it), for a test module that gates several candidates in one state:
-    `env, instance = module_state_fixtures("name", {MODEL: POLICY})`."""
+    `env, instance = module_state_fixtures("name", {MODEL: POLICY})`.
+
+    backends ("sqlite", "postgres"): the module runs once per backend; on "postgres", Dagster's storage and MLflow's
+    backend store are on the session's PostgreSQL server (postgres_server.py) and its tests are marked postgres."""
     import dagster as dg
 
-    @pytest.fixture(scope="module")
-    def env(tmp_path_factory):
+    params = [b if b == "sqlite" else pytest.param(b, marks=pytest.mark.postgres) for b in backends]
+
+    @pytest.fixture(scope="module", params=params)
+    def env(request, tmp_path_factory):
+        pg_url = request.getfixturevalue("pg_server").url if request.param == "postgres" else ""
         mp = pytest.MonkeyPatch()
-        e = make_env(tmp_path_factory.mktemp(name) / "home", mp)
+        e = make_env(tmp_path_factory.mktemp(f"{name}-{request.param}") / "home", mp, pg_url)
         for model, text in policies.items():
             e.policy(model, text)
         yield e
@@ -95,6 +101,14 @@ def module_state_fixtures(name: str, policies: dict[str, str]):
 
     @pytest.fixture(scope="module")
     def instance(env):
+        if env.env[PG_URL_VAR]:  # the instance file modelcd writes for Postgres, as every modelcd command loads it
+            from modelcd_assets.lib.settings import apply_local_defaults
+
+            apply_local_defaults(dict(env.env))
+            with dg.DagsterInstance.get() as inst:
+                assert type(inst.run_storage).__name__ == "PostgresRunStorage"
+                yield inst
+            return
         with dg.instance_for_test(temp_dir=env.env["DAGSTER_HOME"]) as inst:
             yield inst
 

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow
 MODEL = "tiny-recal"
 POLICY = "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: static\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n"
 
-env, instance = module_state_fixtures("recalibration", {MODEL: POLICY})
+# The whole scenario on SQLite and on PostgreSQL (Dagster's storage and MLflow's backend store).
+env, instance = module_state_fixtures("recalibration", {MODEL: POLICY}, backends=("sqlite", "postgres"))
 
 
 def write_texts(path, texts):
