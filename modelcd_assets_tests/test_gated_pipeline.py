@@ -14,16 +14,11 @@ from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.quantize import artifact_id
 from modelcd_assets.lib.registry import PRODUCTION
-from modelcd_assets_tests.conftest import module_state_fixtures
+from modelcd_assets_tests.conftest import TINY_GATED_POLICY, module_state_fixtures
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny-intent"
-# The INT8 variant is pinned: with `auto`, two FP32-equivalent models may get different variants
-# (the fastest differs), and on a 2-layer model that alone moves accuracy by ~0.4 points.
-# An inconclusive throughput verdict passes here: on a loaded 2-core machine a clean candidate's CI can straddle
-# the threshold, and that is not what this module tests (the inconclusive path is tested in lib/test_gates.py);
-# a clearly slow candidate still fails (the crafted 'slow' case below).
-POLICY = "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n"
+POLICY = TINY_GATED_POLICY
 
 
 env, instance = module_state_fixtures("pipeline", {MODEL: POLICY})
