@@ -148,8 +148,8 @@ def run_calibration(name: str, source: Path, instance: dg.DagsterInstance | None
             instance=instance, run_config=run_config, raise_on_error=False, tags={LAUNCHED_BY: "cli", **process_tags()})
     if not result.success:
         message = _failure_message(result)
-        if message.startswith("calibration_set:") and any(k in message for k in ("BadCalibrationSet", "ModelcdError")):
-            return Calibration(name, refused=message.split(": ", 2)[-1])
+        if message.startswith("calibration_set:") and (kind := next((k for k in ("BadCalibrationSet: ", "ModelcdError: ") if k in message), None)):
+            return Calibration(name, refused=message.rsplit(kind, 1)[-1])  # the reason alone, without the exception's qualified name
         raise ModelcdError(message.split(": ", 2)[-1] or "the calibrate run failed; see it in the Dagster UI")
     meta = lambda node: {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node(node)[0].metadata.items()}  # noqa: E731
     summary, plans = meta("calibration_set"), meta("calibration_revision")["plans"]

@@ -79,7 +79,8 @@ def test_a_bad_set_is_refused_with_the_reason_and_nothing_changes(env, instance,
     versions = env.registry.versions(MODEL)
     path = write_texts(tmp_path / "set.jsonl", texts(evaluation))
     assert main(["calibrate", MODEL, "--from", str(path)]) == EXIT_BAD_INPUT, problem
-    assert reason in capsys.readouterr().err
+    refused = [line for line in capsys.readouterr().err.splitlines() if line.startswith("refused: ")]
+    assert len(refused) == 1 and reason in refused[0] and "BadCalibrationSet" not in refused[0], refused
     assert env.registry.calibration_of(MODEL) is None  # the current set stays
     assert env.registry.versions(MODEL) == versions  # and no revision was registered
 
