@@ -65,24 +65,29 @@ def cmd_contract_diff(args) -> int:
     return 0
 
 
-def cmd_gate(args) -> int:
+def _gated(run, label: str) -> int:
+    """Print a gated run's table as `modelcd gate` does; its exit code: 0 promoted, 3 blocked or superseded, 2 bad input, 1 error."""
     from modelcd_assets.demo import print_gate_table
-    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, SUPERSEDED, run_gate
-    from modelcd_assets.lib.registry import CandidateRef
+    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, SUPERSEDED
 
-    ref = CandidateRef(args.name, str(args.version))
-    _registry().version(ref)  # a clear error before any run is launched
-    run = run_gate(ref, traffic_sample=args.traffic, progress=True)
-    print_gate_table([("candidate", run)])
+    print_gate_table([(label, run)])
     print(f"run {run.run_id}")
     if run.outcome == SUPERSEDED:
         print(f"superseded: {run.error}")
     return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, SUPERSEDED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(run.outcome, EXIT_ERROR)
 
 
+def cmd_gate(args) -> int:
+    from modelcd_assets.launch import run_gate
+    from modelcd_assets.lib.registry import CandidateRef
+
+    ref = CandidateRef(args.name, str(args.version))
+    _registry().version(ref)  # a clear error before any run is launched
+    return _gated(run_gate(ref, traffic_sample=args.traffic, progress=True), "candidate")
+
+
 def cmd_calibrate(args) -> int:
-    from modelcd_assets.demo import print_gate_table
-    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, SUPERSEDED, run_calibration
+    from modelcd_assets.launch import run_calibration
 
     _registry().require_candidate_model(args.name)
     done = run_calibration(args.name, Path(args.source), gate=not args.no_gate)
@@ -97,12 +102,7 @@ def cmd_calibrate(args) -> int:
         if done.revision is not None:
             print(f"{done.revision.uri} is registered; the registry sensor under 'modelcd up' gates it, or run 'modelcd gate {args.name} {done.revision.version}'")
         return EXIT_PROMOTED
-    run = done.gate
-    print_gate_table([(f"revision {done.revision.version}", run)])
-    print(f"run {run.run_id}")
-    if run.outcome == SUPERSEDED:
-        print(f"superseded: {run.error}")
-    return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, SUPERSEDED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(run.outcome, EXIT_ERROR)
+    return _gated(done.gate, f"revision {done.revision.version}")
 
 
 def cmd_status(args) -> int:

@@ -13,7 +13,6 @@ import dagster as dg
 from modelcd_assets.lib.promotion import GateRecord, gate_problems, lineage_problems
 
 PRODUCTION_KEY = dg.AssetKey("production_model")
-# Tags Dagster writes on every materialization: its data version, and the data version of each input it was built from.
 
 
 @dataclass(frozen=True)
