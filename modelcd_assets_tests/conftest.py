@@ -21,6 +21,7 @@ from modelcd_assets.lib.data import LABELS, generate, write_splits  # noqa: E402
 from modelcd_assets.lib.registry import Registry  # noqa: E402
 from modelcd_assets.lib.instance_config import PG_URL_VAR, normalize_pg_url  # noqa: E402
 from modelcd_assets.lib.settings import local_defaults  # noqa: E402
+from modelcd_assets.lib.signing import Keys, init_keys  # noqa: E402
 from modelcd_assets.lib.training import Training, train_adapter, train_classifier  # noqa: E402
 
 
@@ -83,6 +84,9 @@ def make_env(home: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str = "") -> E
     for key in ("MODELCD_DATA", "MODELCD_POLICY_DIR", "MODELCD_MLFLOW_ARTIFACTS", "DAGSTER_HOME"):
         Path(env[key]).mkdir(parents=True, exist_ok=True)
     write_splits(Path(env["MODELCD_DATA"]))
+    keys = Keys.from_env(env)
+    if not keys.private.exists():  # a state folder's own key pair, as 'modelcd keys init' makes it
+        init_keys(keys)
     return Env(home, env)
 
 

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from modelcd_assets.lib.instance_config import PG_URL_VAR, mlflow_url, normalize_pg_url, write_instance_yaml
+from modelcd_assets.lib.signing import KEYS_DIR, PRIVATE_FILE, PUBLIC_FILE, SIGNING_KEY_ENV, VERIFY_KEY_ENV
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "dagster.yaml"
 
@@ -35,6 +36,9 @@ def local_defaults(home: Path, pg_url: str = "") -> dict[str, str]:
         "MLFLOW_TRACKING_URI": mlflow_url(pg_url) if pg_url else f"sqlite:///{home / 'mlflow.db'}",
         "DAGSTER_HOME": str(home / "dagster"),
         "MODELCD_PROMETHEUS_URL": "http://127.0.0.1:9090",
+        # The signing key pair ('modelcd keys init'): registering and promotion sign, every fetch and load verifies.
+        SIGNING_KEY_ENV: str(home / KEYS_DIR / PRIVATE_FILE),
+        VERIFY_KEY_ENV: str(home / KEYS_DIR / PUBLIC_FILE),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",

@@ -1,9 +1,10 @@
 """The versions a server has loaded, which one serves by default, and how a version gets in.
 
-A version is loaded off the request path: its registered files are re-verified against the registry's
-manifest and scanned, the INT8 artifact its gates judged is checked against the sha256 quantized_model
-recorded and opened in ONNX Runtime, and its outputs on the probe texts are compared with the gated
-outputs recorded at gating. Only then is it published, by one reference assignment; a request takes its
+A version is loaded off the request path, and only with a valid verdict over the bytes it would serve
+(lib/servable.py: its registered files verified against the signature the registry holds for it, its signed
+attestation, and the INT8 model, tokenizer and files hashed against the attested digests); its files are
+scanned, the INT8 model is opened in ONNX Runtime from the very bytes that were hashed, and its outputs on the
+probe texts are compared with the gated outputs recorded at gating. Only then is it published, by one reference assignment; a request takes its
 snapshot of that reference once, so it is served entirely by one version. At most
 serving.max_loaded_versions stay loaded: the least recently used one that is not the default goes first.
 """
@@ -18,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
+from modelcd_assets.lib import attestation, servable
 from modelcd_assets.lib.candidate import CandidateRecord
-from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.hashing import bytes_sha256, folder_manifest, manifest_hash
+from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
+from modelcd_assets.lib.hashing import bytes_sha256
 from modelcd_assets.lib.policy import ServingPolicy
-from modelcd_assets.lib.registry import CONTENT, CandidateRef, Registry
+from modelcd_assets.lib.registry import ROLLED_BACK, CandidateRef, Registry
 from modelcd_assets.lib.safety import SafetyLimits, scan_artifact
-from modelcd_assets.lib.tokens import tokenizer_hash
 from modelcd_assets.serving.consistency import Consistency, SwapRefused, compare
 from modelcd_assets.serving.engine import Engine, Served
 
@@ -63,14 +64,10 @@ class _Steps:
         self._last = now
 
 
-def _verify(folder: Path, expected: str, what: str, limits: SafetyLimits) -> None:
+def _scan(folder: Path, what: str, limits: SafetyLimits) -> None:
     findings = scan_artifact(folder, limits)
     if findings:
         raise SwapRefused(f"{what}: {findings[0]}; refusing to load it")
-    actual = manifest_hash(folder_manifest(folder))
-    if actual != expected:
-        raise SwapRefused(f"{what}: files in {folder} do not match the manifest registered for it (sha256 {actual[:12]} != {expected[:12]}); "
-                          f"re-fetch it with 'modelcd gate'")
 
 
 class ServingPool:
@@ -82,9 +79,7 @@ class ServingPool:
         self.threads = threads  # ORT intra-op threads per model call
         self._loaded: OrderedDict[str, Served] = OrderedDict()  # least recently used first
         self.reports: dict[str, LoadReport] = {}  # the last load of each loaded version
-        # A registered version's content hash never changes; asking MLflow once per version keeps its
-        # (pure-Python, GIL-holding) client off the loader thread on later swaps, where it slows requests.
-        self._content_hash: dict[str, str] = {}
+        self._withdrawn: set[str] = set()  # versions production was rolled back from: never answered from again
         self._active: Served | None = None
         self._load_lock = threading.Lock()
 
@@ -103,8 +98,8 @@ class ServingPool:
                 raise UnknownVersion(f"no version of {self.model} is being served yet; the server is not ready")
             return served
         served = self._loaded.get(str(version))
-        if served is None:
-            raise UnknownVersion(f"version {version} of {self.model} is not loaded here; loaded: {sorted(self._loaded, key=int) or 'none'}")
+        if served is None or served.version in self._withdrawn:
+            raise UnknownVersion(f"version {version} of {self.model} is not served here")
         try:
             self._loaded.move_to_end(served.version)
         except KeyError:  # unloaded meanwhile; this request still has its snapshot
@@ -129,31 +124,32 @@ class ServingPool:
             step = _Steps()
             ref = CandidateRef(self.model, str(version))
             what = ref.uri
-            if ref.version not in self._content_hash:
-                self._content_hash[ref.version] = self.registry.tags(ref)[CONTENT]
             record, gated = self._gated(ref)
-            step("registry and records")
-            _verify(Path(record.artifact_dir), self._content_hash[ref.version], what, self.limits)
-            step("registered files scanned and hashed")
+            step("records")
             artifact = record.build.int8(gated.get("artifact_id", gated["chosen"]))
             if not artifact.is_file():
                 raise SwapRefused(f"{what}: the INT8 model its gates judged is missing ({artifact}); run 'modelcd gate {ref.name} {ref.version}'")
             # Hashed and opened from the same bytes: a file replaced after the check is never what serves.
             artifact_bytes = artifact.read_bytes()
-            if (actual := bytes_sha256(artifact_bytes)) != gated["artifact_sha256"]:
-                raise SwapRefused(f"{what}: {artifact} is not the INT8 model its gates judged (sha256 {actual[:12]} != {gated['artifact_sha256'][:12]}); "
-                                  f"re-gate it with 'modelcd gate {ref.name} {ref.version}'")
-            if (tokenizer := tokenizer_hash(record.build.merged)) != gated["tokenizer_sha256"]:
-                raise SwapRefused(f"{what}: the tokenizer in {record.build.merged} is not the one its gates used "
-                                  f"(sha256 {tokenizer[:12]} != {gated['tokenizer_sha256'][:12]}); re-gate it")
-            step("artifact and tokenizer hashed")
+            artifact_sha256 = bytes_sha256(artifact_bytes)
+            try:
+                checked = servable.check(self.registry, self.state_root, ref, int8_sha256=artifact_sha256)
+            except servable.NotServable as e:
+                raise SwapRefused(str(e)) from e
+            except RegistryUnavailable as e:
+                raise SwapRefused(f"{what} could not be checked: {e}") from e
+            self._withdrawn.discard(ref.version)
+            step("verdict verified over the registered files, INT8 model and tokenizer")
+            _scan(Path(record.artifact_dir), what, self.limits)
+            step("registered files scanned")
             try:
                 # Gated builds record whether the graph is batch-dependent; older records make the engine read the graph.
                 engine = Engine(artifact, record.build.merged, threads=self.threads, batch_dependent=gated.get("batch_dependent"),
                                 artifact_bytes=artifact_bytes)
             except ModelcdError as e:
                 raise SwapRefused(f"{what}: {e}") from e
-            served = Served(self.model, ref.version, record.content_hash, gated["artifact_sha256"], gated["chosen"], engine)
+            attested = checked.verdict.subjects
+            served = Served(self.model, ref.version, attested[attestation.REGISTERED_FILES], attested[attestation.INT8_MODEL], gated["chosen"], engine)
             step("session opened")
             probe = gated["probe"]
             consistency = compare(served.logits(probe["texts"], int(probe["batch"])), np.asarray(probe["logits"], dtype=np.float32),
@@ -162,10 +158,17 @@ class ServingPool:
             self._loaded[ref.version] = served
             self._loaded.move_to_end(ref.version)
             evicted = self._evict(keep=ref.version)
-            report = LoadReport(ref.version, record.content_hash, served.artifact_sha256, served.variant, time.perf_counter() - step.start, consistency,
+            report = LoadReport(ref.version, served.content_hash, served.artifact_sha256, served.variant, time.perf_counter() - step.start, consistency,
                                 evicted, tuple(step.done))
             self.reports[ref.version] = report
             return report
+
+    def refresh_withdrawn(self) -> set[str]:
+        """Ask the registry which loaded versions production was rolled back from; they are answered from no more."""
+        for version in list(self._loaded):
+            if ROLLED_BACK in self.registry.tags(CandidateRef(self.model, version)):
+                self._withdrawn.add(version)
+        return set(self._withdrawn)
 
     def _evict(self, keep: str) -> tuple[str, ...]:
         """Unload least recently used versions beyond the policy's limit; the default one and the one just loaded stay."""

@@ -17,6 +17,15 @@ def tick(env, cursor=None, existing_partitions=()):
         return registry_sensor(ctx)
 
 
+def versions(cursor: str) -> dict[str, int]:
+    """The highest version seen per model, from a sensor cursor."""
+    return {name: seen["version"] for name, seen in json.loads(cursor).items()}
+
+
+def keys_of(result) -> list[str]:
+    return [r.partition_key for r in result.run_requests]
+
+
 def skipped(result) -> bool:
     return isinstance(result, dg.SkipReason) or (not result.run_requests and result.skip_reason is not None)
 
@@ -30,10 +39,10 @@ def test_versions_already_gated_elsewhere_are_not_launched_again(modelcd_env, ti
     reg.register(tiny_base, "intent-a")
     reg.register(tiny_base, "intent-a")
     result = tick(modelcd_env, existing_partitions=["intent-a:1"])
-    assert [r.run_key for r in result.run_requests] == ["intent-a:2"]
-    assert json.loads(result.cursor) == {"intent-a": 2}
+    assert keys_of(result) == ["intent-a:2"]
+    assert versions(result.cursor) == {"intent-a": 2}
     both = tick(modelcd_env, existing_partitions=["intent-a:1", "intent-a:2"])
-    assert skipped(both) and json.loads(both.cursor) == {"intent-a": 2}
+    assert skipped(both) and versions(both.cursor) == {"intent-a": 2}
 
 
 def test_first_tick_then_nothing_new_then_several(modelcd_env, tiny_base):
@@ -42,10 +51,10 @@ def test_first_tick_then_nothing_new_then_several(modelcd_env, tiny_base):
     reg.register(tiny_base, "some-base", role="base")  # bases are never gated
 
     first = tick(modelcd_env)
-    assert [r.run_key for r in first.run_requests] == ["intent-a:1"]
-    assert [r.partition_key for r in first.run_requests] == ["intent-a:1"]
+    assert keys_of(first) == ["intent-a:1"]
+    assert [r.run_key.partition("@")[0] for r in first.run_requests] == ["intent-a:1"]
     assert first.dynamic_partitions_requests[0].partition_keys == ["intent-a:1"]
-    assert json.loads(first.cursor) == {"intent-a": 1}
+    assert versions(first.cursor) == {"intent-a": 1}
 
     quiet = tick(modelcd_env, first.cursor)
     assert skipped(quiet)
@@ -54,10 +63,10 @@ def test_first_tick_then_nothing_new_then_several(modelcd_env, tiny_base):
     reg.register(tiny_base, "intent-a")
     reg.register(tiny_base, "intent-b")
     several = tick(modelcd_env, first.cursor)
-    keys = [r.run_key for r in several.run_requests]
+    keys = keys_of(several)
     assert keys == ["intent-a:2", "intent-a:3", "intent-b:1"]
-    assert len(set(keys)) == len(keys)
-    assert json.loads(several.cursor) == {"intent-a": 3, "intent-b": 1}
+    assert len({r.run_key for r in several.run_requests}) == len(keys)
+    assert versions(several.cursor) == {"intent-a": 3, "intent-b": 1}
 
     again = tick(modelcd_env, several.cursor)
     assert skipped(again)
@@ -95,12 +104,39 @@ def test_120_models_are_found_in_one_tick_with_paged_listings_and_launched_once(
                                       page_size=page)
     with dg.instance_for_test() as instance:
         first = registry_sensor(dg.build_sensor_context(instance=instance, resources={"registry": resource}))
-        keys = [r.run_key for r in first.run_requests]
-        assert sorted(keys) == sorted(expected) and len(set(keys)) == 130  # exactly one run per NAME:VERSION
-        assert [r.partition_key for r in first.run_requests] == keys
+        keys = keys_of(first)
+        assert sorted(keys) == sorted(expected) and len({r.run_key for r in first.run_requests}) == 130  # exactly one run per NAME:VERSION
         assert sorted(first.dynamic_partitions_requests[0].partition_keys) == sorted(expected)
         # Bounded by pages, not by models: 120 candidate models in pages of 7, 132 versions in pages of 7.
-        assert len(calls) <= math.ceil(121 / page) + math.ceil(132 / page) + 2, calls
+        # Three paged listings: candidate models (names, then creation times) and versions.
+        assert len(calls) <= 2 * math.ceil(121 / page) + math.ceil(132 / page) + 2, calls
         instance.add_dynamic_partitions("candidates", keys)
         second = registry_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor, resources={"registry": resource}))
     assert skipped(second) and not second.run_requests
+
+
+def test_a_model_deleted_and_re_created_is_gated_again_under_its_old_version_numbers(modelcd_env, tiny_base, tiny_trained):
+    """Re-created, a model restarts at version 1 with other bytes: skipping numbers already gated would let old passes stand for new bytes."""
+    import time
+
+    reg = modelcd_env.registry
+    reg.register(tiny_base, "intent-a")
+    first = tick(modelcd_env, existing_partitions=[])
+    assert keys_of(first) == ["intent-a:1"]
+    assert skipped(tick(modelcd_env, first.cursor, existing_partitions=["intent-a:1"]))
+    reg.client.delete_registered_model("intent-a")
+    time.sleep(0.01)  # creation times are in milliseconds
+    reg.register(tiny_trained, "intent-a")
+    again = tick(modelcd_env, first.cursor, existing_partitions=["intent-a:1"])
+    assert keys_of(again) == ["intent-a:1"]
+    assert again.run_requests[0].run_key != first.run_requests[0].run_key  # a new run, not deduplicated as the old one
+    assert versions(again.cursor) == {"intent-a": 1}
+    assert skipped(tick(modelcd_env, again.cursor, existing_partitions=["intent-a:1"]))
+
+
+def test_a_cursor_written_before_creation_times_were_kept_still_skips_what_it_saw(modelcd_env, tiny_base):
+    reg = modelcd_env.registry
+    reg.register(tiny_base, "intent-a")
+    reg.register(tiny_base, "intent-a")
+    result = tick(modelcd_env, json.dumps({"intent-a": 1}))
+    assert keys_of(result) == ["intent-a:2"] and versions(result.cursor) == {"intent-a": 2}

@@ -9,6 +9,7 @@ from modelcd_assets.defs.assets.drift_report import drift_report
 from modelcd_assets.defs.assets.evaluation import evaluation
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.gate_results import read_gates
+from modelcd_assets.lib import attestation, servable
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.failpoints import failpoint
 from modelcd_assets.lib.registry import CandidateRef
@@ -30,8 +31,19 @@ def production_model(context: dg.AssetExecutionContext, state: LocalStateResourc
     record = state.record(ref)
     failpoint("before_promotion")
     reg = registry.registry()
+    # The verdict becomes a signed statement about the bytes judged; the alias moves only once the one reader of
+    # verdicts (lib/servable.py) accepts it over the bytes on disk, as the server and rollback will.
+    verdict = attestation.Verdict(
+        ref.name, ref.version, servable.subjects(reg, ref, record),
+        [{"gate": r.gate, "verdict": r.shown, "measured": r.measured, "threshold": r.threshold, "reason": r.reason} for r in decision.records],
+        {"version": record.production_version, attestation.REGISTERED_FILES: record.production_content_hash} if record.production_version else None,
+        attestation.policy_sha256(record.policy), context.run_id)
+    envelope = attestation.sign(verdict, reg.keys.require_private())
+    reg.put_attestation(ref, envelope)
+    attestation.write_local(state.root, ref.name, ref.version, envelope)
+    servable.check(reg, state.root, ref, allow_rolled_back=True)
     reason = {"run_id": context.run_id, "gates": {r.gate: r.shown for r in decision.records}, "judged_against": record.production_version,
-              "policy_source": record.policy_source}
+              "policy_source": record.policy_source, "attestation": attestation.local_path(state.root, ref.name, ref.version).name}
     previous = reg.move_production(ref, reason, expected=record.baseline_ref)
     moved = "was already" if previous == ref else f"moved from {previous.version if previous else 'nothing'} to"
     context.log.info(f"production alias of {ref.name} {moved} {ref.version}")

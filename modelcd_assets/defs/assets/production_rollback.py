@@ -6,10 +6,11 @@ import dagster as dg
 from pydantic import Field
 
 from modelcd_assets.defs.assets.production_model import PROMOTION_POOL
-from modelcd_assets.gate_results import code_location_graph, read_gates
+from modelcd_assets.lib import servable
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.rollback import roll_back, rollback_target
 from modelcd_assets.resources.registry import MlflowRegistryResource
+from modelcd_assets.resources.state import LocalStateResource
 
 
 class RollbackConfig(dg.Config):
@@ -26,7 +27,8 @@ def rollback_run_config(model: str, from_version: str, trigger: str, reason: dic
 
 
 @dg.asset(group_name="operations", kinds={"mlflow", "prometheus"}, pool=PROMOTION_POOL)
-def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfig, registry: MlflowRegistryResource) -> dg.MaterializeResult:
+def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfig, registry: MlflowRegistryResource,
+                        state: LocalStateResource) -> dg.MaterializeResult:
     """One materialization per rollback: from which version, to which, and why."""
     reg = registry.registry()
     bad = CandidateRef(config.model, config.from_version)
@@ -35,9 +37,8 @@ def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfi
         now = current.version if current else "nothing"
         context.log.warning(f"production of {config.model} is {now}, not {bad.version}; nothing to roll back")
         return dg.MaterializeResult(metadata={"outcome": "not needed", "model": config.model, "from_version": bad.version, "production_version": now})
-    # Rollback judges versions by the gates that guard promotion, which are not in this job's own graph.
-    graph = code_location_graph()
-    target, passed_over = rollback_target(reg, bad, lambda ref: read_gates(context.instance, ref.key, graph).problems)
+    # A target must hold a valid attestation over its bytes, as the server will check before it follows the alias there.
+    target, passed_over = rollback_target(reg, bad, lambda ref: [why] if (why := servable.reason(reg, state.root, ref)) else [])
     reason = {"trigger": config.trigger, "run_id": context.run_id, "why": json.loads(config.reason)}
     roll_back(reg, bad, target, reason)
     context.log.info(f"production of {config.model} rolled back from {bad.version} to {target.version}")
