@@ -30,6 +30,8 @@ import numpy as np
 
 from closed_loop import interleaved, measure
 from machine import machine
+from modelcd_assets.launch import PROMOTED, run_gate
+from modelcd_assets.lib import servable
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.processes import stop_process
@@ -62,26 +64,30 @@ def start(cmd: list[str], port: int, log: Path, env: dict | None = None) -> tupl
         time.sleep(0.05)
 
 
-def start_modelcd(name: str, port: int, log: Path) -> tuple[subprocess.Popen, float]:
-    # --allow-ungated: the demo's only other adapter of this base is the one its gates blocked; what is timed is the
-    # swap itself (verify, open, probe, switch); the gate check on admin loads is covered by the serving tests.
-    return start([sys.executable, "-m", "modelcd_assets.cli", "serve", name, "--port", str(port), "--allow-ungated"], port, log,
+def start_modelcd(name: str, port: int, log: Path, admin_port: int = 0) -> tuple[subprocess.Popen, float]:
+    """`modelcd serve` on port; its admin API on admin_port (0: none)."""
+    return start([sys.executable, "-m", "modelcd_assets.cli", "serve", name, "--port", str(port), "--admin-port", str(admin_port)], port, log,
                  dict(os.environ, MODELCD_ADMIN_TOKEN=TOKEN))
 
 
 def pick_versions(reg: Registry, state: Path, name: str) -> tuple[CandidateRecord, str]:
-    """Production's record, and the newest other version with a gated build to swap to."""
+    """Production's record, and the newest other version the server may serve (a valid verdict over its bytes) to swap to.
+
+    The demo's only other adapter is blocked by its gates, so it may not be served; with no other servable version, a
+    byte-identical copy of production is registered and gated (promoted: the copy becomes production, and the version
+    it replaced, verdict intact, is the one swapped to). A swap costs the same whichever bytes it verifies and probes."""
     prod = reg.production(name)
     if prod is None:
         raise SystemExit(f"no production version of {name}; run 'make demo' first")
-    record = CandidateRecord.load(state / "candidates" / name / prod.version)
     for ref in reversed(reg.versions(name)):
-        path = state / "candidates" / name / ref.version
-        if ref != prod and (path / "quantization.json").is_file():
-            other = CandidateRecord.load(path)
-            if other.content_hash != record.content_hash and "artifact_sha256" in other.quantization():
-                return record, ref.version
-    raise SystemExit(f"no second gated version of {name}; run 'make demo' (it gates two)")
+        if ref != prod and not servable.reason(reg, state, ref):
+            return CandidateRecord.load(state / "candidates" / name / prod.version), ref.version
+    record = CandidateRecord.load(state / "candidates" / name / prod.version)
+    copy = reg.register(Path(record.artifact_dir), name, base=record.base_uri)
+    run = run_gate(copy)
+    if run.outcome != PROMOTED:
+        raise SystemExit(f"a byte-identical copy of production {prod.uri} was not promoted ({run.outcome}: {run.error}); nothing servable to swap to")
+    return CandidateRecord.load(state / "candidates" / name / copy.version), prod.version
 
 
 def served_vs_baseline(record: CandidateRecord, name: str, texts: list[str], tmp: Path, rounds: int, seconds: float) -> dict:
@@ -110,10 +116,10 @@ def served_vs_baseline(record: CandidateRecord, name: str, texts: list[str], tmp
 
 
 def swaps(name: str, prod: str, other: str, texts: list[str], tmp: Path, rounds: int, seconds: float, restarts: int) -> dict:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    port, admin_port = free_port(), free_port()
+    url, admin_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
     admin = {"Authorization": f"Bearer {TOKEN}"}
-    proc, _ = start_modelcd(name, port, tmp / "modelcd-swaps.log")
+    proc, _ = start_modelcd(name, port, tmp / "modelcd-swaps.log", admin_port)
     steady, swapping, swap_seconds, swap_steps = [], [], [], []
     try:
         for _ in range(rounds):
@@ -121,7 +127,7 @@ def swaps(name: str, prod: str, other: str, texts: list[str], tmp: Path, rounds:
             done = threading.Event()
 
             def swapper() -> None:
-                with httpx.Client(base_url=url, headers=admin, timeout=120) as http:
+                with httpx.Client(base_url=admin_url, headers=admin, timeout=120) as http:
                     while not done.is_set():
                         target = other if len(swap_seconds) % 2 == 0 else prod
                         resp = http.post("/v1/admin/adapters", json={"version": target})

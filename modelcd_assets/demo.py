@@ -13,6 +13,7 @@ from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.training import Training, train_adapter
 from modelcd_assets.lib.registry import CONTENT, CandidateRef, Registry
 from modelcd_assets.lib.report import table
+from modelcd_assets.lib.signing import init_keys
 
 BASE_NAME = "ticket-intent-base"
 MODEL_NAME = "ticket-intent"
@@ -73,6 +74,9 @@ def main() -> int:
     home = Path(os.environ["MODELCD_HOME"])
     reg = Registry.from_env()
     print(f"modelcd demo: state in {home}")
+    if not reg.keys.private.exists():  # what 'modelcd keys init' does: registrations and verdicts are signed with it
+        init_keys(reg.keys)
+        print(f"signing key pair created: {reg.keys.private}, {reg.keys.public}")
     splits = write_splits(Path(os.environ["MODELCD_DATA"]))
     print(f"data: synthetic support tickets, {', '.join(f'{k} {len(read_split(v))}' for k, v in splits.items())}")
     policy_file = Path(os.environ["MODELCD_POLICY_DIR"]) / f"{MODEL_NAME}.yaml"

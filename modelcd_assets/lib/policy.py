@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.stats import median_ci_min_n
+from modelcd_assets.lib.traffic_log import record_bytes_bound
 
 
 class _Strict(BaseModel):
@@ -101,6 +102,19 @@ class ServingPolicy(_Strict):
     max_loaded_versions: int = Field(8, ge=1, le=1000, description="Versions kept loaded; beyond it the least recently used one that is not the default is unloaded.")
     sample_ratio: float = Field(0.1, ge=0, le=1, description="Share of successfully served requests whose texts go to the traffic log that live drift is judged on; 0 turns sampling off.")
     sample_max: int = Field(10_000, ge=10, description="Most sampled texts the traffic log keeps (newest first); older ones are rotated out.")
+    sample_max_bytes: int = Field(64 * 2**20, ge=2**20, description="Most bytes the traffic log keeps on disk, both files together; older records are rotated out.")
+    # Checked on the raw request, before any JSON model or tokenizer sees it: a 4 MiB text costs seconds of tokenization.
+    max_body_bytes: int = Field(2**20, ge=1024, le=256 * 2**20, description="Largest classify request body, bytes; beyond it the request is refused with 413 unread.")
+    max_text_chars: int = Field(20_000, ge=1, le=10**6, description="Most characters (code points) in one text of a classify request; beyond it 422.")
+    max_texts: int = Field(64, ge=1, le=4096, description="Most texts in one classify request; beyond it 422.")
+
+    @model_validator(mode="after")
+    def _a_record_fits_the_log(self) -> "ServingPolicy":
+        # Rotation is by halves, so each file must hold at least the largest record a request can bring.
+        if self.sample_max_bytes // 2 <= record_bytes_bound(self.max_text_chars):
+            raise ValueError(f"sample_max_bytes ({self.sample_max_bytes}) is too small for a text of max_text_chars ({self.max_text_chars}); "
+                             f"use at least {2 * record_bytes_bound(self.max_text_chars) + 2}")
+        return self
 
 
 class SloPolicy(_Strict):

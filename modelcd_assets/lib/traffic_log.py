@@ -5,9 +5,10 @@ The one owner of its format, paths and reading: the server appends (serving/app.
 serving process imports it, so no Dagster, torch or pandas here.
 
 Layout, under the state folder: traffic/<model>/current.jsonl and previous.jsonl, each at most max_records // 2
-JSON lines {"ts", "version", "text"}; when current is full it is renamed over previous (atomic), so the log never
-holds more than max_records and a reader never sees a half-rotated pair. Appends hold a thread lock and an
-exclusive flock on traffic/<model>/.lock; readers hold a shared one.
+JSON lines {"ts", "version", "text"} and max_bytes // 2 bytes; when current is full it is renamed over previous
+(atomic), so the log never holds more than max_records nor max_bytes and a reader never sees a half-rotated pair.
+Appends hold a thread lock and an exclusive flock on traffic/<model>/.lock; readers hold a shared one. The texts are
+what clients sent: the folders are 0700 and every file in them 0600.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ from pathlib import Path
 TRAFFIC_DIR = "traffic"
 CURRENT, PREVIOUS, LOCK = "current.jsonl", "previous.jsonl", ".lock"
 LIVE_DRIFT_FILE = "live_drift.json"
+FOLDER_MODE, FILE_MODE = 0o700, 0o600
+WINDOW_MAX_BYTES = 64 * 2**20  # the most a window reads, whatever the files hold (a log written before the byte bound)
+_BLOCK = 2**20
+
+
+def record_bytes_bound(max_chars: int) -> int:
+    """The largest line a text of max_chars characters makes: JSON escapes a control character as 6 bytes, UTF-8 takes at most 4."""
+    return 6 * max_chars + 256
 
 
 def folder(state_root: Path, model: str) -> Path:
@@ -40,9 +49,30 @@ class Record:
     text: str
 
 
+def _private_folder(where: Path) -> None:
+    """Create traffic/ and traffic/<model> owner-only, and tighten them if an earlier version left them open."""
+    where.parent.parent.mkdir(parents=True, exist_ok=True)
+    for path in (where.parent, where):
+        path.mkdir(mode=FOLDER_MODE, exist_ok=True)
+        if os.stat(path).st_mode & 0o077:
+            os.chmod(path, FOLDER_MODE)
+
+
+def _open_private(path: Path, flags: int) -> int:
+    """A descriptor on path, created 0600; an existing file left readable by an earlier version is tightened."""
+    fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 @contextmanager
 def _locked(where: Path, mode: int) -> Iterator[None]:
-    fd = os.open(where / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_private(where / LOCK, os.O_RDWR)
     try:
         fcntl.flock(fd, mode)
         yield
@@ -54,13 +84,17 @@ class TrafficLog:
     """The append side, for the server: which requests are sampled, and their texts written within the bound.
 
     Thread-safe, and safe for several processes appending to one model's log: each counts the lines the others appended.
+    A record longer than max_record_bytes is not written (append says how many were left out).
     """
 
-    def __init__(self, state_root: Path, model: str, ratio: float, max_records: int, rng: random.Random | None = None):
-        if not 0 <= ratio <= 1 or max_records < 2:
-            raise ValueError(f"a traffic log needs 0 <= ratio <= 1 and max_records >= 2, got ratio {ratio}, max_records {max_records}")
-        self.folder, self.ratio, self.max_records = folder(state_root, model), ratio, max_records
-        self.per_file = max_records // 2
+    def __init__(self, state_root: Path, model: str, ratio: float, max_records: int, rng: random.Random | None = None, *,
+                 max_bytes: int = 64 * 2**20, max_record_bytes: int | None = None):
+        max_record_bytes = max_bytes // 2 - 1 if max_record_bytes is None else max_record_bytes
+        if not 0 <= ratio <= 1 or max_records < 2 or not 0 < max_record_bytes < max_bytes // 2:
+            raise ValueError(f"a traffic log needs 0 <= ratio <= 1, max_records >= 2 and 0 < max_record_bytes < max_bytes // 2, got ratio {ratio}, "
+                             f"max_records {max_records}, max_bytes {max_bytes}, max_record_bytes {max_record_bytes}")
+        self.folder, self.ratio, self.max_records, self.max_bytes = folder(state_root, model), ratio, max_records, max_bytes
+        self.per_file, self.per_file_bytes, self.max_record_bytes = max_records // 2, max_bytes // 2, max_record_bytes
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self._open: tuple[int, int, int] | None = None  # (descriptor of current.jsonl, bytes counted, complete lines in them)
@@ -73,26 +107,32 @@ class TrafficLog:
         """Whether this request is sampled: a share `ratio` of requests, each independently; never with ratio 0."""
         return self.ratio > 0 and self._rng.random() < self.ratio
 
-    def append(self, version: str, texts: Sequence[str], ts: float | None = None) -> None:
-        """One record per text; raises OSError when the disk refuses (the caller decides what a failed sample costs)."""
+    def append(self, version: str, texts: Sequence[str], ts: float | None = None) -> int:
+        """One record per text; returns how many were too long to keep. Raises OSError when the disk refuses (the caller
+        decides what a failed sample costs)."""
         ts = time.time() if ts is None else ts
-        lines = [json.dumps({"ts": ts, "version": str(version), "text": t}, ensure_ascii=False).encode() + b"\n" for t in texts]
-        lines = lines[-2 * self.per_file:]  # more would only rotate out what this call just wrote
+        lines = [json.dumps({"ts": ts, "version": str(version), "text": t}, ensure_ascii=False).encode("utf-8", "replace") + b"\n" for t in texts]
+        fits = [line for line in lines if len(line) <= self.max_record_bytes]
+        pending = fits[-2 * self.per_file:]  # more would only rotate out what this call just wrote
         with self._lock:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            _private_folder(self.folder)
             with _locked(self.folder, fcntl.LOCK_EX):
                 current = self.folder / CURRENT
-                while lines:
-                    fd, count = self._current(current)
-                    room = self.per_file - count
-                    if room <= 0:
+                while pending:
+                    fd, count, size = self._current(current)
+                    room, room_bytes = 0, self.per_file_bytes - size - 1  # 1: the newline _append may add to a torn line
+                    while room < len(pending) and count + room < self.per_file and len(pending[room]) <= room_bytes:
+                        room_bytes -= len(pending[room])
+                        room += 1
+                    if room == 0:  # full; an empty file always takes one record, as max_record_bytes < per_file_bytes
                         os.replace(current, self.folder / PREVIOUS)
                         continue
-                    _append(fd, b"".join(lines[:room]))
-                    lines = lines[room:]
+                    _append(fd, b"".join(pending[:room]))
+                    pending = pending[room:]
+        return len(lines) - len(fits)
 
-    def _current(self, path: Path) -> tuple[int, int]:
-        """A descriptor appending to path, and the complete lines in it.
+    def _current(self, path: Path) -> tuple[int, int, int]:
+        """A descriptor appending to path, the complete lines in it, and its size.
 
         The descriptor is held open, so its inode cannot be reused: the same inode at path means the same file, and only
         what was appended since the last count (by this process or another) is read. A rotated or removed file is reopened.
@@ -104,15 +144,19 @@ class TrafficLog:
         if self._open is not None and os.fstat(self._open[0]).st_ino != inode:
             self._close()
         if self._open is None:
-            self._open = (os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644), 0, 0)
+            self._open = (_open_private(path, os.O_RDWR | os.O_APPEND), 0, 0)
         fd, counted, lines = self._open
         size = os.fstat(fd).st_size
         if size < counted:  # truncated by someone: count again
             counted, lines = 0, 0
-        if size > counted:
-            lines += os.pread(fd, size - counted, counted).count(b"\n")
-        self._open = (fd, size, lines)
-        return fd, lines
+        while counted < size:  # block by block: what others appended is never read whole into memory
+            block = os.pread(fd, min(_BLOCK, size - counted), counted)
+            if not block:
+                break
+            lines += block.count(b"\n")
+            counted += len(block)
+        self._open = (fd, counted, lines)
+        return fd, lines, counted
 
     def close(self) -> None:
         """Release the descriptor; a later append opens it again."""
@@ -134,23 +178,48 @@ def _append(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _read_lines(path: Path) -> list[bytes]:
+def _tail_lines(path: Path, n: int, budget: int) -> tuple[list[bytes], int]:
+    """The last n complete lines of path, read backwards from its end, never more than budget bytes; and the bytes read.
+
+    A line whose start lies beyond the budget is left out, as is a last line with no newline (a torn write).
+    """
     try:
-        return path.read_bytes().splitlines(keepends=True)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return []
+        return [], 0
+    try:
+        end = pos = os.fstat(fd).st_size
+        blocks: list[bytes] = []
+        newlines = 0
+        while pos > 0 and end - pos < budget and newlines <= n:
+            step = min(_BLOCK, pos, budget - (end - pos))
+            pos -= step
+            blocks.append(os.pread(fd, step, pos))
+            newlines += blocks[-1].count(b"\n")
+    finally:
+        os.close(fd)
+    data = b"".join(reversed(blocks))
+    lines = data.splitlines(keepends=True)
+    if pos > 0 and lines:  # began mid-line
+        lines = lines[1:]
+    if lines and not lines[-1].endswith(b"\n"):
+        lines = lines[:-1]
+    return lines[-n:] if n > 0 else [], end - pos
 
 
-def window(state_root: Path, model: str, n: int) -> list[Record]:
+def window(state_root: Path, model: str, n: int, max_bytes: int = WINDOW_MAX_BYTES) -> list[Record]:
     """The newest n records of model's traffic log across both files, oldest first; empty when nothing was sampled.
 
-    A line cut short by a writer that stopped mid-write (no newline, or not a record) is skipped.
+    Files are read from their end, at most max_bytes in all. A line cut short by a writer that stopped mid-write (no
+    newline, or not a record) is skipped.
     """
     where = folder(state_root, model)
-    if not where.is_dir():
+    if not where.is_dir() or n <= 0:
         return []
     with _locked(where, fcntl.LOCK_SH):
-        lines = _read_lines(where / PREVIOUS) + _read_lines(where / CURRENT)
+        newest, spent = _tail_lines(where / CURRENT, n, max_bytes)
+        older, _ = _tail_lines(where / PREVIOUS, n - len(newest), max_bytes - spent) if len(newest) < n and spent < max_bytes else ([], 0)
+    lines = older + newest
     records = []
     for line in lines:
         if not line.endswith(b"\n"):
@@ -193,9 +262,11 @@ def live_drift_path(state_root: Path, model: str) -> Path:
 def write_live_drift(state_root: Path, model: str, verdict: LiveDrift) -> Path:
     """Replace model's live drift verdict atomically, so a scrape never reads half a file."""
     path = live_drift_path(state_root, model)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _private_folder(path.parent)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(verdict.to_dict(), sort_keys=True))
+    fd = _open_private(tmp, os.O_WRONLY | os.O_TRUNC)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(verdict.to_dict(), sort_keys=True))
     os.replace(tmp, path)
     return path
 

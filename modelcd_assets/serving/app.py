@@ -1,17 +1,18 @@
-"""The ASGI app: classification, health, readiness, metrics, and the bearer-token admin API."""
+"""The ASGI apps: the public one (classification, health, readiness, metrics) and the bearer-token admin API, served on
+a port of its own."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
+import json
 import logging
 import os
+import queue
 import random
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,10 +21,12 @@ import numpy as np
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.traffic_log import TrafficLog
+from modelcd_assets.lib.servable import NotServable
+from modelcd_assets.lib.policy import ServingPolicy
+from modelcd_assets.lib.traffic_log import TrafficLog, record_bytes_bound
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.batcher import MicroBatcher
 from modelcd_assets.serving.engine import Served
@@ -31,14 +34,130 @@ from modelcd_assets.serving.follower import AliasFollower
 from modelcd_assets.serving.metrics import LiveDriftCollector, ServerMetrics
 from modelcd_assets.serving.pool import LoadReport, ServingPool, UnknownVersion
 
-MAX_TEXTS = 64
+SAMPLE_QUEUE = 64  # sampled requests waiting for the traffic log's writer; each at most serving.max_body_bytes
+# Why a classify request was answered before it reached a model (modelcd_requests_rejected_total's reason label).
+BODY_TOO_LARGE, TEXT_TOO_LONG, TOO_MANY_TEXTS, BAD_REQUEST = "body_too_large", "text_too_long", "too_many_texts", "bad_request"
+UNKNOWN_VERSION, NOT_READY = "unknown_version", "not_ready"
+REJECT_REASONS = (BODY_TOO_LARGE, TEXT_TOO_LONG, TOO_MANY_TEXTS, BAD_REQUEST, UNKNOWN_VERSION, NOT_READY)
 log = logging.getLogger("modelcd.serve")
 
 
 class ClassifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    texts: list[str] = Field(min_length=1, max_length=MAX_TEXTS, description="Texts to classify, all served by one version.")
-    adapter: str | None = Field(None, description="Registry version of a loaded adapter; default: the version the server follows.")
+    texts: list[str] = Field(min_length=1, description="Texts to classify, all served by one version (at most serving.max_texts, each at most serving.max_text_chars).")
+    adapter: str | None = Field(None, max_length=64, description="Registry version of a loaded adapter; default: the version the server follows.")
+
+
+class Rejected(Exception):
+    """A classify request answered before it reached a model: counted by reason, never as a request of a version."""
+
+    def __init__(self, status: int, reason: str, message: str, limit: str | None = None, value: int | None = None):
+        super().__init__(message)
+        self.status, self.reason, self.limit, self.value = status, reason, limit, value
+
+    def response(self) -> JSONResponse:
+        body = {"error": str(self), "reason": self.reason}
+        if self.limit is not None:
+            body.update(limit=self.limit, value=self.value)
+        return JSONResponse(body, status_code=self.status)
+
+
+async def read_classify(request: Request, policy: ServingPolicy) -> ClassifyRequest:
+    """The classify body, refused (Rejected) beyond the serving limits before any JSON model or tokenizer sees it.
+
+    The body is refused on its Content-Length before a byte is read, and a body without one is cut off while it streams.
+    """
+    limit = policy.max_body_bytes
+
+    def too_large(size: str) -> Rejected:
+        return Rejected(413, BODY_TOO_LARGE, f"the request body{size} is larger than serving.max_body_bytes ({limit} bytes)", "serving.max_body_bytes", limit)
+
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not (declared.isascii() and declared.isdigit()):
+            raise Rejected(400, BAD_REQUEST, "Content-Length is not a number of bytes")
+        if int(declared) > limit:
+            raise too_large(f" of {int(declared)} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large("")
+        chunks.append(chunk)
+    try:
+        raw = json.loads(b"".join(chunks))
+    except (ValueError, RecursionError) as e:
+        raise Rejected(422, BAD_REQUEST, f"the request body is not JSON: {e}") from None
+    texts = raw.get("texts") if isinstance(raw, dict) else None
+    if isinstance(texts, list):
+        if len(texts) > policy.max_texts:
+            raise Rejected(422, TOO_MANY_TEXTS, f"{len(texts)} texts in one request, more than serving.max_texts ({policy.max_texts})",
+                           "serving.max_texts", policy.max_texts)
+        for i, text in enumerate(texts):
+            if isinstance(text, str) and len(text) > policy.max_text_chars:
+                raise Rejected(422, TEXT_TOO_LONG, f"text {i} has {len(text)} characters, more than serving.max_text_chars ({policy.max_text_chars})",
+                               "serving.max_text_chars", policy.max_text_chars)
+    try:
+        body = ClassifyRequest.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or 'body'}: {err['msg']}" for err in e.errors(include_url=False, include_input=False))
+        raise Rejected(422, BAD_REQUEST, f"not a classify request: {problems}") from None
+    for i, text in enumerate(body.texts):
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # a lone surrogate, which JSON can carry: the tokenizer would fail on it, as a server error
+            raise Rejected(422, BAD_REQUEST, f"text {i} is not valid Unicode (it holds a lone surrogate)") from None
+    return body
+
+
+CLASSIFY_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": ClassifyRequest.model_json_schema()}}}}
+
+
+class Sampler:
+    """The traffic log's writer thread behind a bounded queue: a sample that finds the queue full is dropped and counted.
+
+    A sample that cannot be written costs the sample, never the request; the first failure is logged.
+    """
+
+    def __init__(self, traffic: TrafficLog, dropped, size: int = SAMPLE_QUEUE):
+        self.traffic, self.dropped = traffic, dropped
+        self._queue: queue.Queue[tuple[str, list[str]] | None] = queue.Queue(maxsize=size)
+        self._closed, self._failed = False, False
+        self._thread = threading.Thread(target=self._run, name="traffic-log", daemon=True)
+        self._thread.start()
+
+    def submit(self, version: str, texts: list[str]) -> None:
+        if self._closed:  # the server is stopping
+            return
+        try:
+            self._queue.put_nowait((version, texts))
+        except queue.Full:
+            self.dropped.inc(len(texts))
+
+    def close(self) -> None:
+        """Write the samples already taken (each one small append), then stop."""
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join()
+        self.traffic.close()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            self._write(*item)
+
+    def _write(self, version: str, texts: list[str]) -> None:
+        try:
+            if too_long := self.traffic.append(version, texts):
+                self.dropped.inc(too_long)
+        except OSError as e:
+            if not self._failed:
+                self._failed = True
+                log.warning("sampled traffic cannot be written to %s (%s); requests are served as before, but live drift cannot be judged "
+                            "until it can: check the folder's space and permissions, or set serving.sample_ratio to 0", self.traffic.folder, e)
+        except Exception:  # a bug, not the disk: said once, loudly, and still never the request's problem
+            if not self._failed:
+                self._failed = True
+                log.exception("sampling traffic into %s failed", self.traffic.folder)
 
 
 class LoadRequest(BaseModel):
@@ -101,39 +220,30 @@ class Swapper:
         return await asyncio.get_running_loop().run_in_executor(self.executor, self.swap, version, activate)
 
 
-def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: float, gate_problems: Callable[[str], list[str]] | None,
-               chaos: bool = False, workers: int = 2) -> FastAPI:
-    """The server for one registered model; it follows that model's production alias.
+def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: float, chaos: bool = False, workers: int = 2) -> FastAPI:
+    """The public server for one registered model, following that model's production alias; its admin API is app.state.admin_app.
 
-    gate_problems(version) says why a version has not passed its gates (empty when it has); the admin API loads and
-    activates only versions it clears, and None turns the check off. chaos registers the fault-injection endpoint.
-    A share serving.sample_ratio of the requests answered 200 have their texts written to the model's traffic log
-    (lib/traffic_log.py), off the request path, for live drift; /metrics exports the live drift verdict judged on it.
+    The two apps share one pool, so `modelcd serve` runs them in one process, the admin app on a port of its own (the
+    public app has no /v1/admin routes). Every load, by the alias follower or the admin API, goes through the pool, which
+    takes a version only with a valid verdict over its bytes (lib/servable.py); the admin API answers 409 for a version
+    without one. chaos registers the fault-injection endpoint. A classify request beyond serving.max_body_bytes, max_texts or max_text_chars is refused
+    before it is parsed or tokenized, and counted in modelcd_requests_rejected_total, never in a version's requests or
+    latency. A share serving.sample_ratio of the requests answered 200 have their texts written to the model's traffic
+    log (lib/traffic_log.py), off the request path, for live drift; /metrics exports the live drift verdict judged on it.
     """
     metrics = ServerMetrics(live_drift=LiveDriftCollector(pool.state_root, pool.model))
-    traffic = TrafficLog(pool.state_root, pool.model, pool.policy.sample_ratio, pool.policy.sample_max)
-    sampler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="traffic-log")
-    sampling_failed = threading.Event()  # warn once, not once per sampled request
+    for reason in REJECT_REASONS:
+        metrics.rejected.labels(pool.model, reason)  # zeros from the start
+    policy = pool.policy
+    traffic = TrafficLog(pool.state_root, pool.model, policy.sample_ratio, policy.sample_max, max_bytes=policy.sample_max_bytes,
+                         max_record_bytes=record_bytes_bound(policy.max_text_chars))
+    sampler = Sampler(traffic, metrics.samples_dropped.labels(pool.model))
     inference = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inference")
     swapper = Swapper(pool, metrics, ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader", initializer=_background_priority))
-    follower = AliasFollower(pool.registry, pool.model, swapper)
+    follower = AliasFollower(pool.registry, pool.model, swapper, on_refused=lambda version, why: metrics.alias_refused.labels(pool.model, version).set(1))
     faults: dict[str, FaultRequest] = {}
     # One batcher per loaded version, gone with it: a batch never mixes versions.
     batchers: weakref.WeakKeyDictionary[Served, MicroBatcher] = weakref.WeakKeyDictionary()
-
-    def sample(version: str, texts: list[str]) -> None:
-        """Runs on the sampler thread: a sample that cannot be written costs the sample, never the request."""
-        try:
-            traffic.append(version, texts)
-        except OSError as e:
-            if not sampling_failed.is_set():
-                sampling_failed.set()
-                log.warning("sampled traffic cannot be written to %s (%s); requests are served as before, but live drift cannot be judged "
-                            "until it can: check the folder's space and permissions, or set serving.sample_ratio to 0", traffic.folder, e)
-        except Exception:  # a bug, not the disk: said once, loudly, and still never the request's problem
-            if not sampling_failed.is_set():
-                sampling_failed.set()
-                log.exception("sampling traffic into %s failed", traffic.folder)
 
     def batcher(served: Served) -> MicroBatcher:
         b = batchers.get(served)
@@ -148,15 +258,15 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
             yield
         finally:
             task.cancel()
-            if hasattr(gate_problems, "close"):  # the gate-verdict helper process
-                gate_problems.close()
             inference.shutdown(wait=False, cancel_futures=True)
-            sampler.shutdown(wait=True)  # samples already taken are written (each is one small append), then the log closed
-            traffic.close()
+            sampler.close()
             swapper.executor.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="modelcd serve", description=f"Serves {pool.model}, following its production alias.", lifespan=lifespan)
-    app.state.pool, app.state.follower, app.state.metrics, app.state.traffic = pool, follower, metrics, traffic
+    admin = FastAPI(title="modelcd serve: admin API", description=f"Loads, switches and unloads versions of {pool.model}; bearer token.")
+    for a in (app, admin):
+        a.state.pool, a.state.follower, a.state.metrics, a.state.traffic = pool, follower, metrics, traffic
+    app.state.admin_app = admin
 
     def require_admin(request: Request) -> None:
         if not admin_token:
@@ -165,7 +275,7 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), admin_token.encode()):
             raise HTTPException(401, "missing or wrong bearer token for the admin API", headers={"WWW-Authenticate": "Bearer"})
 
-    @app.exception_handler(UnknownVersion)
+    @admin.exception_handler(UnknownVersion)
     async def _unknown(request: Request, exc: UnknownVersion):
         return JSONResponse({"error": str(exc)}, status_code=404 if pool.active is not None else 503)
 
@@ -185,9 +295,23 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
     async def metrics_endpoint():
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/classify")
-    async def classify(body: ClassifyRequest):
-        served = pool.resolve(body.adapter)  # the one snapshot this request is served by
+    def rejected(r: Rejected) -> JSONResponse:
+        metrics.rejected.labels(pool.model, r.reason).inc()
+        return r.response()
+
+    @app.post("/v1/classify", openapi_extra=CLASSIFY_BODY)
+    async def classify(request: Request):
+        try:
+            body = await read_classify(request, policy)
+        except Rejected as r:
+            return rejected(r)
+        try:
+            served = pool.resolve(body.adapter)  # the one snapshot this request is served by
+        except UnknownVersion:
+            # Only the version asked for is named: which versions are loaded is the admin API's to say.
+            if pool.active is None:
+                return rejected(Rejected(503, NOT_READY, f"no version of {pool.model} is being served yet; the server is not ready"))
+            return rejected(Rejected(404, UNKNOWN_VERSION, f"version {body.adapter} of {pool.model} is not served here"))
         labels = (served.model, served.version, served.adapter_label)
         start = time.perf_counter()
         status, payload = 200, None
@@ -214,8 +338,7 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
             log.exception("classify failed on %s version %s", served.model, served.version)
             status, payload = 500, {"error": f"classification failed: {e}"}
         if status == 200 and traffic.chosen():
-            with contextlib.suppress(RuntimeError):  # the sampler is shut down: the server is stopping
-                sampler.submit(sample, served.version, body.texts)
+            sampler.submit(served.version, body.texts)
         return finish(served, labels, start, status, payload)
 
     def finish(served: Served, labels: tuple, start: float, status: int, payload: dict) -> JSONResponse:
@@ -226,44 +349,31 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
         return JSONResponse(payload, status_code=status, headers={HASH_HEADER: served.content_hash, VERSION_HEADER: served.version,
                                                                   ARTIFACT_HEADER: served.artifact_sha256})
 
-    async def ungated(version: str) -> JSONResponse | None:
-        """The 409 refusal for a version that has not passed its gates; None when it has, or the check is off."""
-        if gate_problems is None:
-            return None
-        problems = await asyncio.to_thread(gate_problems, version)
-        if not problems:
-            return None
-        metrics.swaps.labels(pool.model, "refused").inc()
-        active = pool.active
-        return JSONResponse({"error": f"version {version} of {pool.model} has not passed its gates: {'; '.join(problems)}",
-                             "gates": problems, "serving": active.version if active else None}, status_code=409)
-
-    @app.get("/v1/admin/adapters", dependencies=[Depends(require_admin)])
+    @admin.get("/v1/admin/adapters", dependencies=[Depends(require_admin)])
     async def list_loaded():
         active = pool.active
         return {"model": pool.model, "default": active.version if active else None,
                 "loaded": [{"version": s.version, "adapter_sha256": s.content_hash, "artifact_sha256": s.artifact_sha256, "variant": s.variant,
                             "last_load": pool.reports[s.version].as_dict() if s.version in pool.reports else None} for s in pool.loaded()]}
 
-    @app.post("/v1/admin/adapters", dependencies=[Depends(require_admin)])
+    @admin.post("/v1/admin/adapters", dependencies=[Depends(require_admin)])
     async def load(body: LoadRequest):
-        if (refusal := await ungated(body.version)) is not None:
-            return refusal
         try:
             report = await swapper.swap_async(body.version, body.activate)
+        except NotServable as e:  # no valid verdict over its bytes: not a load that failed, a version that may not be served
+            active = pool.active
+            return JSONResponse({"error": str(e), "serving": active.version if active else None}, status_code=409)
         except ModelcdError as e:
             active = pool.active
             return JSONResponse({"error": str(e), "serving": active.version if active else None}, status_code=422)
         return {"loaded": report.as_dict(), "serving": pool.active.version if pool.active else None}
 
-    @app.post("/v1/admin/adapters/{version}/activate", dependencies=[Depends(require_admin)])
+    @admin.post("/v1/admin/adapters/{version}/activate", dependencies=[Depends(require_admin)])
     async def activate(version: str):
-        if (refusal := await ungated(version)) is not None:
-            return refusal
         served = swapper.switch(version)
         return {"serving": served.version, "adapter_sha256": served.content_hash}
 
-    @app.delete("/v1/admin/adapters/{version}", dependencies=[Depends(require_admin)])
+    @admin.delete("/v1/admin/adapters/{version}", dependencies=[Depends(require_admin)])
     async def unload(version: str):
         try:
             pool.unload(version)
@@ -281,7 +391,7 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
         return {"faults": {v: f.model_dump() for v, f in faults.items()}}
 
     if chaos:  # without it the route does not exist: a production server cannot be made to misbehave on purpose
-        app.post("/v1/admin/faults", dependencies=[Depends(require_admin)])(inject)
+        admin.post("/v1/admin/faults", dependencies=[Depends(require_admin)])(inject)
 
     return app
 

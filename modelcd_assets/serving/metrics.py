@@ -68,6 +68,13 @@ class ServerMetrics:
         self.swap_seconds = Histogram("modelcd_adapter_swap_duration_seconds", "Load, verify, probe and switch time of a version, by INT8 variant.", ("model", "variant"),
                                       buckets=SWAP_BUCKETS, registry=self.registry)
         self.serving = Gauge("modelcd_serving_info", "1 for the version served by default.", LABELS, registry=self.registry)
+        self.alias_refused = Gauge("modelcd_alias_refused", "1 for a version the production alias points at that may not be served (no valid verdict "
+                                   "over its bytes); the previous version keeps serving.", ("model", "version"), registry=self.registry)
+        # Apart from the version's series on purpose: what never reached a model must not move the latency or error ratio slo_sensor judges.
+        self.rejected = Counter("modelcd_requests_rejected", "Classify requests answered before they reached a model (over a limit, malformed, "
+                                "unknown version, not ready), by reason.", ("model", "reason"), registry=self.registry)
+        self.samples_dropped = Counter("modelcd_traffic_samples_dropped", "Sampled texts not written to the traffic log: its writer's queue was full, "
+                                       "or the record was too long.", ("model",), registry=self.registry)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -113,7 +113,7 @@ class ServingPool:
             record = CandidateRecord.load(self.state_root / "candidates" / ref.name / ref.version)
             gated = record.quantization()
         except FileNotFoundError as e:
-            raise SwapRefused(f"{what} has no gated build in {self.state_root}; {rerun} first") from e
+            raise servable.NotServable(f"{servable.NO_VERDICT} for {what}: it has no gated build in {self.state_root}; {rerun} first") from e
         if "artifact_sha256" not in gated or "probe" not in gated:
             raise SwapRefused(f"{what} was gated by an older modelcd that recorded neither the served artifact's hash nor its probe outputs; {rerun}")
         return record, gated
@@ -134,8 +134,6 @@ class ServingPool:
             artifact_sha256 = bytes_sha256(artifact_bytes)
             try:
                 checked = servable.check(self.registry, self.state_root, ref, int8_sha256=artifact_sha256)
-            except servable.NotServable as e:
-                raise SwapRefused(str(e)) from e
             except RegistryUnavailable as e:
                 raise SwapRefused(f"{what} could not be checked: {e}") from e
             self._withdrawn.discard(ref.version)

@@ -1,15 +1,16 @@
 """`modelcd serve`: the app for one registered model, configured from the environment, under uvicorn.
 
 The serving process imports neither torch nor Dagster: it runs ONNX Runtime on the gated artifact, reads
-the policy file itself, and asks a `modelcd verdict --stdin` helper process (the one reader of gate results)
-whether a version may be loaded through the admin API.
+the policy file itself, and loads a version (following the alias, or through the admin API) only with a valid
+signed verdict over its bytes (lib/servable.py), so it needs no Dagster database. The admin API listens on a port of its own, on loopback
+unless told otherwise, and only when MODELCD_ADMIN_TOKEN is set; the public port has no admin routes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -18,18 +19,15 @@ from modelcd_assets.lib.policy import load_policy, policy_file
 from modelcd_assets.lib.registry import Registry
 from modelcd_assets.serving.app import create_app
 from modelcd_assets.serving.pool import ServingPool
-from modelcd_assets.serving.verdicts import GateVerdicts
 
 ADMIN_TOKEN_ENV = "MODELCD_ADMIN_TOKEN"
+ADMIN_HOST, ADMIN_PORT = "127.0.0.1", 8081
 log = logging.getLogger("modelcd.serve")
 
 
-def app_from_env(model: str, workers: int = 2, environ: dict | None = None, *, allow_ungated: bool = False, chaos: bool = False,
-                 gate_problems: Callable[[str], list[str]] | None = None) -> FastAPI:
-    """The server for model, with the state folder, registry, policy and Dagster instance the rest of modelcd uses.
-
-    gate_problems replaces the `modelcd verdict` helper (tests read gate results in process).
-    """
+def app_from_env(model: str, workers: int = 2, environ: dict | None = None, *, chaos: bool = False) -> FastAPI:
+    """The server for model, with the state folder, registry, policy and public key the rest of modelcd uses (no Dagster database:
+    a version's signed attestation says whether it may be served)."""
     env = dict(os.environ if environ is None else environ)
     policy = load_policy(policy_file(Path(env["MODELCD_POLICY_DIR"]), model))
     registry = Registry.from_env(env)
@@ -37,19 +35,14 @@ def app_from_env(model: str, workers: int = 2, environ: dict | None = None, *, a
     # One intra-op thread per model call; concurrency comes from `workers` calls at once, so a swap's probe
     # on the loader thread does not steal every core from requests in flight.
     pool = ServingPool(model, registry, Path(env["MODELCD_HOME"]), policy.serving, policy.safety.limits(), threads=1)
-    if allow_ungated:
-        log.warning("--allow-ungated: the admin API loads and activates versions that have not passed their gates")
     if chaos:
         log.warning("--chaos: POST /v1/admin/faults can make any loaded version slow, failing or NaN-producing")
-    check = None if allow_ungated else gate_problems
-    if check is None and not allow_ungated:
-        check = GateVerdicts(model, env)
-        check.start()
-    return create_app(pool, admin_token=env.get(ADMIN_TOKEN_ENV) or None, poll_seconds=policy.serving.poll_seconds,
-                      gate_problems=check, chaos=chaos, workers=workers)
+    return create_app(pool, admin_token=env.get(ADMIN_TOKEN_ENV) or None, poll_seconds=policy.serving.poll_seconds, chaos=chaos, workers=workers)
 
 
-def serve(model: str, host: str, port: int, workers: int, allow_ungated: bool = False, chaos: bool = False) -> int:
+def serve(model: str, host: str, port: int, workers: int, chaos: bool = False,
+          admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT) -> int:
+    """The public app on host:port and the admin app on admin_host:admin_port (0: none), in one process and event loop."""
     import uvicorn
 
     import mlflow  # noqa: F401  (configures its own loggers on import; quieten them after)
@@ -57,8 +50,37 @@ def serve(model: str, host: str, port: int, workers: int, allow_ungated: bool = 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    app = app_from_env(model, workers, allow_ungated=allow_ungated, chaos=chaos)
+    app = app_from_env(model, workers, chaos=chaos)
+    configs = [uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)]
     if not os.environ.get(ADMIN_TOKEN_ENV):
-        log.warning("%s is not set: the admin API answers 401 to every call", ADMIN_TOKEN_ENV)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
-    return 0
+        log.warning("%s is not set: no admin API (it would answer 401 to every call), so no admin port is opened", ADMIN_TOKEN_ENV)
+    elif not admin_port:
+        log.warning("--admin-port 0: no admin API")
+    else:
+        configs.append(uvicorn.Config(app.state.admin_app, host=admin_host, port=admin_port, lifespan="off", log_level="warning", access_log=False))
+        log.info("admin API on http://%s:%d/v1/admin/", admin_host, admin_port)
+    servers = [uvicorn.Server(c) for c in configs]
+    try:
+        with asyncio.Runner(loop_factory=configs[0].get_loop_factory()) as runner:
+            return runner.run(_serve_together(servers))
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled, once both servers have shut down
+        return 0
+
+
+async def _serve_together(servers: list) -> int:
+    """Run uvicorn servers in one event loop until one of them stops (a signal, or a port it could not bind); then stop them all.
+
+    Returns 1 when one of them could not start (uvicorn logged why), else 0.
+    """
+    async def run(server) -> int:
+        try:
+            await server.serve()
+        except SystemExit as e:  # uvicorn's way to fail a start; the other server must still shut down cleanly
+            return 1 if e.code else 0
+        return 0
+
+    tasks = [asyncio.create_task(run(s)) for s in servers]
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for s in servers:
+        s.should_exit = True
+    return max(await asyncio.gather(*tasks))

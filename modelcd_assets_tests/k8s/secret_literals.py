@@ -22,6 +22,8 @@ FROM_ELSEWHERE = re.compile(r"^[\"']?(\$\{?\w+\}?|\$\(.*\)|<[^>]+>)[\"']?$")
 URL_PASSWORD = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:(?P<password>[^@\s/]+)@")
 FROM_LITERAL = re.compile(r"--from-literal[= ](?P<key>[^=\s]+)=(?P<value>\S+)")
 ASSIGNMENT = re.compile(r"^\s*(?:export\s+|ENV\s+|ARG\s+)?(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\S+)", re.MULTILINE)
+# An INI line (MLflow's basic_auth.ini), on a line of its own or quoted in a shell command: key = value.
+INI_ASSIGNMENT = re.compile(r"""(?:^|["'])[ \t]*(?P<key>[A-Za-z_][A-Za-z0-9_.]*)[ \t]+=[ \t]+(?P<value>[^\s"']+)""", re.MULTILINE)
 
 
 def _is_literal(value: Any) -> bool:
@@ -67,6 +69,9 @@ def _text_findings(text: str, filename: str, assignments: bool) -> Iterator[str]
     for m in FROM_LITERAL.finditer(text):
         if _is_literal_text(m["value"]):
             yield f"{filename}: --from-literal {m['key']} with a literal value; read it from the environment"
+    for m in INI_ASSIGNMENT.finditer(text):
+        if _secret_key(m["key"]) and _is_literal_text(m["value"]):
+            yield f"{filename}: {m['key']} = a literal value"
     if assignments:
         for m in ASSIGNMENT.finditer(text):
             if _secret_key(m["key"]) and _is_literal_text(m["value"]):
@@ -75,7 +80,8 @@ def _text_findings(text: str, filename: str, assignments: bool) -> Iterator[str]
 
 def secret_literals(text: str, filename: str) -> list[str]:
     """Every secret literal in one file's text: YAML and JSON key by key, and every file line by line (URLs with a
-    password, kubectl --from-literal; in other files, assignments such as ENV or export too)."""
+    password, kubectl --from-literal, INI lines such as basic_auth.ini's; in other files, assignments such as ENV or
+    export too)."""
     if filename.endswith((".yaml", ".yml")):
         found = [f for i, doc in enumerate(yaml.safe_load_all(text)) for f in _walk(doc, f"{filename}[{i}]")]
     elif filename.endswith(".json"):

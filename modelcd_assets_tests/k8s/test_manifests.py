@@ -16,7 +16,18 @@ def test_manifests_folder_holds_every_object_the_readme_applies():
             ("ServiceAccount", "modelcd-dagster"), ("Role", "modelcd-run-launcher"), ("RoleBinding", "modelcd-run-launcher"),
             ("Deployment", "modelcd-mlflow"), ("Service", "modelcd-mlflow"), ("Deployment", "modelcd-serve"),
             ("Service", "modelcd-serve"), ("Service", "modelcd-serve-pods"), ("PodDisruptionBudget", "modelcd-serve"),
-            ("ConfigMap", "modelcd-prometheus"), ("Deployment", "modelcd-prometheus"), ("Service", "modelcd-prometheus")} <= kinds
+            ("ConfigMap", "modelcd-prometheus"), ("Deployment", "modelcd-prometheus"), ("Service", "modelcd-prometheus"),
+            ("Job", "modelcd-state-init"), ("NetworkPolicy", "default-deny-ingress"), ("NetworkPolicy", "modelcd-mlflow"),
+            ("NetworkPolicy", "modelcd-postgresql"), ("NetworkPolicy", "modelcd-code-server"), ("NetworkPolicy", "modelcd-prometheus"),
+            ("NetworkPolicy", "modelcd-serve")} <= kinds
+
+
+def test_network_policies_validate_against_the_networking_v1_schema():
+    """kubernetes-validate knows networking.k8s.io/v1 NetworkPolicy: a misspelt field fails like any other."""
+    policy = copy.deepcopy(manifest("NetworkPolicy", "modelcd-serve"))
+    assert schema_problems(policy) == []
+    policy["spec"]["ingress"][0]["form"] = policy["spec"]["ingress"][0].pop("from")
+    assert any("form" in p for p in schema_problems(policy))
 
 
 @pytest.mark.parametrize("where, doc", DOCUMENTS, ids=[where for where, _ in DOCUMENTS])

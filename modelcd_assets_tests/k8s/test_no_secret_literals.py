@@ -28,8 +28,10 @@ def test_file_holds_no_secret_literal(path):
     ("README.md", "kubectl create secret generic modelcd-serve-admin --from-literal=token=3f9a0c\n"),
     ("README.md", "export PGPASSWORD=hunter2\n"),
     ("Dockerfile", "ENV MODELCD_ADMIN_TOKEN=3f9a0c\n"),
+    ("README.md", "printf '%s\\n' \"[mlflow]\" \"admin_password = hunter2\"\n"),
+    ("basic_auth.ini", "[mlflow]\nadmin_password = hunter2\n"),
 ], ids=["chart-password", "numeric-password", "env-value", "configmap-token", "url-password", "json-api-key",
-        "from-literal", "shell-export", "dockerfile-env"])
+        "from-literal", "shell-export", "dockerfile-env", "ini-line-in-readme", "ini-file"])
 def test_detector_catches_a_planted_literal(filename, text):
     assert secret_literals(text, filename)
 
@@ -41,6 +43,8 @@ def test_detector_catches_a_planted_literal(filename, text):
     ("values.yaml", "podSpecConfig:\n  automount_service_account_token: false\n"),
     ("README.md", 'kubectl create secret generic x --from-literal=uri="postgresql://mlflow:${MLFLOW_DB_PASSWORD}@db:5432/mlflow"\n'),
     ("README.md", 'kubectl create secret generic x --from-literal=token="$MODELCD_ADMIN_TOKEN"\n'),
-], ids=["secret-key-ref", "secret-name", "env-source", "boolean", "url-from-env", "from-env"])
+    ("README.md", '"database_uri = postgresql+psycopg2://mlflow_auth:${MLFLOW_AUTH_DB_PASSWORD}@db:5432/mlflow_auth"\n'),
+    ("mlflow_users.py", 'USERS = (("modelcd-writer", "MODELCD_MLFLOW_WRITER_PASSWORD", "EDIT"),)\n'),
+], ids=["secret-key-ref", "secret-name", "env-source", "boolean", "url-from-env", "from-env", "ini-uri-from-env", "password-variable-name"])
 def test_detector_accepts_references_to_secrets(filename, text):
     assert secret_literals(text, filename) == []

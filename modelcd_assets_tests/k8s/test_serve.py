@@ -20,6 +20,12 @@ def test_serve_command_is_one_the_modelcd_cli_accepts():
     assert not args.allow_ungated and not args.chaos
 
 
+def test_admin_api_listens_on_loopback_on_a_port_of_its_own():
+    args = parser().parse_args(CONTAINER["command"][1:])
+    assert args.admin_host == "127.0.0.1"
+    assert args.admin_port not in (0, args.port)
+
+
 def test_probes_use_readyz_for_readiness_and_healthz_for_liveness():
     assert CONTAINER["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert CONTAINER["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -66,7 +72,7 @@ def test_prometheus_scrapes_every_serve_pod_and_slo_sensor_reads_that_prometheus
     assert manifest("ConfigMap", "modelcd-env")["data"]["MODELCD_PROMETHEUS_URL"] == f"http://modelcd-prometheus:{port}"
 
 
-def test_serve_and_mlflow_run_the_code_location_image():
-    for name in ("modelcd-serve", "modelcd-mlflow"):
-        assert manifest("Deployment", name)["spec"]["template"]["spec"]["containers"][0]["image"] == code_location_image(), name
+def test_serve_mlflow_and_state_init_run_the_code_location_image():
+    for kind, name in (("Deployment", "modelcd-serve"), ("Deployment", "modelcd-mlflow"), ("Job", "modelcd-state-init")):
+        assert manifest(kind, name)["spec"]["template"]["spec"]["containers"][0]["image"] == code_location_image(), name
     assert manifest("Deployment", "modelcd-mlflow")["spec"]["template"]["spec"]["containers"][0]["command"][:2] == ["mlflow", "server"]

@@ -51,6 +51,45 @@ def test_values_that_retry_failed_gates_fail():
     assert any(e.startswith("dagsterDaemon.runRetries.retryOnAssetOrOpFailure") for e in found), found
 
 
+CODE_SERVER_SC = ["dagster-user-deployments", "deployments", 0, "securityContext"]
+RUN_SC = ["runLauncher", "config", "k8sRunLauncher", "securityContext"]
+
+
+@pytest.mark.parametrize("path, value", [
+    (CODE_SERVER_SC + ["readOnlyRootFilesystem"], False),
+    (RUN_SC + ["readOnlyRootFilesystem"], False),
+    (RUN_SC + ["runAsNonRoot"], False),
+    (CODE_SERVER_SC + ["allowPrivilegeEscalation"], True),
+    (RUN_SC + ["capabilities"], {"drop": ["NET_RAW"]}),
+    (RUN_SC + ["seccompProfile"], {"type": "Unconfined"}),
+    (["dagster-user-deployments", "deployments", 0, "podSecurityContext", "seccompProfile"], {"type": "Unconfined"}),
+    (["runLauncher", "config", "k8sRunLauncher", "runK8sConfig", "podSpecConfig", "security_context", "seccomp_profile"], {"type": "Unconfined"}),
+], ids=lambda v: ".".join(map(str, v)) if isinstance(v, list) else None)
+def test_values_that_loosen_a_security_context_fail(path, value):
+    found = errors(_with(path, value))
+    assert any(e.startswith(".".join(map(str, path[:-1]))) for e in found), found
+
+
+@pytest.mark.parametrize("path", [CODE_SERVER_SC, RUN_SC])
+def test_values_without_a_security_context_fail(path):
+    values = copy.deepcopy(load_yaml(VALUES))
+    node = values
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    assert any("securityContext" in e and "required" in e for e in errors(values))
+
+
+@pytest.mark.parametrize("volume", [
+    {"name": "host", "hostPath": {"path": "/"}},
+    {"name": "signing-key", "secret": {"secretName": "modelcd-signing-key", "optional": True}},
+], ids=["host-path", "unknown-secret-field"])
+def test_values_with_a_volume_of_another_kind_fail(volume):
+    values = copy.deepcopy(load_yaml(VALUES))
+    values["runLauncher"]["config"]["k8sRunLauncher"]["volumes"].append(volume)
+    assert errors(values)
+
+
 def test_values_with_a_malformed_cpu_quantity_fail():
     found = errors(_with(["runLauncher", "config", "k8sRunLauncher", "runK8sConfig", "containerConfig", "resources", "limits", "cpu"], "four cores"))
     assert any("does not match" in e for e in found), found

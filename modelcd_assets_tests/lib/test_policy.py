@@ -33,6 +33,10 @@ def test_a_policy_file_overrides_and_declares_golden_cases(tmp_path):
         ("safety:\n  allow: ['']\n", "safety.allow.0"),
         ("safety:\n  allow: [3]\n", "safety.allow.0"),
         ("safety:\n  allowed: ['*.dat']\n", "safety.allowed: Extra inputs are not permitted"),
+        ("serving:\n  max_texts: 0\n", "serving.max_texts"),
+        ("serving:\n  max_body_bytes: 10\n", "serving.max_body_bytes"),
+        ("serving:\n  sample_max_bytes: 1048576\n  max_text_chars: 100000\n",
+         "sample_max_bytes (1048576) is too small for a text of max_text_chars (100000); use at least 1200514"),
         ("- a\n- b\n", "must hold a mapping"),
         ("accuracy: [\n", "not valid YAML"),
     ],
@@ -77,3 +81,12 @@ def test_safety_limits_are_converted_from_mib():
 
     limits = SafetyPolicy(max_file_mb=1.5, max_total_mb=3, max_files=7, allow=["*.csv"]).limits()
     assert limits == SafetyLimits(max_total_bytes=3 << 20, max_file_bytes=3 << 19, max_files=7, allow=("*.csv",))
+
+
+def test_serving_limits_default_to_what_a_classifier_request_needs():
+    """The server accepted 64 texts of 5 MiB each; its limits are policy now, checked before parsing or tokenizing."""
+    from modelcd_assets.lib.traffic_log import record_bytes_bound
+
+    s = load_policy(None).serving
+    assert (s.max_body_bytes, s.max_text_chars, s.max_texts, s.sample_max_bytes) == (2**20, 20_000, 64, 64 * 2**20)
+    assert s.sample_max_bytes // 2 > record_bytes_bound(s.max_text_chars)

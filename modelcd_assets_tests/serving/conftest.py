@@ -77,14 +77,18 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`modelcd serve` as a real process on a free loopback port; flags such as --chaos are passed on."""
+    """`modelcd serve` as a real process on a free loopback port, its admin API on another; flags such as --chaos are passed on."""
 
-    def __init__(self, env: Env, log: Path, *flags: str):
+    def __init__(self, env: Env, log: Path, *flags: str, admin_port: int | None = None):
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.admin_port = admin_port or self.port
+        while self.admin_port == self.port:
+            self.admin_port = free_port()
+        self.url, self.admin_url = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.admin_port}"
         environ = dict(os.environ, **env.env, MODELCD_ADMIN_TOKEN=ADMIN_TOKEN)
         self.log = open(log, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "serve", MODEL, "--port", str(self.port), *flags],
+        self.proc = subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "serve", MODEL, "--port", str(self.port),
+                                      "--admin-port", str(self.admin_port), *flags],
                                      env=environ, stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, version: str, timeout: float = 120) -> None:
@@ -101,7 +105,7 @@ class ServerProcess:
         raise AssertionError(f"the server did not serve version {version} within {timeout} s; see {self.log.name}")
 
     def admin(self, method: str, path: str, **kw) -> httpx.Response:
-        return httpx.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60, **kw)
+        return httpx.request(method, f"{self.admin_url}{path}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60, **kw)
 
     def stop(self) -> None:
         stop_process(self.proc)

@@ -15,7 +15,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from modelcd_assets.launch import BLOCKED, run_gate
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.registry import CONTENT
-from modelcd_assets.gate_results import code_location_graph, read_gates
 from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.runtime import logits, session
@@ -35,11 +34,14 @@ def served(tmp_path_factory, tiny_trained, tiny_adapters):
     mp.undo()
 
 
-def start(served, model: str = MODEL, gates_in_process: bool = True, **flags) -> TestClient:
-    """The app; gate results are read in process (as `modelcd verdict` reads them), or through that subprocess as `modelcd serve` does."""
-    graph = code_location_graph()
-    reader = (lambda v: read_gates(served.instance, CandidateRef(model, v).key, graph).problems) if gates_in_process else None
-    return TestClient(app_from_env(model, environ={**served.env.env, "MODELCD_ADMIN_TOKEN": ADMIN_TOKEN}, gate_problems=reader, **flags))
+def start(served, model: str = MODEL, **flags) -> TestClient:
+    """The app as `modelcd serve` builds it: a version gets in only with a valid signed verdict over its bytes."""
+    return TestClient(app_from_env(model, environ={**served.env.env, "MODELCD_ADMIN_TOKEN": ADMIN_TOKEN}, **flags))
+
+
+def admin(client: TestClient) -> TestClient:
+    """The admin API of the server client talks to: the same pool, served apart (in `modelcd serve`, on its own port)."""
+    return TestClient(client.app.state.admin_app)
 
 
 def wait_serving(client: TestClient, version: str, timeout: float = 60) -> dict:
@@ -125,15 +127,24 @@ def test_classify_is_served_by_the_gated_int8_artifact_with_its_hash(served, cli
     assert np.array_equal(np.array([p["logits"] for p in r.json()["predictions"]], dtype=np.float32), gated_logits(served, served.v2))
 
 
+def test_the_public_app_has_no_admin_routes(client):
+    """The admin API used to share the public port, where anyone who could classify could also try the token."""
+    assert client.get("/v1/admin/adapters", headers=AUTH).status_code == 404
+    assert client.post("/v1/admin/adapters", json={"version": "1"}, headers=AUTH).status_code == 404
+    assert client.post("/v1/admin/faults", json={"version": "1"}, headers=AUTH).status_code == 404
+    assert not [p for p in client.app.openapi()["paths"] if p.startswith("/v1/admin")]
+    assert {p for p in admin(client).app.openapi()["paths"]} >= {"/v1/admin/adapters", "/v1/admin/faults"}
+
+
 def test_admin_api_needs_the_bearer_token(client):
-    assert client.get("/v1/admin/adapters").status_code == 401
-    r = client.post("/v1/admin/adapters", json={"version": "1"}, headers={"Authorization": "Bearer wrong"})
+    assert admin(client).get("/v1/admin/adapters").status_code == 401
+    r = admin(client).post("/v1/admin/adapters", json={"version": "1"}, headers={"Authorization": "Bearer wrong"})
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
-    assert client.get("/v1/admin/adapters", headers=AUTH).status_code == 200
+    assert admin(client).get("/v1/admin/adapters", headers=AUTH).status_code == 200
 
 
 def test_a_request_can_name_a_loaded_adapter(served, client):
-    r = client.post("/v1/admin/adapters", json={"version": served.v1.version, "activate": False}, headers=AUTH)
+    r = admin(client).post("/v1/admin/adapters", json={"version": served.v1.version, "activate": False}, headers=AUTH)
     assert r.status_code == 200, r.text
     consistency = r.json()["loaded"]["consistency"]
     assert consistency["max_abs_logit_diff"] <= 1e-4 and consistency["top1_agreement"] == 1.0
@@ -146,57 +157,59 @@ def test_a_request_can_name_a_loaded_adapter(served, client):
     assert client.post("/v1/classify", json={"texts": TEXTS, "adapter": "99"}).status_code == 404
 
 
+def test_an_unknown_adapter_is_named_but_the_loaded_versions_are_not(served, client):
+    """The 404 used to list every loaded version to any client; which versions are loaded is the admin API's to say."""
+    r = client.post("/v1/classify", json={"texts": TEXTS, "adapter": "99"})
+    assert r.status_code == 404
+    assert r.json()["error"] == f"version 99 of {MODEL} is not served here"
+    assert "loaded" not in r.text and f"'{served.v2.version}'" not in r.text
+
+
 def test_a_never_gated_version_is_refused_and_the_old_adapter_keeps_serving(served):
-    with start(served, gates_in_process=False, chaos=True) as client:  # the gate check as `modelcd serve` runs it: a `modelcd verdict` subprocess
+    with start(served, chaos=True) as client:
         wait_serving(client, served.v2.version)
         _refused_and_still_serving(served, client)
 
 
 def _refused_and_still_serving(served, client):
-    r = client.post("/v1/admin/adapters", json={"version": served.ungated.version}, headers=AUTH)
+    r = admin(client).post("/v1/admin/adapters", json={"version": served.ungated.version}, headers=AUTH)
     assert r.status_code == 409, r.text
-    assert r.json()["error"].startswith(f"version {served.ungated.version} of {MODEL} has not passed its gates: ")
-    assert "accuracy_within_tolerance: no result recorded" in r.json()["gates"]
+    assert r.json()["error"].startswith(f"not servable: no valid verdict for {served.ungated.uri}: it has no gated build")
     assert r.json()["serving"] == served.v2.version
     assert client.post("/v1/classify", json={"texts": TEXTS}).headers[HASH_HEADER] == content(served, served.v2)
     assert metric_samples(client.get("/metrics").text)[("modelcd_adapter_swaps_total", frozenset({"model": MODEL, "outcome": "refused"}.items()))] >= 1
 
 
 def test_a_version_whose_gate_failed_is_neither_loaded_nor_activated(served, client, failed):
-    for r in (client.post("/v1/admin/adapters", json={"version": failed.version}, headers=AUTH),
-              client.post(f"/v1/admin/adapters/{failed.version}/activate", headers=AUTH)):
-        assert r.status_code == 409, r.text
-        assert "accuracy_within_tolerance: failed (passed=False)" in r.json()["gates"]
-        assert "accuracy_within_tolerance: failed (passed=False)" in r.json()["error"]
-        assert r.json()["serving"] == served.v2.version
-    listed = client.get("/v1/admin/adapters", headers=AUTH).json()
+    r = admin(client).post("/v1/admin/adapters", json={"version": failed.version}, headers=AUTH)
+    assert r.status_code == 409, r.text
+    assert r.json()["error"] == f"not servable: no valid verdict for {failed.uri}: it has no attestation (only versions promoted through every gate get one)"
+    assert r.json()["serving"] == served.v2.version
+    r = admin(client).post(f"/v1/admin/adapters/{failed.version}/activate", headers=AUTH)  # never loaded, so nothing to activate
+    assert r.status_code == 404 and r.json()["error"] == f"version {failed.version} of {MODEL} is not served here"
+    listed = admin(client).get("/v1/admin/adapters", headers=AUTH).json()
     assert failed.version not in [s["version"] for s in listed["loaded"]] and listed["default"] == served.v2.version
 
 
-def test_allow_ungated_loads_a_failed_version_but_still_needs_a_build(served, failed):
-    with start(served, allow_ungated=True) as c:
-        wait_serving(c, served.v2.version)
-        r = c.post("/v1/admin/adapters", json={"version": failed.version, "activate": False}, headers=AUTH)
-        assert r.status_code == 200, r.text
-        assert c.post(f"/v1/admin/adapters/{failed.version}/activate", headers=AUTH).json()["serving"] == failed.version
-        # A version with no build is still refused by the load itself: nothing judged it, so nothing can probe it.
-        r = c.post("/v1/admin/adapters", json={"version": served.ungated.version}, headers=AUTH)
-        assert r.status_code == 422
-        assert "no gated build" in r.json()["error"] and f"modelcd gate {MODEL} {served.ungated.version}" in r.json()["error"]
-        assert r.json()["serving"] == failed.version
+def test_there_is_no_way_to_serve_without_a_verdict():
+    """--allow-ungated let the admin API load versions that had not passed their gates; with signed verdicts there is no such switch."""
+    from modelcd_assets.cli import parser
+
+    with pytest.raises(SystemExit):
+        parser().parse_args(["serve", MODEL, "--allow-ungated"])
 
 
 def test_fault_injection_exists_only_with_chaos(served, client):
     with start(served) as c:
         wait_serving(c, served.v2.version)
-        assert c.post("/v1/admin/faults", json={"version": served.v2.version, "error_ratio": 1.0}, headers=AUTH).status_code == 404
-        assert "/v1/admin/faults" not in c.app.openapi()["paths"]
+        assert admin(c).post("/v1/admin/faults", json={"version": served.v2.version, "error_ratio": 1.0}, headers=AUTH).status_code == 404
+        assert "/v1/admin/faults" not in admin(c).app.openapi()["paths"]
         assert c.post("/v1/classify", json={"texts": TEXTS}).status_code == 200
-    assert client.post("/v1/admin/faults", json={"version": served.v2.version}, headers=AUTH).json() == {"faults": {}}
+    assert admin(client).post("/v1/admin/faults", json={"version": served.v2.version}, headers=AUTH).json() == {"faults": {}}
 
 
 def test_unloading_the_default_version_is_refused(served, client):
-    r = client.delete(f"/v1/admin/adapters/{served.v2.version}", headers=AUTH)
+    r = admin(client).delete(f"/v1/admin/adapters/{served.v2.version}", headers=AUTH)
     assert r.status_code == 409 and "activate another version" in r.json()["error"]
 
 
@@ -212,13 +225,13 @@ def test_the_server_follows_the_production_alias(served, client):
 
 def test_metrics_count_requests_errors_and_nan_outputs(served, client):
     v = served.v2.version
-    r = client.post("/v1/admin/faults", json={"version": v, "nan_ratio": 1.0}, headers=AUTH)
+    r = admin(client).post("/v1/admin/faults", json={"version": v, "nan_ratio": 1.0}, headers=AUTH)
     assert r.status_code == 200
     try:
         bad = client.post("/v1/classify", json={"texts": TEXTS})
         assert bad.status_code == 500 and "non-finite" in bad.json()["error"]
     finally:
-        client.post("/v1/admin/faults", json={"version": v}, headers=AUTH)
+        admin(client).post("/v1/admin/faults", json={"version": v}, headers=AUTH)
     assert client.post("/v1/classify", json={"texts": TEXTS}).status_code == 200
     samples = metric_samples(client.get("/metrics").text)
     labels = {"model": MODEL, "version": v, "adapter": content(served, served.v2)[:12]}
@@ -240,17 +253,17 @@ def test_a_swap_is_refused_unless_the_artifact_and_its_outputs_are_the_gated_one
     shutil.copy2(target, backup)
     if tamper == "artifact":  # v1's INT8 file replaced by v2's: a build folder edited after gating
         shutil.copy2(other.chosen_int8(), target)
-        why = "is not the INT8 model its gates judged"
+        why, status = "int8-model differ from what was judged", 409  # no valid verdict covers these bytes
     else:  # the recorded outputs no longer match what the artifact computes
         gated = json.loads(target.read_text())
         gated["probe"]["logits"] = (np.asarray(gated["probe"]["logits"]) + 0.01).tolist()
         target.write_text(json.dumps(gated))
-        why = "disagree"
+        why, status = "disagree", 422  # the attested bytes, but the probe does not reproduce the gated outputs
     try:
         with start(served) as c:
             wait_serving(c, served.v2.version)
-            r = c.post("/v1/admin/adapters", json={"version": served.v1.version}, headers=AUTH)
-            assert r.status_code == 422 and why in r.json()["error"], r.text
+            r = admin(c).post("/v1/admin/adapters", json={"version": served.v1.version}, headers=AUTH)
+            assert r.status_code == status and why in r.json()["error"], r.text
             assert r.json()["serving"] == served.v2.version
             assert c.post("/v1/classify", json={"texts": TEXTS}).headers[HASH_HEADER] == content(served, served.v2)
     finally:
@@ -276,7 +289,7 @@ def test_the_session_runs_the_bytes_that_were_hashed_even_if_the_file_changes_af
         with start(served) as c:
             wait_serving(c, served.v2.version)
             monkeypatch.setattr(pool_module, "bytes_sha256", hash_then_replace)  # for v1's load only
-            r = c.post("/v1/admin/adapters", json={"version": served.v1.version}, headers=AUTH)
+            r = admin(c).post("/v1/admin/adapters", json={"version": served.v1.version}, headers=AUTH)
             assert r.status_code == 200, r.text  # the probe passed: what serves is v1's gated bytes, not the file now on disk
             got = c.post("/v1/classify", json={"texts": TEXTS, "adapter": served.v1.version}).json()
             assert np.allclose([p["logits"] for p in got["predictions"]], gated_logits_of(backup, record), atol=1e-5)
@@ -320,46 +333,41 @@ def test_the_serving_process_imports_neither_torch_nor_dagster(served):
         "assert pool.active.logits(['where is my parcel']).shape == (1, 4)\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'dagster', 'transformers', 'peft'})))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, MODEL, served.v2.version], env={**os.environ, **served.env.env},
+    production = served.env.registry.production(MODEL).version  # v2 may have been rolled back (withdrawn) by an earlier test
+    done = subprocess.run([sys.executable, "-c", script, MODEL, production], env={**os.environ, **served.env.env},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
 
-def test_loaded_versions_are_bounded_least_recently_used_first(served, failed):
+def test_loaded_versions_are_bounded_least_recently_used_first(served):
     from modelcd_assets.lib.policy import ServingPolicy
+    from modelcd_assets.lib.registry import ROLLED_BACK
     from modelcd_assets.serving.pool import ServingPool
 
-    pool = ServingPool(MODEL, served.env.registry, served.env.home, ServingPolicy(max_loaded_versions=1))
-    pool.activate(pool.load(served.v1.version).version)
-    assert pool.load(served.v2.version).evicted == ()  # the default and the version just loaded always stay
-    pool.activate(served.v2.version)
-    report = pool.load(failed.version)
-    assert report.evicted == (served.v1.version,)
-    assert [s.version for s in pool.loaded()] == [served.v2.version, failed.version]
-
-
-def test_the_verdict_helper_answers_as_promotion_judges_and_fails_closed(served, failed, tmp_path):
-    import os
-
-    from modelcd_assets.serving.verdicts import GateVerdicts
-
-    verdicts = GateVerdicts(MODEL, {**os.environ, **served.env.env})
+    reg = served.env.registry
+    withdrawn = ROLLED_BACK in reg.tags(served.v2)  # an earlier test may have rolled production back from v2
+    if withdrawn:
+        kept = reg.tags(served.v2)[ROLLED_BACK]
+        reg.client.delete_model_version_tag(MODEL, served.v2.version, ROLLED_BACK)
     try:
-        assert verdicts(served.v2.version) == []
-        assert "accuracy_within_tolerance: failed (passed=False)" in verdicts(failed.version)
-        assert "accuracy_within_tolerance: no result recorded" in verdicts(served.ungated.version)
-        verdicts._proc.kill()  # a helper that died is replaced on the next call
-        verdicts._proc.wait()
-        assert verdicts(served.v2.version) == []
+        pool = ServingPool(MODEL, reg, served.env.home, ServingPolicy(max_loaded_versions=1))
+        pool.activate(pool.load(served.v1.version).version)
+        assert pool.load(served.v2.version).evicted == ()  # the default and the version just loaded always stay
+        pool.activate(served.v2.version)
+        assert [s.version for s in pool.loaded()] == [served.v1.version, served.v2.version]
+        pool.activate(pool.load(served.v1.version).version)  # v1 is the default again: v2 is the least recently used
+        assert [s.version for s in pool.loaded()] == [served.v1.version, served.v2.version]
+        pool.unload(served.v2.version)
+        assert pool.load(served.v2.version).evicted == ()
+        # A third loaded version pushes out the least recently used one that is neither the default nor the one just loaded.
+        third = pool._loaded[served.v1.version]
+        pool._loaded["99"] = third
+        pool.activate(served.v2.version)
+        pool.resolve(served.v1.version)  # v1 used after 99 was added: 99 is now the least recently used
+        pool._loaded.move_to_end("99", last=False)
+        assert pool._evict(keep=served.v1.version) == ("99",)
+        assert [s.version for s in pool.loaded()] == [served.v1.version, served.v2.version]
     finally:
-        verdicts.close()
-    assert verdicts._proc is None
-    # A helper that cannot read the Dagster instance: every answer is a refusal that says why, never a pass.
-    (tmp_path / "not-a-folder").write_text("")
-    broken = GateVerdicts(MODEL, {**os.environ, **served.env.env, "DAGSTER_HOME": str(tmp_path / "not-a-folder")})
-    try:
-        [why] = broken(served.v2.version)
-        assert why.startswith(f"the gate results of version {served.v2.version} could not be read") and "nothing was loaded" in why
-    finally:
-        broken.close()
+        if withdrawn:
+            reg.set_tags(served.v2, {ROLLED_BACK: kept})

@@ -2,6 +2,7 @@
 
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -41,8 +42,11 @@ def root(env) -> Path:
 
 
 def start(env) -> TestClient:
-    # The admin API is only used for fault injection here; no version is loaded through it, so no gate reader is needed.
-    return TestClient(app_from_env(MODEL, environ={**env.env, "MODELCD_ADMIN_TOKEN": ADMIN_TOKEN}, gate_problems=lambda v: [], chaos=True))
+    return TestClient(app_from_env(MODEL, environ={**env.env, "MODELCD_ADMIN_TOKEN": ADMIN_TOKEN}, chaos=True))
+
+
+def admin(client: TestClient) -> TestClient:
+    return TestClient(client.app.state.admin_app)
 
 
 def ready(client: TestClient, timeout: float = 60) -> str:
@@ -92,11 +96,11 @@ def test_a_served_request_lands_in_the_traffic_log_and_a_failed_one_does_not(env
     assert {rec.version for rec in traffic_log.window(root(env), MODEL, 2)} == {version}
     # Both ways a request fails: an error before the model runs, and NaN outputs after it ran.
     for fault, text in (({"error_ratio": 1.0}, "this request fails"), ({"nan_ratio": 1.0}, "this request gives NaN")):
-        assert client.post("/v1/admin/faults", headers=AUTH, json={"version": version, **fault}).status_code == 200
+        assert admin(client).post("/v1/admin/faults", headers=AUTH, json={"version": version, **fault}).status_code == 200
         try:
             assert client.post("/v1/classify", json={"texts": [text]}).status_code == 500
         finally:
-            client.post("/v1/admin/faults", headers=AUTH, json={"version": version})
+            admin(client).post("/v1/admin/faults", headers=AUTH, json={"version": version})
     assert client.post("/v1/classify", json={"texts": ["served after the failure"]}).status_code == 200
     got = wait_sampled(env, "served after the failure")
     assert "this request fails" not in got and "this request gives NaN" not in got
@@ -107,6 +111,46 @@ def test_the_log_stays_within_sample_max(env, client):
         assert client.post("/v1/classify", json={"texts": [f"bounded {i}-{k}" for k in range(8)]}).status_code == 200
     got = wait_sampled(env, "bounded 29-7")
     assert 50 <= len(got) <= 100 and got[-1] == "bounded 29-7"
+
+
+def test_the_log_and_its_folder_are_readable_by_the_server_user_only(env, client):
+    """The texts are what clients sent: the log was 0644 in a 0755 folder."""
+    assert client.post("/v1/classify", json={"texts": ["private 1"]}).status_code == 200
+    wait_sampled(env, "private 1")
+    folder = traffic_log.folder(root(env), MODEL)
+    assert {p.name: p.stat().st_mode & 0o777 for p in (folder, folder.parent)} == {MODEL: 0o700, traffic_log.TRAFFIC_DIR: 0o700}
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
+    assert {traffic_log.CURRENT, traffic_log.LOCK} <= set(modes) and set(modes.values()) == {0o600}, modes
+
+
+def test_samples_beyond_the_writers_queue_are_dropped_and_counted_never_waited_for(env, client):
+    """The sampler's queue was unbounded: a slow disk let every sampled body pile up in memory."""
+    from modelcd_assets.serving.app import SAMPLE_QUEUE
+
+    traffic = client.app.state.traffic
+    release = threading.Event()
+    append = traffic.append
+
+    def stuck(version, texts, ts=None):
+        release.wait(60)  # a disk that does not answer
+        return append(version, texts, ts)
+
+    def dropped() -> float:
+        return sum(s.value for fam in text_string_to_metric_families(client.get("/metrics").text) for s in fam.samples
+                   if s.name == "modelcd_traffic_samples_dropped_total" and s.labels == {"model": MODEL})
+
+    before = dropped()
+    sent = SAMPLE_QUEUE + 6
+    traffic.append = stuck
+    try:
+        for i in range(sent):
+            assert client.post("/v1/classify", json={"texts": [f"queued {i}"]}).status_code == 200
+        # One sample is with the stuck writer, SAMPLE_QUEUE wait behind it, the rest were dropped.
+        assert sent - SAMPLE_QUEUE - 1 <= dropped() - before <= sent - SAMPLE_QUEUE
+    finally:
+        release.set()
+        del traffic.append
+    wait_sampled(env, f"queued {SAMPLE_QUEUE - 1}")
 
 
 def test_a_sample_that_cannot_be_written_never_fails_the_request(env, client, caplog):
