@@ -20,6 +20,21 @@ def _registry():
     return Registry.from_env()
 
 
+def _without_password(text: object) -> str:
+    """An error's text without the registry's password (MLflow's HTTP errors quote the URL they called)."""
+    from modelcd_assets.lib.registry import masked_text
+
+    return masked_text(text, os.environ.get("MLFLOW_TRACKING_URI", ""))
+
+
+def _registry_error(e) -> str:
+    """An MLflow error no registry method classified, as one line without the registry's password."""
+    from modelcd_assets.lib.registry import masked_uri
+
+    shown = masked_uri(os.environ.get("MLFLOW_TRACKING_URI", ""))
+    return f"{_without_password(e.message)} (registry: {shown}); nothing was decided, retry when the registry answers"
+
+
 def cmd_register(args) -> int:
     from modelcd_assets.lib.contract import parse_semver
     from modelcd_assets.lib.registry import BUMP_DECLARED, SEMVER_DECLARED, TOKENIZER_CHANGE
@@ -74,6 +89,13 @@ def _gated(run, label: str) -> int:
     print(f"run {run.run_id}")
     if run.outcome == SUPERSEDED:
         print(f"superseded: {run.error}")
+    elif run.outcome not in (PROMOTED, BLOCKED, BAD_INPUT):  # the run failed: nothing was decided
+        step, _, why = run.error.partition(": ")
+        if "RegistryUnavailable: " in why:  # the reason alone, without the exception's qualified name
+            what, why = "registry unavailable", f"{step}: {why.rsplit('RegistryUnavailable: ', 1)[-1]}"
+        else:
+            what, why = ("registry unavailable" if "MlflowException" in run.error else "error"), run.error
+        print(f"modelcd: {what}: {_without_password(why)}; nothing was promoted, see run {run.run_id} in the Dagster UI", file=sys.stderr)
     return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, SUPERSEDED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(run.outcome, EXIT_ERROR)
 
 
@@ -87,10 +109,14 @@ def cmd_gate(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from modelcd_assets.launch import run_calibration
+    from modelcd_assets.launch import RunFailed, run_calibration
 
     _registry().require_candidate_model(args.name)
-    done = run_calibration(args.name, Path(args.source), gate=not args.no_gate)
+    try:
+        done = run_calibration(args.name, Path(args.source), gate=not args.no_gate)
+    except RunFailed as e:  # exit 2 means the set was refused; a failed run decided nothing
+        print(f"modelcd: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
     if done.refused:
         print(f"refused: {done.refused}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -111,6 +137,7 @@ def cmd_status(args) -> int:
     from modelcd_assets.defs.assets.gate_report import report_url
     from modelcd_assets.gate_results import code_location_graph
     from modelcd_assets.launch import latest_gate_rows
+    from modelcd_assets.lib import servable
     from modelcd_assets.lib.registry import REVISION_OF, ROLLED_BACK
     from modelcd_assets.lib.report import table
 
@@ -121,9 +148,13 @@ def cmd_status(args) -> int:
         return 0
     instance = dg.DagsterInstance.get()
     graph = code_location_graph()
+    state = Path(os.environ["MODELCD_HOME"])
     for name in names:
         prod = reg.production(name)
-        print(f"{name}: production = {prod.version if prod else 'none'}")
+        # The alias is a registry tag anyone with write access can move: say when it points at bytes no valid verdict covers.
+        refused = servable.reason(reg, state, prod) if prod else ""
+        print(f"{name}: production = {prod.version if prod else 'none'}" + (f" ({servable.NO_VERDICT}; the server keeps serving the last "
+                                                                            f"version that had one: {refused})" if refused else ""))
         rows = []
         for ref in reg.versions(name):
             gates, problems = latest_gate_rows(instance, ref, graph)
@@ -137,49 +168,44 @@ def cmd_status(args) -> int:
             alias = "production" if prod == ref else ("rolled back from" if ROLLED_BACK in tags else "")
             if REVISION_OF in tags:
                 alias = ", ".join(filter(None, [alias, f"calibration revision of {tags[REVISION_OF]}"]))
-            rows.append([ref.version, alias, summary, report_url(args.ui_url, ref.key) if summary != "never gated" else ""])
-        print(table(["version", "alias", "last gate results", "gate report in the UI"], rows, max_width=200))
+            why = refused if ref == prod else servable.reason(reg, state, ref)
+            verdict_shown = "valid" if not why else ("withdrawn" if ROLLED_BACK in tags else "none")
+            rows.append([ref.version, alias, verdict_shown, summary, report_url(args.ui_url, ref.key) if summary != "never gated" else ""])
+        print(table(["version", "alias", "signed verdict", "last gate results", "gate report in the UI"], rows, max_width=200))
     return 0
 
 
 def cmd_verdict(args) -> int:
-    """Whether one version may be promoted (or served), and why not: the reader promotion uses, for processes without Dagster.
-
-    With --stdin it answers one JSON line per version read from standard input, until end of input (the serving
-    process keeps one such helper, so each admin call does not pay for importing Dagster).
-    """
+    """Whether one version may be served or promoted: a valid signed verdict over its bytes (lib/servable.py, the reader the server,
+    promotion and rollback use), with its gates' latest results beside it. Exit 0 when it holds one, 3 when not."""
     import json
 
     import dagster as dg
 
     from modelcd_assets.gate_results import code_location_graph, read_gates
+    from modelcd_assets.lib import servable
     from modelcd_assets.lib.registry import CandidateRef
 
-    if args.stdin == (args.version is not None):
-        raise ModelcdError("give either a VERSION or --stdin")
-    instance, graph = dg.DagsterInstance.get(), code_location_graph()
-
-    def verdict(version: str) -> dict:
-        ref = CandidateRef(args.name, version)
-        decision = read_gates(instance, ref.key, graph)
-        return {"model": ref.name, "version": ref.version, "promotable": decision.promotable, "problems": decision.problems}
-
-    if args.stdin:
-        print(json.dumps({"ready": True}), flush=True)
-        for line in sys.stdin:
-            version = line.strip()
-            try:
-                answer = verdict(str(int(version)))
-            except Exception as e:  # one bad question must not end the helper; the caller treats an error as "blocked"
-                answer = {"model": args.name, "version": version, "error": f"{type(e).__name__}: {e}"}
-            print(json.dumps(answer), flush=True)
-        return 0
-    answer = verdict(str(args.version))
+    reg = _registry()
+    ref = CandidateRef(args.name, str(args.version))
+    why = servable.reason(reg, Path(os.environ["MODELCD_HOME"]), ref)
+    decision = read_gates(dg.DagsterInstance.get(), ref.key, code_location_graph())
+    answer = {"model": ref.name, "version": ref.version, "servable": not why, "why_not": why, "promotable": decision.promotable,
+              "problems": decision.problems}
     if args.json:
         print(json.dumps(answer))
     else:
-        print(f"models:/{args.name}/{args.version}: " + ("promotable" if answer["promotable"] else "not promotable: " + "; ".join(answer["problems"])))
-    return 0 if answer["promotable"] else EXIT_BLOCKED
+        print(f"{ref.uri}: " + ("valid verdict: may be served" if not why else why))
+        print("gates: " + ("every gate passed" if decision.promotable else "not promotable: " + "; ".join(decision.problems)))
+    return 0 if not why else EXIT_BLOCKED
+
+
+def cmd_keys_init(args) -> int:
+    from modelcd_assets.lib.signing import Keys, init_keys
+
+    keys = init_keys(Keys.from_env(), force=args.force)
+    print(f"signing key: {keys.private} (keep it with whoever registers, gates and promotes)\npublic key:  {keys.public} (all that serving needs)")
+    return 0
 
 
 def cmd_demo(args) -> int:
@@ -201,7 +227,8 @@ def cmd_ui(args) -> int:
 def cmd_serve(args) -> int:
     from modelcd_assets.serving.server import serve
 
-    return serve(args.name, args.host, args.port, args.workers, allow_ungated=args.allow_ungated, chaos=args.chaos)
+    return serve(args.name, args.host, args.port, args.workers, chaos=args.chaos,
+                 admin_host=args.admin_host, admin_port=args.admin_port)
 
 
 def cmd_rollback(args) -> int:
@@ -277,12 +304,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--ui-url", default=os.environ.get("MODELCD_UI_URL", "http://127.0.0.1:3000"),
                    help="the Dagster UI the gate report links point at ($MODELCD_UI_URL; 'modelcd ui' serves http://127.0.0.1:3000)")
     s.set_defaults(func=cmd_status)
-    v = sub.add_parser("verdict", help="whether one version's gate results let it be promoted or served; exit 0 yes, 3 no")
+    v = sub.add_parser("verdict", help="whether one version holds a valid signed verdict over its bytes (may be served); exit 0 yes, 3 no")
     v.add_argument("name")
-    v.add_argument("version", type=int, nargs="?")
-    v.add_argument("--json", action="store_true", help="print {model, version, promotable, problems} as JSON")
-    v.add_argument("--stdin", action="store_true", help="answer one JSON line per version read from standard input (the server's helper)")
+    v.add_argument("version", type=int)
+    v.add_argument("--json", action="store_true", help="print {model, version, servable, why_not, promotable, problems} as JSON")
     v.set_defaults(func=cmd_verdict)
+    k = sub.add_parser("keys", help="the signing key pair: registrations and verdicts are signed with it, and verified with its public half")
+    ksub = k.add_subparsers(dest="keys_command", required=True)
+    ki = ksub.add_parser("init", help="make an EC P-256 key pair ($MODELCD_SIGNING_KEY, 0600; $MODELCD_VERIFY_KEY); refuses to replace one")
+    ki.add_argument("--force", action="store_true", help="replace an existing pair: every earlier signature and verdict stops verifying")
+    ki.set_defaults(func=cmd_keys_init)
     d = sub.add_parser("demo", help="train two adapters on MiniLM and gate both")
     d.set_defaults(func=cmd_demo)
     u = sub.add_parser("ui", help="the Dagster UI on this instance")
@@ -293,8 +324,9 @@ def parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8080)
     sv.add_argument("--workers", type=int, default=2, help="inference threads, one core each")
-    sv.add_argument("--allow-ungated", action="store_true", help="let the admin API load and activate versions that have not passed their gates")
     sv.add_argument("--chaos", action="store_true", help="enable POST /v1/admin/faults, fault injection for chaos testing (off: 404)")
+    sv.add_argument("--admin-host", default="127.0.0.1", help="where the admin API (/v1/admin/*) listens; it is not on --port")
+    sv.add_argument("--admin-port", type=int, default=8081, help="the admin API's port (opened only with $MODELCD_ADMIN_TOKEN set; 0: no admin API)")
     sv.set_defaults(func=cmd_serve)
     rb = sub.add_parser("rollback", help="move production back to the most recent earlier version that passed its gates")
     rb.add_argument("name")
@@ -331,10 +363,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"modelcd: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except RegistryUnavailable as e:
-        print(f"modelcd: error: {e}", file=sys.stderr)
+        print(f"modelcd: registry unavailable: {_without_password(e)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except Exception as e:
+        from mlflow.exceptions import MlflowException
+
+        if not isinstance(e, MlflowException):
+            raise
+        # A registry call the client does not classify (a listing, a write): an error answer is not bad input.
+        print(f"modelcd: registry unavailable: {_registry_error(e)}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

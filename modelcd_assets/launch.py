@@ -12,12 +12,16 @@ from modelcd_assets.gate_results import read_gates
 from modelcd_assets.defs.assets.production_rollback import production_rollback, rollback_run_config
 from modelcd_assets.defs.jobs import CALIBRATION_JOB, GATE_JOB, GATE_REPORT_JOB, ROLLBACK_JOB
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
 from modelcd_assets.lib.processes import preserved_stop_signals
 from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.run_recovery import CANDIDATE, LAUNCHED_BY, ROLLBACK, process_tags, recover_dead_runs
 
 PROMOTED, BLOCKED, SUPERSEDED, BAD_INPUT, ERROR = "promoted", "blocked", "superseded", "bad input", "error"
+
+
+class RunFailed(Exception):
+    """A run launched here failed for a reason other than the user's input (a bug, a crash, a full disk); nothing was decided."""
 
 
 @dataclass
@@ -150,7 +154,10 @@ def run_calibration(name: str, source: Path, instance: dg.DagsterInstance | None
         message = _failure_message(result)
         if message.startswith("calibration_set:") and (kind := next((k for k in ("BadCalibrationSet: ", "ModelcdError: ") if k in message), None)):
             return Calibration(name, refused=message.rsplit(kind, 1)[-1])  # the reason alone, without the exception's qualified name
-        raise ModelcdError(message.split(": ", 2)[-1] or "the calibrate run failed; see it in the Dagster UI")
+        if "RegistryUnavailable: " in message:
+            raise RegistryUnavailable(message.rsplit("RegistryUnavailable: ", 1)[-1])  # the reason alone, as for a refused set
+        # Not "the set was refused" (exit 2): a run that failed decided nothing.
+        raise RunFailed(f"the calibrate run {result.run_id} failed: {message or 'see it in the Dagster UI'}")
     meta = lambda node: {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node(node)[0].metadata.items()}  # noqa: E731
     summary, plans = meta("calibration_set"), meta("calibration_revision")["plans"]
     plan = plans[name]
@@ -193,7 +200,8 @@ def _judge(ref: CandidateRef, result, rows: list[GateRow]) -> GateRun:
     failed_gates = [r for r in rows if r.gate in evaluated and r.status not in ("pass", "no golden cases declared")]
     if failed_gates:
         return GateRun(ref, BLOCKED, result.run_id, rows, "; ".join(f"{r.gate}: {r.reason or r.status}" for r in failed_gates))
-    if any(name in message for name in ("BadCandidate", "ModelcdError")):
+    # The user's input or environment (lib/errors.ModelcdError and its kinds, lib/signing's and lib/servable's among them).
+    if any(name in message for name in ("BadCandidate", "ModelcdError", "BadSignature", "MissingKey", "NotServable")):
         return GateRun(ref, BAD_INPUT, result.run_id, rows, message)
     return GateRun(ref, ERROR, result.run_id, rows, message or "the run failed; see it in the Dagster UI")
 

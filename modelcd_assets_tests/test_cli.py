@@ -55,3 +55,79 @@ def test_adapter_without_registry_base_is_refused(modelcd_env, tiny_adapters, tm
 def test_status_with_empty_registry(modelcd_env, capsys):
     assert main(["status"]) == 0
     assert "no candidate models registered yet" in capsys.readouterr().out
+
+
+@pytest.fixture
+def closed_registry(modelcd_env, monkeypatch):
+    """MLFLOW_TRACKING_URI on a port nothing listens on (bound and closed), with MLflow's HTTP retries off."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://user:secret@127.0.0.1:{port}")
+    return port
+
+
+@pytest.mark.parametrize("args", [
+    ["register", "{tiny_base}", "--name", "m"],
+    ["gate", "m", "1"],
+    ["calibrate", "m", "--from", "{tiny_base}/config.json"],
+    ["status"],
+    ["status", "m"],
+])
+def test_a_registry_that_does_not_answer_is_exit_1_not_bad_input(closed_registry, tiny_base, capsys, args):
+    """Issue 17: 'gate' said 'models:/m/1 is not in the registry' (exit 2) and the others printed a traceback."""
+    assert main([a.format(tiny_base=tiny_base) for a in args]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"modelcd: registry unavailable: could not ") and "\n" not in err, err
+    assert f"http://user:***@127.0.0.1:{closed_registry}" in err and "secret" not in err, err
+    assert err.endswith("retry when the registry answers"), err
+
+
+def test_a_gated_run_that_loses_the_registry_is_exit_1(modelcd_env, tiny_base, monkeypatch, capsys):
+    """The registry answers the CLI's first question, then not the run's: nothing was decided, exit 1, and it says why."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
+
+    assert main(["register", str(tiny_base), "--name", "m"]) == 0
+
+    def locked(self, name):
+        raise MlflowException("(sqlite3.OperationalError) database is locked", error_code=INTERNAL_ERROR)
+
+    monkeypatch.setattr(MlflowClient, "get_registered_model", locked)
+    capsys.readouterr()
+    assert main(["gate", "m", "1"]) == 1
+    err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if line.startswith("modelcd: "))
+    assert line.startswith("modelcd: registry unavailable: candidate: ") and "could not read the production alias of 'm'" in line, err
+    assert "database is locked" in line and "nothing was promoted" in line, err
+
+
+@pytest.mark.parametrize("fault, patch, line", [
+    (RuntimeError("disk full"), "production", "modelcd: error: the calibrate run "),
+    (ConnectionError("connection refused"), "client", "modelcd: registry unavailable: could not read the production alias of 'm' from "),
+])
+def test_calibrate_exits_2_only_when_the_set_is_refused(modelcd_env, tiny_base, tmp_path, monkeypatch, capsys, fault, patch, line):
+    """A calibrate run that failed for another reason (a bug, the registry) was re-raised as bad input: exit 2, 'the set was refused'."""
+    from mlflow import MlflowClient
+
+    from modelcd_assets.lib.registry import Registry
+
+    assert main(["register", str(tiny_base), "--name", "m"]) == 0
+    source = tmp_path / "set.jsonl"
+    source.write_text('{"text": "where is my parcel"}\n')
+
+    def broken(self, name):
+        raise fault
+
+    # 'production' breaks modelcd's own code inside the run; 'client' breaks the registry under it (the CLI's own check lists models).
+    monkeypatch.setattr(Registry, "production", broken) if patch == "production" else monkeypatch.setattr(MlflowClient, "get_registered_model", broken)
+    capsys.readouterr()
+    assert main(["calibrate", "m", "--from", str(source)]) == 1
+    err = capsys.readouterr().err
+    assert any(e.startswith(line) for e in err.splitlines()) and not any(e.startswith("refused:") for e in err.splitlines()), err
+    assert str(fault) in err, err

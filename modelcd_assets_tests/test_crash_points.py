@@ -213,9 +213,14 @@ def test_killed_after_the_alias_moved_the_same_gate_ends_promoted_without_a_seco
     code, out, _ = modelcd_here(capsys, "gate", MODEL, ref.version)
     assert code == 0 and "PROMOTED" in out, out[-3000:]
     assert env.registry.production(MODEL) == ref
-    # Judged against itself, the re-run must not record the candidate as its own previous production.
+    # The re-run must not record the candidate as its own previous production...
     assert tags(env, ref.version)[PREVIOUS_PRODUCTION] == before.version
     assert chain(env) == [ref.version, *history]
+    # ...and is judged against the version it replaced, as the crashed run was, never against itself (issue 17).
+    from modelcd_assets.lib.candidate import CandidateRecord
+
+    record = CandidateRecord.load(env.home / "candidates" / MODEL / ref.version)
+    assert (record.production_version, record.regated_production, record.baseline_ref) == (before.version, True, ref)
 
 
 def test_rollback_killed_before_the_alias_moved_back_is_undone_and_the_rerun_completes(env, instance, capsys):

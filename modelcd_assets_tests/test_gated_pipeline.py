@@ -229,6 +229,14 @@ def test_status_shows_what_promotion_would_decide_after_a_rebuild(env, instance,
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(f"{prod.version} "))
     assert "not promotable" in row and "stale" in row, row
     assert run_gate(prod, instance=instance).outcome == PROMOTED  # re-gating makes the lineage current again
+    # Issue 17: production judged again was judged against itself (every paired gate passed on nothing); it is judged
+    # against the version it replaced, and the alias and the promotion record stay as they were.
+    previous = env.registry.tags(prod)["modelcd.previous_production"]
+    record = record_of(env, prod)
+    assert previous not in ("", prod.version) and (record.production_version, record.regated_production) == (previous, True)
+    assert record.baseline_ref == prod  # what promotion's compare-and-set expects: the alias, at the candidate itself
+    assert read_json(env.home / "candidates" / MODEL / prod.version / "benchmark.json")["production"] == f"{MODEL}:{previous}"
+    assert production(env) == prod and env.registry.tags(prod)["modelcd.previous_production"] == previous
     assert main(["status", MODEL]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(f"{prod.version} "))
     assert "promotable" in row and "not promotable" not in row, row
@@ -326,3 +334,50 @@ def test_adapter_with_a_wrong_rank_is_bad_input_and_alias_stays(env, instance, b
     assert run.outcome == BAD_INPUT, (run.outcome, run.error)
     assert "does not fit base" in run.error and "\n" not in run.error
     assert production(env) == before
+
+
+@pytest.mark.parametrize("promotion, why", [
+    (None, "no gated run promoted it (no modelcd.promotion record), so there is no earlier production it was judged against"),
+    ('{"rollback_from": "1", "trigger": "manual"}', "a rollback from version 1 restored it, so what it was first judged against is not recorded"),
+])
+def test_a_production_no_gated_run_promoted_is_never_judged_against_itself(env, instance, base, tiny_adapters, promotion, why):
+    """Issue 17: gating the version production points at judged it against itself, and every paired gate passed on nothing."""
+    from modelcd_assets.launch import BAD_INPUT
+    from modelcd_assets.lib.registry import PREVIOUS_PRODUCTION, PROMOTION
+
+    before = production(env)
+    ref = env.registry.register(tiny_adapters["good"], MODEL)
+    if promotion:
+        env.registry.set_tags(ref, {PROMOTION: promotion, PREVIOUS_PRODUCTION: before.version})
+    env.registry.client.set_registered_model_alias(MODEL, PRODUCTION, ref.version)  # by hand, outside any gated run
+    try:
+        run = run_gate(ref, instance=instance)
+    finally:
+        env.registry.client.set_registered_model_alias(MODEL, PRODUCTION, before.version)
+        for tag in (PROMOTION, PREVIOUS_PRODUCTION) if promotion else ():
+            env.registry.client.delete_model_version_tag(MODEL, ref.version, tag)
+    assert run.outcome == BAD_INPUT, (run.outcome, run.error)
+    assert f"{ref.uri} is production itself; a version is never judged against itself: {why}. Nothing was judged and production stays." in run.error
+    assert {r.status for r in run.rows} == {"not run"}  # no gate ran, so none passed
+    assert PROMOTION not in env.registry.tags(ref)
+
+
+def test_a_deleted_production_alias_is_never_a_first_candidate(env, instance, base, tiny_adapters):
+    """Issue 17: with the alias deleted, the next candidate was judged as a first one (floors only) though a production existed."""
+    from modelcd_assets.launch import BAD_INPUT
+    from modelcd_assets.lib.registry import PROMOTION
+
+    before = production(env)
+    ref = env.registry.register(tiny_adapters["worse"], MODEL)  # would pass the floor-only accuracy gate of a first candidate
+    env.registry.client.delete_registered_model_alias(MODEL, PRODUCTION)
+    try:
+        run = run_gate(ref, instance=instance)
+        assert production(env) is None  # nothing was promoted over the missing alias
+    finally:
+        env.registry.client.set_registered_model_alias(MODEL, PRODUCTION, before.version)
+    assert run.outcome == BAD_INPUT, (run.outcome, run.error)
+    assert (f"production alias missing: {MODEL} had a production version (last promoted: version {before.version}) but its `production` "
+            f"alias is gone; {ref.uri} is not judged as a first candidate") in run.error
+    assert (f"python -c \"from mlflow import MlflowClient; MlflowClient('{env.registry.shown_uri}').set_registered_model_alias('{MODEL}', "
+            f"'production', '{before.version}')\", then gate it again: modelcd gate {MODEL} {ref.version}") in run.error
+    assert {r.status for r in run.rows} == {"not run"} and PROMOTION not in env.registry.tags(ref)

@@ -27,10 +27,13 @@ class CandidateRecord:
     base_uri: str | None = None
     base_hash: str | None = None
     base_dir: str | None = None
-    # The production version when the candidate was fetched: every later step judges against it, and
-    # promotion moves the alias only if production is still this version (compare-and-set).
+    # The production version the candidate is judged against, read when it was fetched: every later step judges against
+    # it, and promotion moves the alias only if production is still this version (compare-and-set). A version is never
+    # judged against itself: when production itself is judged again (a re-run after a crash past the alias move), this is
+    # the version it replaced (modelcd.previous_production), and regated_production says the alias was at the candidate.
     production_version: str | None = None
     production_content_hash: str | None = None
+    regated_production: bool = False
     # The effective policy for this run and where it came from (a file's path, or "defaults").
     policy: dict = field(default_factory=dict)
     policy_source: str = "defaults"
@@ -47,6 +50,10 @@ class CandidateRecord:
 
     @property
     def baseline_ref(self) -> CandidateRef | None:
+        """Where the production alias was when the candidate was fetched: what promotion's compare-and-set expects and what
+        the SemVer bump is declared over. The version judged against is production_version; they differ only for a re-gated production."""
+        if self.regated_production:
+            return self.ref
         return CandidateRef(self.name, self.production_version) if self.production_version else None
 
     def effective_policy(self) -> Policy:
@@ -95,17 +102,19 @@ class CandidateRecord:
 
     def baseline(self, candidate_dir_of) -> "CandidateRecord | None":
         """The record of the production version this candidate is judged against; None when there was none."""
-        ref = self.baseline_ref
-        if ref is None:
+        if self.production_version is None:
             return None
-        if ref == self.ref:  # production judged again: against itself
-            return self
+        ref = CandidateRef(self.name, self.production_version)
+        if ref == self.ref:  # a record from before issue 17, or a bug: passing against itself would pass on nothing
+            raise ModelcdError(f"{ref.uri} is recorded as its own baseline; a version is never judged against itself: re-gate it with "
+                               f"'modelcd gate {ref.name} {ref.version}' (production judged again is judged against the version it replaced)")
+        what = "previous production" if self.regated_production else "production"
         record = CandidateRecord.load(candidate_dir_of(ref))
         if record.content_hash != self.production_content_hash:
-            raise ModelcdError(f"the local record of production {ref.uri} holds other files (sha256 {record.content_hash[:12]}) than the registry "
+            raise ModelcdError(f"the local record of {what} {ref.uri} holds other files (sha256 {record.content_hash[:12]}) than the registry "
                                f"(sha256 {str(self.production_content_hash)[:12]}); run 'modelcd gate {ref.name} {ref.version}' to rebuild it")
         if not record.chosen_file.is_file():
-            raise FileNotFoundError(f"production {ref.uri} has no build in this state folder; run 'modelcd gate {ref.name} {ref.version}' to rebuild it")
+            raise FileNotFoundError(f"{what} {ref.uri} has no build in this state folder; run 'modelcd gate {ref.name} {ref.version}' to rebuild it")
         return record
 
 

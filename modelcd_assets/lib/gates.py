@@ -80,20 +80,37 @@ def _input_drift(input_drift: dict[str, float], policy: DriftPolicy) -> tuple[li
     return drifted, share, share >= policy.input_drift_share
 
 
+def _unmeasured_inputs(input_drift: dict[str, float]) -> list[str]:
+    """Why the input drift was not measured: no descriptor, or a descriptor whose distance is not a number."""
+    if not input_drift:
+        return ["no text descriptor of the traffic was measured against the reference data"]
+    nan = sorted(k for k, v in input_drift.items() if np.isnan(v))
+    return [f"the input drift of {', '.join(nan)} is not a number"] if nan else []
+
+
 def judge_drift(prediction_drift: float | None, input_drift: dict[str, float], policy: DriftPolicy) -> Verdict:
-    """Prediction drift vs production on the same traffic, and input drift of traffic vs reference."""
+    """Prediction drift vs production on the same traffic, and input drift of traffic vs reference; what could not be
+    measured (a NaN distance, no descriptor) is inconclusive and blocks, never a pass."""
     drifted, share, inputs_drifted = _input_drift(input_drift, policy)
     numbers = {"prediction_drift": prediction_drift, "input_drift": input_drift, "input_drifted_share": share,
                "prediction_threshold": policy.prediction_threshold, "input_threshold": policy.input_numeric_threshold}
-    problems = []
+    problems, unmeasured = [], []
     if prediction_drift is not None and prediction_drift >= policy.prediction_threshold:
         problems.append(f"candidate predictions drift from production's on the same traffic (JS distance {prediction_drift:.3f} >= {policy.prediction_threshold})")
+    if prediction_drift is not None and np.isnan(prediction_drift):
+        unmeasured.append(f"the prediction drift against production is {prediction_drift} (no label distribution to compare)")
     if inputs_drifted:
         problems.append(f"traffic has drifted from the reference data in {', '.join(drifted)} ({share:.0%} of descriptors); re-validate on current data before promoting")
+    unmeasured += _unmeasured_inputs(input_drift)
     pd_text = "n/a (no production)" if prediction_drift is None else f"{prediction_drift:.3f}"
     measured = f"pred JS {pd_text}; input drifted {share:.0%}"
-    reason = "; ".join(problems) or "no prediction or input drift above threshold" + (" (no production model: input drift only)" if prediction_drift is None else "")
-    return Verdict("drift", FAIL if problems else PASS, measured, f"JS < {policy.prediction_threshold}, drifted < {policy.input_drift_share:.0%}", reason, numbers)
+    threshold = f"JS < {policy.prediction_threshold}, drifted < {policy.input_drift_share:.0%}"
+    if unmeasured and not problems:
+        return Verdict("drift", INCONCLUSIVE, measured, threshold,
+                       f"inconclusive: {'; '.join(unmeasured)}; a drift that was not measured does not pass: check that the traffic "
+                       "and reference samples hold texts, then gate again", numbers)
+    reason = "; ".join(problems + unmeasured) or "no prediction or input drift above threshold" + (" (no production model: input drift only)" if prediction_drift is None else "")
+    return Verdict("drift", FAIL if problems else PASS, measured, threshold, reason, numbers)
 
 
 def judge_live_drift(input_drift: dict[str, float] | None, policy: DriftPolicy, records: int) -> Verdict:
@@ -111,6 +128,8 @@ def judge_live_drift(input_drift: dict[str, float] | None, policy: DriftPolicy, 
     drifted, share, inputs_drifted = _input_drift(input_drift, policy)
     numbers |= {"input_drift": input_drift, "input_drifted_share": share, "drifted": drifted}
     measured = f"input drifted {share:.0%} over {records} texts"
+    if (unmeasured := _unmeasured_inputs(input_drift)) and not inputs_drifted:
+        return Verdict("live_drift", INCONCLUSIVE, measured, threshold, f"not judged: {'; '.join(unmeasured)} over {records} texts", numbers)
     if inputs_drifted:
         reason = (f"live traffic has drifted from the reference data in {', '.join(drifted)} ({share:.0%} of descriptors): production was validated "
                   f"on data unlike what it now serves; re-validate it on a sample of current traffic")
@@ -203,13 +222,21 @@ def judge_weights_finite(report: dict) -> Verdict:
                     f"{sum(len(v) for v in report['nonfinite_tensors'].values())} non-finite tensors", "0", {"norm_outliers": len(outliers)})
 
 
-def judge_weight_scale(report: dict, policy: HealthPolicy) -> Verdict:
-    """Every weight matrix within max_weight_scale_ratio of production's norm, up or down (a head blown up x100 keeps its labels)."""
+def judge_weight_scale(report: dict, policy: HealthPolicy, has_production: bool | None = None) -> Verdict:
+    """Every weight matrix within max_weight_scale_ratio of production's norm, up or down (a head blown up x100 keeps its labels);
+    with a production, no matrix compared is inconclusive (blocks), never a pass. has_production None: as the report says."""
     ratios = report.get("weight_scale_vs_production")
+    if has_production is None:
+        has_production = ratios is not None
     k = policy.max_weight_scale_ratio
-    if ratios is None:
+    if not has_production and ratios is None:
         return Verdict("weight_scale", PASS, "no production to compare", f"within {k:g}x of production",
                        "first candidate, no production model: weight scale not compared", {})
+    if not ratios:
+        why = "was not measured" if ratios is None else "found no weight matrix of the same name and shape in both models"
+        return Verdict("weight_scale", INCONCLUSIVE, "0 matrices compared", f"within {k:g}x of production",
+                       f"inconclusive: a production model exists but the weight-scale comparison {why}; nothing was compared, so nothing "
+                       "may pass: re-materialize merged_model, or check that the candidate has production's architecture", {"matrices": 0})
     # A NaN ratio is out of range too: what cannot be compared does not pass.
     bad = {n: r for n, r in ratios.items() if not (1 / k <= r <= k)}
     worst = max(ratios.values(), key=lambda r: abs(np.log(r)) if r > 0 and np.isfinite(r) else np.inf, default=1.0)

@@ -20,6 +20,7 @@ from modelcd_assets.lib.errors import BadCandidate, ModelcdError, RegistryUnavai
 from modelcd_assets.lib.failpoints import failpoint
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.safety import SafetyLimits, scan_artifact
+from modelcd_assets.lib.signing import SIGNATURE_FILE, Keys, sign_folder, verify_folder
 
 PRODUCTION = "production"
 EXPERIMENT = "modelcd-registrations"
@@ -41,6 +42,7 @@ CALIBRATION = "modelcd.calibration_sha256"
 REVISION_OF = "modelcd.revision_of"  # on a calibration revision: the production version it re-quantizes
 WEIGHTS_VERSION = "modelcd.weights_version"  # on a calibration revision: the version whose weights it carries (the first one registered)
 MANIFEST_FILE = "modelcd_manifest.json"
+ATTESTATION_DIR = "attestations"  # run artifacts: <version>.intoto.json, the signed verdict written at promotion
 
 
 @dataclass(frozen=True)
@@ -81,11 +83,19 @@ def masked_uri(uri: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1))) if parts.password else uri
 
 
+def masked_text(text: object, uri: str) -> str:
+    """An error's text with uri's password, if any, shown as *** (MLflow's HTTP errors quote the URL they called)."""
+    password = urlsplit(uri).password
+    return str(text).replace(f":{password}@", ":***@") if password else str(text)
+
+
 class Registry:
     """A thin client over one MLflow tracking/registry URI."""
 
-    def __init__(self, tracking_uri: str, artifact_location: str, page_size: int = 100):
+    def __init__(self, tracking_uri: str, artifact_location: str, page_size: int = 100, keys: Keys | None = None):
         self.tracking_uri = tracking_uri
+        # The signing key pair: registering signs with the private half, every fetch verifies with the public half.
+        self.keys = keys if keys is not None else Keys.from_env()
         self.artifact_location = artifact_location
         # Searches return at most one page (100 registered models by default); every listing here reads all pages.
         self.page_size = page_size
@@ -110,7 +120,7 @@ class Registry:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Registry":
         """The registry MLFLOW_TRACKING_URI and MODELCD_MLFLOW_ARTIFACTS name (see lib/settings.py for the defaults)."""
         env = os.environ if environ is None else environ
-        return cls(env["MLFLOW_TRACKING_URI"], env["MODELCD_MLFLOW_ARTIFACTS"])
+        return cls(env["MLFLOW_TRACKING_URI"], env["MODELCD_MLFLOW_ARTIFACTS"], keys=Keys.from_env(env))
 
     def _experiment_id(self) -> str:
         exp = self.client.get_experiment_by_name(EXPERIMENT)
@@ -135,9 +145,15 @@ class Registry:
     def _ensure_registered(self, name: str, role: str) -> None:
         try:
             rm = self.client.get_registered_model(name)
-        except MlflowException:
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_DOES_NOT_EXIST":  # only the registry saying so means "not registered yet"
+                raise RegistryUnavailable(f"could not read registered model {name!r} from {self.shown_uri}: {masked_text(e.message, self.tracking_uri)}; "
+                                          "nothing was registered, retry when the registry answers") from e
             self.client.create_registered_model(name, tags={ROLE: role})
             return
+        except Exception as e:  # a network or database error is not an answer
+            raise RegistryUnavailable(f"could not read registered model {name!r} from {self.shown_uri}: {type(e).__name__}: {masked_text(e, self.tracking_uri)}; "
+                                      "nothing was registered, retry when the registry answers") from e
         if rm.tags.get(ROLE) != role:
             raise ModelcdError(f"registered model {name!r} is a {rm.tags.get(ROLE, 'non-modelcd')} model, not a {role}; pick another --name")
 
@@ -164,9 +180,13 @@ class Registry:
             version_tags[BASE] = base_ref.uri
         manifest = folder_manifest(folder)
         version_tags[CONTENT] = manifest_hash(manifest)
+        private_key = self.keys.require_private()
         self._ensure_registered(name, role)
         run = self.client.create_run(self._experiment_id(), run_name=f"register {name}", tags={"modelcd.registered_model": name})
         try:
+            with tempfile.TemporaryDirectory() as tmp:
+                # Signed before upload: the signature covers every file's sha256 and is verified at every fetch and load.
+                self.client.log_artifact(run.info.run_id, str(sign_folder(folder, private_key, Path(tmp) / SIGNATURE_FILE)))
             self.client.log_artifacts(run.info.run_id, str(folder), artifact_path="model")
             self.client.log_dict(run.info.run_id, manifest, MANIFEST_FILE)
             self.client.set_terminated(run.info.run_id)
@@ -181,23 +201,89 @@ class Registry:
         try:
             return self.client.get_model_version(ref.name, ref.version)
         except MlflowException as e:
-            raise ModelcdError(f"{ref.uri} is not in the registry at {self.shown_uri}; check the name and version with 'modelcd status'") from e
+            if e.error_code == "RESOURCE_DOES_NOT_EXIST":  # only the registry saying so means "not in the registry"
+                raise ModelcdError(f"{ref.uri} is not in the registry at {self.shown_uri}; check the name and version with 'modelcd status'") from e
+            raise RegistryUnavailable(f"could not read {ref.uri} from {self.shown_uri}: {masked_text(e.message, self.tracking_uri)}; "
+                                      "nothing was decided, retry when the registry answers") from e
+        except Exception as e:  # a network or database error is not an answer
+            raise RegistryUnavailable(f"could not read {ref.uri} from {self.shown_uri}: {type(e).__name__}: {masked_text(e, self.tracking_uri)}; "
+                                      "nothing was decided, retry when the registry answers") from e
 
     def fetch(self, ref: CandidateRef, dst: Path) -> Path:
-        """Download a version's files into dst and verify them against the registered manifest."""
+        """Download a version's files into dst, verified against their signature before anything in them is read."""
         mv = self.version(ref)
         dst = Path(dst)
         if dst.exists():
             shutil.rmtree(dst)
-        with tempfile.TemporaryDirectory(dir=dst.parent if dst.parent.exists() else None) as tmp:
-            got = Path(mlflow.artifacts.download_artifacts(artifact_uri=mv.source, dst_path=tmp, tracking_uri=self.tracking_uri))
-            expected = mv.tags.get(CONTENT)
-            actual = manifest_hash(folder_manifest(got))
-            if expected != actual:
-                raise BadCandidate(f"{ref.uri}: downloaded files do not match the manifest recorded at registration (sha256 {actual[:12]} != {str(expected)[:12]}); re-register the artifact")
-            dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:
+            got = Path(self._download(mv.source, Path(tmp) / "files"))
+            self._verify(ref, mv, got, Path(tmp) / "signature")
             shutil.move(str(got), dst)
         return dst
+
+    def _download(self, uri: str, dst: Path) -> str:
+        dst.mkdir(parents=True, exist_ok=True)
+        try:
+            return mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst), tracking_uri=self.tracking_uri)
+        except MlflowException as e:
+            if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+                raise FileNotFoundError(uri) from e
+            raise RegistryUnavailable(f"could not download {uri} from {self.shown_uri}: {e.message}; nothing was decided, retry when the registry answers") from e
+        except OSError as e:
+            if isinstance(e, FileNotFoundError):
+                raise
+            raise RegistryUnavailable(f"could not download {uri} from {self.shown_uri}: {type(e).__name__}: {e}; nothing was decided, retry when the registry answers") from e
+
+    def _run_root(self, mv) -> str:
+        """The registration run's artifact root: the version's source is its `model` folder."""
+        source = str(mv.source)
+        if not source.endswith("/model"):
+            raise BadCandidate(f"models:/{mv.name}/{mv.version} was not registered by modelcd (its source {source} is not a registration's model folder); "
+                               "register it with 'modelcd register'")
+        return source[: -len("/model")]
+
+    def _verify(self, ref: CandidateRef, mv, folder: Path, tmp: Path) -> str:
+        """Verify folder against the version's registered signature, then the content tag against the signed files; their sha256."""
+        public_key = self.keys.require_public()
+        try:
+            signature = Path(self._download(f"{self._run_root(mv)}/{SIGNATURE_FILE}", tmp))
+        except FileNotFoundError:
+            signature = tmp / SIGNATURE_FILE  # absent: verify_folder says so
+        verify_folder(folder, public_key, signature, ref.uri)
+        actual = manifest_hash(folder_manifest(folder))
+        if mv.tags.get(CONTENT) != actual:
+            raise BadCandidate(f"{ref.uri}: its tag {CONTENT} ({str(mv.tags.get(CONTENT))[:12]}) was changed after registration: the signed files hash to "
+                               f"{actual[:12]}; refusing it. Tags are not trusted over signed files: restore the tag or re-register the artifact")
+        return actual
+
+    def verify_local(self, ref: CandidateRef, folder: Path) -> str:
+        """The sha256 of a fetched copy of ref's files, once verified against the signature the registry holds for ref now.
+
+        A model deleted and re-created restarts its version numbers: the new version's signature does not cover the old
+        copy, so the old copy (and any verdict about it) is refused.
+        """
+        mv = self.version(ref)
+        with tempfile.TemporaryDirectory() as tmp:
+            return self._verify(ref, mv, Path(folder), Path(tmp))
+
+    def put_attestation(self, ref: CandidateRef, envelope: dict) -> None:
+        """Store a version's signed verdict with it, as an artifact of its registration run."""
+        mv = self.version(ref)
+        self.client.log_dict(mv.run_id, envelope, f"{ATTESTATION_DIR}/{ref.name}-{ref.version}.intoto.json")
+
+    def attestation(self, ref: CandidateRef) -> dict | None:
+        """A version's signed verdict as stored with it; None when it has none (never promoted)."""
+        mv = self.version(ref)
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                got = self._download(f"{self._run_root(mv)}/{ATTESTATION_DIR}/{ref.name}-{ref.version}.intoto.json", Path(tmp))
+            except FileNotFoundError:
+                return None
+            try:
+                return json.loads(Path(got).read_text())
+            except (OSError, ValueError) as e:
+                raise BadCandidate(f"the attestation stored with {ref.uri} is not readable JSON ({e}); refusing it") from e
 
     def tags(self, ref: CandidateRef) -> dict[str, str]:
         return dict(self.version(ref).tags)
@@ -211,7 +297,10 @@ class Registry:
         try:
             return self.client.get_registered_model(name).tags.get(CALIBRATION)
         except MlflowException as e:
-            raise RegistryUnavailable(f"could not read the calibration set of {name!r} from {self.shown_uri}: {e.message}; "
+            raise RegistryUnavailable(f"could not read the calibration set of {name!r} from {self.shown_uri}: {masked_text(e.message, self.tracking_uri)}; "
+                                      "nothing was decided, retry when the registry answers") from e
+        except Exception as e:  # a network or database error is not an answer
+            raise RegistryUnavailable(f"could not read the calibration set of {name!r} from {self.shown_uri}: {type(e).__name__}: {masked_text(e, self.tracking_uri)}; "
                                       "nothing was decided, retry when the registry answers") from e
 
     def set_calibration(self, name: str, sha256: str) -> None:
@@ -242,9 +331,11 @@ class Registry:
         except MlflowException as e:
             if e.error_code == "RESOURCE_DOES_NOT_EXIST":  # the model itself is not registered: no alias either
                 return None
-            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.shown_uri}: {e.message}; nothing was decided, retry when the registry answers") from e
+            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.shown_uri}: {masked_text(e.message, self.tracking_uri)}; "
+                                      "nothing was decided, retry when the registry answers") from e
         except Exception as e:  # a network or database error is not an answer
-            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.shown_uri}: {type(e).__name__}: {e}; nothing was decided, retry when the registry answers") from e
+            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.shown_uri}: {type(e).__name__}: "
+                                      f"{masked_text(e, self.tracking_uri)}; nothing was decided, retry when the registry answers") from e
         version = aliases.get(PRODUCTION)
         return CandidateRef(name, str(version)) if version is not None else None
 
@@ -281,12 +372,8 @@ class Registry:
 
     def productions(self) -> dict[str, CandidateRef]:
         """Each candidate model that has a production version, with it; a registry that does not answer raises."""
-        try:
-            models = self.candidate_models()
-        except Exception as e:  # listing is not an answer of "no models"
-            raise RegistryUnavailable(f"could not list the registered models in {self.shown_uri}: {type(e).__name__}: {e}; "
-                                      "nothing was judged, retry when the registry answers") from e
-        return {m: prod for m in models if (prod := self.production(m)) is not None}
+        # candidate_models raises RegistryUnavailable itself: a listing that failed is not an answer of "no models".
+        return {m: prod for m in self.candidate_models() if (prod := self.production(m)) is not None}
 
     def candidate_versions(self) -> dict[str, list[CandidateRef]]:
         """Every version of every candidate model, oldest first per model: two paged listings, however many models there are."""
@@ -297,6 +384,11 @@ class Registry:
                 found[v.name].append(CandidateRef(v.name, str(v.version)))
         return {name: sorted(refs, key=lambda r: int(r.version)) for name, refs in sorted(found.items())}
 
+    def candidate_models_created(self) -> dict[str, int]:
+        """Each candidate model's creation time (ms): a model deleted and re-created under its name gets a new one."""
+        return {m.name: int(m.creation_timestamp or 0)
+                for m in self._all_pages(self.client.search_registered_models, filter_string=f"tags.`{ROLE}` = 'candidate'")}
+
     def require_candidate_model(self, name: str) -> None:
         """Raise, with what to do, unless name is a registered model whose versions are candidates."""
         if name not in self.candidate_models():
@@ -305,4 +397,10 @@ class Registry:
 
     def candidate_models(self) -> list[str]:
         """Names of registered models whose versions are candidates for production."""
-        return sorted(m.name for m in self._all_pages(self.client.search_registered_models, filter_string=f"tags.`{ROLE}` = 'candidate'"))
+        try:
+            models = self._all_pages(self.client.search_registered_models, filter_string=f"tags.`{ROLE}` = 'candidate'")
+        except Exception as e:  # listing is not an answer of "no models"
+            message = masked_text(e.message if isinstance(e, MlflowException) else f"{type(e).__name__}: {e}", self.tracking_uri)
+            raise RegistryUnavailable(f"could not list the registered models in {self.shown_uri}: {message}; "
+                                      "nothing was decided, retry when the registry answers") from e
+        return sorted(m.name for m in models)

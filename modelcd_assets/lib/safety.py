@@ -2,6 +2,13 @@
 
 Everything here reads bytes, JSON and protobuf only; nothing in a candidate is imported, unpickled or loaded.
 Only known file types pass: safetensors, JSON/config, tokenizer files, ONNX with its external data, text docs.
+
+ONNX external data: a file that an ONNX model here names as external data is raw tensor bytes to ONNX Runtime, but
+other loaders choose a file by its name and content, so being named vouches for nothing. Every such file is scanned
+like any other, and it must also be raw data: its name ends in `.data`, `.onnx_data`, `.weight` or `.bias`, has no
+suffix at all (per-tensor files named after the tensor), or matches a `safety.allow` pattern; and its first bytes are
+none of the code-running formats below (pickle, zip, HDF5, .npy, executable). A name that is a loadable format of its
+own (`.safetensors`, `.json`, `.bin`, `.pt`, ...) is refused as external data, whatever it holds.
 """
 
 from __future__ import annotations
@@ -25,6 +32,10 @@ NOT_ALLOWED = ("not an allowed file type (safetensors, JSON/config, tokenizer fi
 # zips (torch.save, .keras, .npz hold pickles or Lambda code), HDF5 (Keras .h5 Lambda layers), .npy (object arrays), executables.
 CODE_MAGIC = {b"\x80\x02": "a pickle", b"\x80\x03": "a pickle", b"\x80\x04": "a pickle", b"\x80\x05": "a pickle",
               b"PK\x03\x04": "a zip archive", b"\x89HDF\r\n\x1a\n": "HDF5", b"\x93NUMPY": "a numpy array", b"\x7fELF": "an executable"}
+EXTERNAL_DATA_SUFFIXES = (".data", ".onnx_data", ".weight", ".bias")
+EXTERNAL_NOT_RAW = ("named as ONNX external data, but external data must be raw tensor bytes in a file named *.data, "
+                    "*.onnx_data, *.weight, *.bias or without a suffix; rename it (and its location in the ONNX graph), "
+                    "or allow the pattern in the policy's safety.allow")
 SAFETENSORS_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
                            "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 
@@ -218,6 +229,16 @@ def _file_problem(p: Path, name: str, rel: str, limits: SafetyLimits) -> str | N
     return NOT_ALLOWED
 
 
+def _external_data_problem(p: Path, name: str, rel: str, limits: SafetyLimits) -> str | None:
+    """Why a file an ONNX model names as external data is refused: its content, as for any file, or a name that is not raw data."""
+    if name.endswith(EXTERNAL_DATA_SUFFIXES) or "." not in name:
+        return _code_magic_problem(p)
+    problem = _file_problem(p, name, rel, limits)
+    if problem not in (None, NOT_ALLOWED) or any(fnmatchcase(rel, pattern) for pattern in limits.allow):
+        return problem
+    return EXTERNAL_NOT_RAW
+
+
 def _inside(p: Path, root: Path) -> bool:
     try:
         target = p.resolve()
@@ -234,7 +255,7 @@ def scan_artifact(folder: Path, limits: SafetyLimits = SafetyLimits()) -> list[F
     entries = sorted(root.rglob("*"))
     if len(entries) > limits.max_files:
         findings.append(Finding(".", f"{len(entries)} files, over the limit of {limits.max_files}"))
-    # ONNX first: an external-data file is allowed because an ONNX model here reads it, whatever its name.
+    # ONNX first, to know which files are external data; those are still scanned for content (module docstring).
     onnx_problems: dict[Path, str | None] = {}
     external: set[Path] = set()
     for p in entries:
@@ -268,7 +289,7 @@ def scan_artifact(folder: Path, limits: SafetyLimits = SafetyLimits()) -> list[F
         elif name.endswith(".onnx"):
             problem = onnx_problems.get(p)
         elif p in external:
-            problem = None
+            problem = _external_data_problem(p, name, rel, limits)
         else:
             problem = _file_problem(p, name, rel, limits)
         if problem:

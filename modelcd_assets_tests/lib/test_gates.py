@@ -272,8 +272,8 @@ def _drift_numbers(prediction, inputs, share):
 
 
 @pytest.mark.parametrize("prediction, inputs, expected", [
-    (None, {}, Verdict("drift", PASS, "pred JS n/a (no production); input drifted 0%", "JS < 0.1, drifted < 50%",
-                       "no prediction or input drift above threshold (no production model: input drift only)", _drift_numbers(None, {}, 0.0))),
+    (None, {"a": 0.0}, Verdict("drift", PASS, "pred JS n/a (no production); input drifted 0%", "JS < 0.1, drifted < 50%",
+                               "no prediction or input drift above threshold (no production model: input drift only)", _drift_numbers(None, {"a": 0.0}, 0.0))),
     (0.05, {"a": 0.0, "b": 0.1, "c": 0.02}, Verdict("drift", PASS, "pred JS 0.050; input drifted 33%", "JS < 0.1, drifted < 50%",
                                                    "no prediction or input drift above threshold", _drift_numbers(0.05, {"a": 0.0, "b": 0.1, "c": 0.02}, 1 / 3))),
     (0.1, {"z": 0.1, "a": 0.5, "m": 0.0, "n": 0.0}, Verdict(
@@ -283,6 +283,52 @@ def _drift_numbers(prediction, inputs, share):
 ])
 def test_drift_verdicts(prediction, inputs, expected):
     assert judge_drift(prediction, inputs, DriftPolicy()) == expected
+
+
+_UNMEASURED = ("a drift that was not measured does not pass: check that the traffic and reference samples hold texts, then gate again")
+
+
+@pytest.mark.parametrize("prediction, inputs, expected", [
+    # Issue 17: each of these passed, on a drift nobody measured.
+    (None, {}, Verdict("drift", INCONCLUSIVE, "pred JS n/a (no production); input drifted 0%", "JS < 0.1, drifted < 50%",
+                       f"inconclusive: no text descriptor of the traffic was measured against the reference data; {_UNMEASURED}",
+                       _drift_numbers(None, {}, 0.0))),
+    (0.05, {}, Verdict("drift", INCONCLUSIVE, "pred JS 0.050; input drifted 0%", "JS < 0.1, drifted < 50%",
+                       f"inconclusive: no text descriptor of the traffic was measured against the reference data; {_UNMEASURED}",
+                       _drift_numbers(0.05, {}, 0.0))),
+    (float("nan"), {"a": 0.0, "b": 0.0}, Verdict(
+        "drift", INCONCLUSIVE, "pred JS nan; input drifted 0%", "JS < 0.1, drifted < 50%",
+        f"inconclusive: the prediction drift against production is nan (no label distribution to compare); {_UNMEASURED}",
+        _drift_numbers(float("nan"), {"a": 0.0, "b": 0.0}, 0.0))),
+    (0.0, {"a": float("nan"), "b": 0.0, "c": float("nan")}, Verdict(
+        "drift", INCONCLUSIVE, "pred JS 0.000; input drifted 0%", "JS < 0.1, drifted < 50%",
+        f"inconclusive: the input drift of a, c is not a number; {_UNMEASURED}", _drift_numbers(0.0, {"a": float("nan"), "b": 0.0, "c": float("nan")}, 0.0))),
+    # What was measured and failed stays a failure, with what was not measured named too.
+    (float("nan"), {"a": 0.5, "b": 0.0}, Verdict(
+        "drift", FAIL, "pred JS nan; input drifted 50%", "JS < 0.1, drifted < 50%",
+        "traffic has drifted from the reference data in a (50% of descriptors); re-validate on current data before promoting; "
+        "the prediction drift against production is nan (no label distribution to compare)", _drift_numbers(float("nan"), {"a": 0.5, "b": 0.0}, 0.5))),
+])
+def test_a_drift_that_was_not_measured_is_inconclusive_never_a_pass(prediction, inputs, expected):
+    got = judge_drift(prediction, inputs, DriftPolicy())
+    # NaN != NaN: compare the numbers by their repr, everything else exactly.
+    assert (got.gate, got.status, got.measured, got.threshold, got.reason) == (expected.gate, expected.status, expected.measured, expected.threshold, expected.reason)
+    assert repr(got.numbers) == repr(expected.numbers)
+    assert not got.passed
+
+
+def test_live_drift_on_no_descriptor_or_a_nan_one_is_not_judged():
+    from modelcd_assets.lib.gates import judge_live_drift
+
+    policy = DriftPolicy()
+    n = policy.live_min_records
+    empty = judge_live_drift({}, policy, records=n)
+    assert (empty.status, empty.measured) == (INCONCLUSIVE, f"input drifted 0% over {n} texts")
+    assert empty.reason == f"not judged: no text descriptor of the traffic was measured against the reference data over {n} texts"
+    nan = judge_live_drift({"a": float("nan"), "b": 0.0}, policy, records=n)
+    assert (nan.status, nan.reason) == (INCONCLUSIVE, f"not judged: the input drift of a is not a number over {n} texts")
+    drifted = judge_live_drift({"a": float("nan"), "b": 0.5}, policy, records=n)
+    assert drifted.status == FAIL
 
 
 def _throughput_numbers(median, lo, hi, p99):
@@ -344,6 +390,28 @@ def test_weight_scale_verdicts_at_their_boundaries():
     assert over.measured == "0x at the extreme"
     first = judge_weight_scale({}, policy)
     assert (first.status, first.measured) == (PASS, "no production to compare") and "first candidate" in first.reason
+    assert judge_weight_scale({}, policy, has_production=False) == first
+    assert judge_weight_scale({"weight_scale_vs_production": {"a": 1.0}}, policy, has_production=True) == edge.__class__(
+        "weight_scale", PASS, "1x at the extreme", "within 10x of production", "every weight matrix within 10x of production's norm",
+        {"matrices": 1, "out_of_range": 0})
+
+
+@pytest.mark.parametrize("report, why", [
+    ({"weight_scale_vs_production": {}}, "found no weight matrix of the same name and shape in both models"),
+    ({}, "was not measured"),
+])
+def test_weight_scale_with_a_production_but_nothing_compared_is_inconclusive(report, why):
+    """Issue 17: with no comparable matrix the gate passed ('every weight matrix within 10x'), on nothing."""
+    from modelcd_assets.lib.gates import judge_weight_scale
+    from modelcd_assets.lib.policy import HealthPolicy
+
+    got = judge_weight_scale(report, HealthPolicy(max_weight_scale_ratio=10), has_production=True)
+    assert got == Verdict("weight_scale", INCONCLUSIVE, "0 matrices compared", "within 10x of production",
+                          f"inconclusive: a production model exists but the weight-scale comparison {why}; nothing was compared, so nothing "
+                          "may pass: re-materialize merged_model, or check that the candidate has production's architecture", {"matrices": 0})
+    assert not got.passed
+    if report:  # an empty comparison says there was a production, with or without the flag
+        assert judge_weight_scale(report, HealthPolicy(max_weight_scale_ratio=10)) == got
 
 
 @pytest.mark.parametrize("inputs", [{}, {"a": 0.0, "b": 0.1, "c": 0.02}, {"z": 0.1, "a": 0.5, "m": 0.0, "n": 0.0}, {"a": 0.09, "b": 0.2}, {"n_chars": 0.5}])

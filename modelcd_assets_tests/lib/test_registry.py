@@ -32,7 +32,7 @@ def test_fetch_refuses_files_changed_after_registration(modelcd_env, tiny_base, 
     source = reg.version(ref).source.removeprefix("file://")
     with open(f"{source}/config.json", "a") as f:
         f.write(" ")
-    with pytest.raises(BadCandidate, match="do not match the manifest"):
+    with pytest.raises(BadCandidate, match="config.json' \\(contents changed\\)"):
         reg.fetch(ref, tmp_path / "fetched")
 
 
@@ -95,3 +95,86 @@ def test_promoting_what_is_already_production_keeps_the_chain(modelcd_env, tiny_
     reg.move_production(v2, {"why": "first"}, expected=v1)
     assert reg.move_production(v2, {"why": "again"}, expected=v2) == v2
     assert reg.tags(v2)[PREVIOUS_PRODUCTION] == "1" and "first" in reg.tags(v2)[PROMOTION]
+
+
+@pytest.fixture
+def closed_registry(modelcd_env, monkeypatch):
+    """A Registry on a tracking URI nothing listens on (a port bound and closed), with MLflow's HTTP retries off."""
+    import socket
+
+    from modelcd_assets.lib.registry import Registry
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    return Registry(f"http://user:secret@127.0.0.1:{port}", modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"])
+
+
+@pytest.mark.parametrize("call, what", [
+    (lambda reg, art: reg.version(CandidateRef("m", "1")), "could not read models:/m/1"),
+    (lambda reg, art: reg.tags(CandidateRef("m", "1")), "could not read models:/m/1"),
+    (lambda reg, art: reg.register(art, "m"), "could not read registered model 'm'"),
+    (lambda reg, art: reg.calibration_of("m"), "could not read the calibration set of 'm'"),
+    (lambda reg, art: reg.candidate_models(), "could not list the registered models"),
+    (lambda reg, art: reg.require_candidate_model("m"), "could not list the registered models"),
+])
+def test_a_registry_on_a_closed_port_is_unavailable_not_a_missing_version(closed_registry, tiny_base, call, what):
+    """Issue 17: 'not in the registry' (exit 2, bad input) only when the registry answers so; no answer decides nothing."""
+    with pytest.raises(RegistryUnavailable) as e:
+        call(closed_registry, tiny_base)
+    message = str(e.value)
+    assert message.startswith(f"{what} from http://user:***@127.0.0.1:") or message.startswith(f"{what} in http://user:***@127.0.0.1:"), message
+    assert message.endswith("retry when the registry answers") and "secret" not in message
+
+
+@pytest.mark.parametrize("fault, shown", [
+    (MlflowException("database is locked", error_code=INTERNAL_ERROR), "database is locked"),
+    (ConnectionError("connection refused"), "ConnectionError: connection refused"),
+])
+def test_only_resource_does_not_exist_means_a_version_is_missing(modelcd_env, tiny_base, monkeypatch, fault, shown):
+    reg = modelcd_env.registry
+    ref = reg.register(tiny_base, "m")
+
+    def broken(name, version):
+        raise fault
+
+    monkeypatch.setattr(reg.client, "get_model_version", broken)
+    with pytest.raises(RegistryUnavailable) as e:
+        reg.version(ref)
+    assert str(e.value) == (f"could not read models:/m/1 from {reg.shown_uri}: {shown}; "
+                            "nothing was decided, retry when the registry answers")
+    monkeypatch.undo()
+    with pytest.raises(ModelcdError, match=r"models:/m/2 is not in the registry at .*; check the name and version with 'modelcd status'"):
+        reg.version(CandidateRef("m", "2"))
+
+
+def test_a_registry_error_reading_the_model_never_creates_it(modelcd_env, tiny_base, monkeypatch):
+    """_ensure_registered created the model on any error; on a database error that is a write decided on no answer."""
+    reg = modelcd_env.registry
+    reg.register(tiny_base, "b", role="base")
+    created = []
+
+    def broken(name):
+        raise MlflowException("database is locked", error_code=INTERNAL_ERROR)
+
+    monkeypatch.setattr(reg.client, "get_registered_model", broken)
+    monkeypatch.setattr(reg.client, "create_registered_model", lambda *a, **k: created.append(a))
+    with pytest.raises(RegistryUnavailable, match=r"^could not read registered model 'b' from .*: database is locked; nothing was registered"):
+        reg.register(tiny_base, "b")
+    assert created == []
+    assert reg.versions("b") == [CandidateRef("b", "1")]
+
+
+def test_a_registry_error_listing_models_is_not_no_models(modelcd_env, monkeypatch):
+    reg = modelcd_env.registry
+
+    def broken(**kwargs):
+        raise MlflowException("database is locked", error_code=INTERNAL_ERROR)
+
+    monkeypatch.setattr(reg.client, "search_registered_models", broken)
+    with pytest.raises(RegistryUnavailable, match=r"^could not list the registered models in .*: database is locked; nothing was decided"):
+        reg.candidate_models()
+    with pytest.raises(RegistryUnavailable):
+        reg.require_candidate_model("m")

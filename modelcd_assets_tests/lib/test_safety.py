@@ -404,3 +404,69 @@ def test_only_onnx_files_within_the_size_limit_vouch_for_external_data(tmp_path)
     _onnx_model(tmp_path, "c.data", name="graph.pb")  # an ONNX model under another name reads nothing
     (tmp_path / "c.data").write_bytes(b"\0" * 64)
     assert [r.split(":")[0] for r in reasons(tmp_path)] == ["c.data", "graph.pb"]
+
+
+def _onnx_naming(folder, locations, name="aux.onnx"):
+    """An ONNX model with one external initializer per location (each reading its whole file); nothing is written there."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    inits = []
+    for i, location in enumerate(locations):
+        t = numpy_helper.from_array(np.ones(1, np.float32), f"t{i}")
+        t.data_location = onnx.TensorProto.EXTERNAL
+        t.ClearField("raw_data")
+        entry = t.external_data.add()
+        entry.key, entry.value = "location", location
+        inits.append(t)
+    graph = helper.make_graph([helper.make_node("Identity", ["t0"], ["y"])], "g", [], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])], inits)
+    (folder / name).write_bytes(helper.make_model(graph).SerializeToString())
+
+
+def test_files_named_as_onnx_external_data_are_still_scanned_for_content(tmp_path):
+    """Issue 17: an ONNX graph naming a file as external data used to exempt it from every content check."""
+    import zipfile
+
+    marker = tmp_path / "pwned"
+    art = tmp_path / "art"
+    art.mkdir()
+    plant_pickle(art, marker, "weights.data")
+    (art / "config.json").write_text(json.dumps({"auto_map": {"AutoModel": "x.Model"}}))
+    with zipfile.ZipFile(art / "model.keras", "w") as z:
+        z.writestr("config.json", "{}")
+    (art / "model.safetensors").write_bytes(struct.pack("<Q", 100) + b"{}")
+    expected = [
+        "config.json: declares auto_map (remote code); modelcd never sets trust_remote_code",
+        "model.keras: content is a zip archive, which can run code when loaded, whatever the file is called; convert the weights to safetensors",
+        "model.safetensors: safetensors header claims 100 bytes but the file has only 2 after the length",
+        "weights.data: content is a pickle, which can run code when loaded, whatever the file is called; convert the weights to safetensors",
+    ]
+    assert reasons(art) == expected
+    _onnx_naming(art, ["weights.data", "config.json", "model.keras", "model.safetensors"])
+    assert reasons(art) == expected
+    assert reasons(art, allow=("*",)) == expected  # no pattern exempts code-running content named as external data
+    assert not marker.exists()
+
+
+def test_external_data_must_be_raw_tensor_data(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "w.safetensors").write_bytes(b"")
+    _rewrite_header(tmp_path / "w.safetensors", {}, b"")
+    (tmp_path / "notes.xyz").write_bytes(b"\0" * 4)
+    _onnx_naming(tmp_path, ["tokenizer.json", "w.safetensors", "notes.xyz"])
+    not_raw = ("named as ONNX external data, but external data must be raw tensor bytes in a file named *.data, *.onnx_data, "
+               "*.weight, *.bias or without a suffix; rename it (and its location in the ONNX graph), or allow the pattern in the policy's safety.allow")
+    assert reasons(tmp_path) == [f"notes.xyz: {not_raw}", f"tokenizer.json: {not_raw}", f"w.safetensors: {not_raw}"]
+    assert reasons(tmp_path, allow=("*.xyz",)) == [f"tokenizer.json: {not_raw}", f"w.safetensors: {not_raw}"]
+
+
+def test_raw_external_data_under_its_usual_names_passes(tmp_path):
+    names = ["model.onnx.data", "model.onnx_data", "encoder.layer.0.weight", "encoder.layer.0.bias", "onnx__MatMul_123"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"\0" * 4)
+    _onnx_naming(tmp_path, names)
+    assert reasons(tmp_path) == []
+    (tmp_path / "onnx__MatMul_123").write_bytes(b"\x7fELF\0\0\0\0")
+    assert reasons(tmp_path) == ["onnx__MatMul_123: content is an executable, which can run code when loaded, whatever the file is called; "
+                                 "convert the weights to safetensors"]

@@ -16,6 +16,7 @@ import yaml
 from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 
+from modelcd_assets.cli import main
 from modelcd_assets.launch import BLOCKED, run_gate
 from modelcd_assets.lib import attestation, servable
 from modelcd_assets.lib.candidate import CandidateRecord
@@ -77,7 +78,7 @@ def test_promoted_versions_hold_a_verdict_over_their_bytes_and_blocked_ones_none
         check(served, served.ungated)
 
 
-def test_the_alias_moved_by_hand_to_a_blocked_version_never_changes_what_is_served(served, blocked):
+def test_the_alias_moved_by_hand_to_a_blocked_version_never_changes_what_is_served(served, blocked, capsys):
     client = MlflowClient(tracking_uri=served.env.env["MLFLOW_TRACKING_URI"])
     with TestClient(app_from_env(MODEL, environ={**served.env.env, "MODELCD_ADMIN_TOKEN": ADMIN_TOKEN})) as c:
         wait_for(lambda: c.get("/readyz").status_code == 200, "serving production")
@@ -94,6 +95,14 @@ def test_the_alias_moved_by_hand_to_a_blocked_version_never_changes_what_is_serv
             assert r.status_code == 404 and blocked.version in r.json()["error"]
             metrics = c.get("/metrics").text
             assert f'modelcd_alias_refused{{model="{MODEL}",version="{blocked.version}"}} 1.0' in metrics
+            capsys.readouterr()
+            assert main(["status", MODEL]) == 0
+            status = capsys.readouterr().out
+            assert f"{MODEL}: production = {blocked.version} (not servable: no valid verdict;" in status
+            assert main(["verdict", MODEL, blocked.version]) == 3
+            assert "not servable: no valid verdict" in capsys.readouterr().out
+            assert main(["verdict", MODEL, served.v2.version, "--json"]) == 0
+            assert json.loads(capsys.readouterr().out)["servable"] is True
         finally:
             client.set_registered_model_alias(MODEL, PRODUCTION, served.v2.version)
 

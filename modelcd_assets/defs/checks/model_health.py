@@ -26,7 +26,8 @@ weights_are_finite = _health_check("weights_are_finite", gates.judge_weights_fin
 def weights_within_scale(context: dg.AssetCheckExecutionContext, state: LocalStateResource) -> dg.AssetCheckResult:
     ref = CandidateRef.parse(context.partition_key)
     report = read_json(state.candidate_dir(ref) / HEALTH_FILE)
-    return check_result(gates.judge_weight_scale(report, state.record(ref).effective_policy().health))
+    record = state.record(ref)
+    return check_result(gates.judge_weight_scale(report, record.effective_policy().health, has_production=record.production_version is not None))
 model_loads_cleanly = _health_check("model_loads_cleanly", gates.judge_loads_cleanly)
 adapter_fits_base = _health_check("adapter_fits_base", gates.judge_adapter_fits_base)
 adapter_changes_outputs = _health_check("adapter_changes_outputs", gates.judge_adapter_changes_outputs)
