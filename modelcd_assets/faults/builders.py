@@ -276,19 +276,23 @@ def symlink_escape(prod: Production, out: Path) -> Candidate:
     return Candidate(folder)
 
 
-def _onnx_reading(location: str) -> bytes:
-    """An ONNX model whose one initializer (4x4 float32) is external data at location, serialized by hand (onnx.save would act on it)."""
+def _onnx_reading(*locations: str, length: int | None = 64) -> bytes:
+    """An ONNX model with one initializer (4x4 float32) per location, each external data read from there (the whole file when
+    length is None), serialized by hand (onnx.save would act on it)."""
     import numpy as np
     import onnx
     from onnx import helper, numpy_helper
 
-    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
-    w.data_location = onnx.TensorProto.EXTERNAL
-    w.ClearField("raw_data")
-    for key, value in (("location", location), ("offset", "0"), ("length", "64")):
-        entry = w.external_data.add()
-        entry.key, entry.value = key, value
-    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 4])], [w])
+    inits = []
+    for i, location in enumerate(locations):
+        w = numpy_helper.from_array(np.ones((4, 4), np.float32), f"w{i}")
+        w.data_location = onnx.TensorProto.EXTERNAL
+        w.ClearField("raw_data")
+        for key, value in (("location", location), ("offset", "0"), *([("length", str(length))] if length is not None else [])):
+            entry = w.external_data.add()
+            entry.key, entry.value = key, value
+        inits.append(w)
+    graph = helper.make_graph([helper.make_node("Identity", ["w0"], ["y"])], "g", [], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 4])], inits)
     return helper.make_model(graph).SerializeToString()
 
 
@@ -299,6 +303,18 @@ def onnx_external_data_escape(prod: Production, out: Path, raw: bool = False) ->
     outside.write_bytes(b"\0" * 64)
     (folder / "model.onnx").write_bytes(_onnx_reading(f"../{outside.name}"))
     return Candidate(folder, raw=raw)
+
+
+def onnx_external_data_hiding_code(prod: Production, out: Path, raw: bool = False) -> Candidate:
+    """An ONNX file naming as its external data a pickle (weights.data), the config with auto_map and the module it names: code behind raw-data names."""
+    folder = _copy(prod.artifact, out)
+    marker = _marker(out)
+    (folder / "weights.data").write_bytes(pickle.dumps(_Marker(str(marker)), protocol=4))
+    (folder / "modeling_custom.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    config = config_file(folder)
+    edit_json(config, lambda cfg: cfg.__setitem__("auto_map", {"AutoModelForSequenceClassification": "modeling_custom.CustomModel"}))
+    (folder / "model.onnx").write_bytes(_onnx_reading("weights.data", config.name, "modeling_custom.py", length=None))
+    return Candidate(folder, raw=raw, marker=marker)
 
 
 def raw(builder: Callable[..., Candidate]) -> Builder:

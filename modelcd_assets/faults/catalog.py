@@ -7,8 +7,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from modelcd_assets.faults import builders as b
+from modelcd_assets.faults import bypasses as v
 from modelcd_assets.faults import conditions as c
-from modelcd_assets.faults.outcomes import BAD_INPUT, MANIFEST, REFUSED, RUN_FAILED, SKIPPED, SUPERSEDED, Outcome, blocked
+from modelcd_assets.faults.outcomes import (BAD_INPUT, MANIFEST, NEVER_SERVED, REFUSED, REJECTED, RUN_FAILED, SKIPPED, SUPERSEDED, Outcome,
+                                            blocked)
 from modelcd_assets.lib.errors import ModelcdError
 
 
@@ -20,6 +22,9 @@ class FaultClass:
     build: b.Builder | None = None  # the faulty candidate; None: the production version itself is gated
     during: Callable[..., AbstractContextManager] | None = None  # a condition held while the candidate is gated
     probe: Callable | None = None  # a class that is no gated run at all (a sensor tick): returns the outcome itself
+    # Measures whether the fault can be produced on the model under test: (False, what was measured) reports the class as
+    # not reproducible on this model, counted apart, instead of gating a candidate that carries no fault.
+    reproducible: Callable[..., tuple[bool, str]] | None = None
     traffic: str = "traffic_current"
     adapter_only: bool = False
 
@@ -52,6 +57,8 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("raw_pickle_renamed", "files", blocked("artifact_is_safe"), b.raw(b.pickle_renamed)),
     FaultClass("raw_remote_code", "files", blocked("artifact_is_safe"), b.raw(b.remote_code)),
     FaultClass("raw_onnx_external_data_escape", "files", blocked("artifact_is_safe"), b.raw(b.onnx_external_data_escape)),
+    FaultClass("onnx_external_data_hiding_code", "files", Outcome(REFUSED), b.onnx_external_data_hiding_code),
+    FaultClass("raw_onnx_external_data_hiding_code", "files", blocked("artifact_is_safe"), b.raw(b.onnx_external_data_hiding_code)),
     FaultClass("tampered_after_registration", "files", Outcome(MANIFEST), b.identical, c.tampered_after_registration),
     # Structure and contract
     FaultClass("swapped_id2label", "contract", blocked("semver_covers_contract_change"), b.swapped_id2label),
@@ -66,14 +73,25 @@ CLASSES: tuple[FaultClass, ...] = (
     # Data
     FaultClass("drifted_traffic", "data", blocked("no_drift_detected"), traffic="traffic_shifted"),
     # Infrastructure
-    FaultClass("registry_outage", "infra", Outcome(RUN_FAILED, detail="could not read the production alias"), b.identical, c.registry_outage),
+    FaultClass("registry_outage", "infra", Outcome(RUN_FAILED, detail="exit 1: modelcd: registry unavailable: candidate: could not read the production alias"),
+               probe=c.registry_outage),
+    FaultClass("registry_unreachable", "infra", Outcome(RUN_FAILED, detail="exit 1: modelcd: registry unavailable: could not read"), probe=c.registry_unreachable),
+    FaultClass("production_alias_deleted", "infra", Outcome(BAD_INPUT, detail="production alias missing"), b.identical, c.production_alias_deleted),
     FaultClass("production_moved_mid_run", "infra", Outcome(SUPERSEDED, detail="moved from"), b.identical, c.production_moves),
     FaultClass("prometheus_unreachable", "infra", Outcome(SKIPPED), probe=c.prometheus_unreachable),
-    # One-word calibration collapses static INT8 on the tiny test model (96.7% agreement), but not on MiniLM: there every
-    # calibration tried keeps 100% agreement (bench/bench_calibration.py), and the pinned static variant is instead
-    # blocked for being slower than production's dynamic one. Either way the pinned-static candidate must not ship.
-    FaultClass("static_calibration_collapse", "infra", blocked("int8_agrees_with_fp32", "throughput_within_tolerance"), b.readme_changed,
-               c.static_calibration_collapse),
+    # One-word calibration collapses static INT8 on the tiny test model (96.7% agreement), but not on MiniLM, where every
+    # calibration tried keeps 100% agreement (bench/bench_calibration.py): measured first, on production's build, and
+    # reported as not reproducible where it does not collapse.
+    FaultClass("static_calibration_collapse", "infra", blocked("int8_agrees_with_fp32"), b.readme_changed, c.static_calibration_collapse,
+               reproducible=c.calibration_collapses),
+    # Ways around a verdict once it is given (faults/bypasses.py): what is served must still hold a valid one over its bytes.
+    FaultClass("alias_moved_to_blocked", "verdict", Outcome(NEVER_SERVED, detail="modelcd_alias_refused set"), probe=v.alias_moved_to_blocked),
+    FaultClass("files_swapped_after_gating", "verdict", Outcome(NEVER_SERVED, detail="differ from what was judged"), probe=v.files_swapped_after_gating),
+    FaultClass("model_deleted_and_recreated", "verdict", Outcome(NEVER_SERVED, detail="gated anew"), probe=v.model_deleted_and_recreated),
+    FaultClass("attestation_forged_with_another_key", "verdict", Outcome(NEVER_SERVED, detail="does not verify with the public key"),
+               probe=v.attestation_forged_with_another_key),
+    FaultClass("oversized_requests", "serving", Outcome(REJECTED, detail="counted in modelcd_requests_rejected_total, none observed"),
+               probe=v.oversized_requests),
 )
 
 BY_NAME = {fc.name: fc for fc in CLASSES}

@@ -1,6 +1,7 @@
 """What goes wrong around a candidate rather than in it: the registry, a concurrent promotion, Prometheus, the calibration data.
 
-Each condition is injected in process, as the tests do, and holds only while one gated run (or one sensor tick) lasts.
+Each condition is injected in process, as the tests do, and holds only while one gated run (or one sensor tick, or one
+`modelcd gate`) lasts.
 """
 
 from __future__ import annotations
@@ -8,23 +9,25 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from unittest import mock
 
 import dagster as dg
 
 from modelcd_assets.faults.builders import identical
-from modelcd_assets.faults.outcomes import ERROR, LAUNCHED, SKIPPED, Outcome
+from modelcd_assets.faults.outcomes import ERROR, LAUNCHED, PROMOTED, RUN_FAILED, SKIPPED, Outcome
 from modelcd_assets.faults.sandbox import Sandbox
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.registry import PRODUCTION, PROMOTION, CandidateRef
 
 # One-word tickets: activation ranges calibrated on them clip real traffic (measured: 96.7% INT8/FP32 agreement on the tiny test model).
 COLLAPSING_CALIBRATION = ["ok", "hi", "yes", "no"]
 
 
 @contextlib.contextmanager
-def registry_outage(sb: Sandbox, ref: CandidateRef) -> Iterator[None]:
-    """MLflow answers every get_registered_model with a database error, as a locked SQLite or a down server does."""
+def _database_locked() -> Iterator[None]:
+    """MLflow answers every get_registered_model with a database error, as a locked SQLite or a failing server does."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
@@ -34,6 +37,42 @@ def registry_outage(sb: Sandbox, ref: CandidateRef) -> Iterator[None]:
 
     with mock.patch.object(MlflowClient, "get_registered_model", outage):
         yield
+
+
+def _judge_cli(sb: Sandbox, ref: CandidateRef, code: int, err: str) -> Outcome:
+    """What `modelcd gate` did to ref, read from the registry once it answers again: promoted, or the exit code and modelcd's one-line error."""
+    now = sb.registry.production(sb.name)
+    if now != sb.production or PROMOTION in sb.registry.tags(ref):
+        return Outcome(PROMOTED, detail=f"exit {code}; production is {now.uri if now else 'nothing'}")
+    said = [line for line in err.splitlines() if line.startswith("modelcd: ")]
+    return Outcome(RUN_FAILED, detail=f"exit {code}: {said[-1] if said else err.strip()[-300:]}")
+
+
+def registry_outage(sb: Sandbox) -> Outcome:
+    """`modelcd gate` while MLflow answers every get_registered_model with a database error (a locked SQLite): the run fails, exit 1."""
+    ref = sb.register(identical(sb.prod, sb.work / "registry_outage"))
+    with _database_locked():
+        code, err = sb.cli(["gate", ref.name, ref.version])
+    return _judge_cli(sb, ref, code, err)
+
+
+def registry_unreachable(sb: Sandbox) -> Outcome:
+    """`modelcd gate` with the registry on a closed port: no answer at all, and no run is launched."""
+    ref = sb.register(identical(sb.prod, sb.work / "registry_unreachable"))
+    code, err = sb.cli(["gate", ref.name, ref.version], MLFLOW_TRACKING_URI=f"http://127.0.0.1:{_closed_port()}", MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+                       MLFLOW_HTTP_REQUEST_TIMEOUT="5")
+    return _judge_cli(sb, ref, code, err)
+
+
+@contextlib.contextmanager
+def production_alias_deleted(sb: Sandbox, ref: CandidateRef) -> Iterator[None]:
+    """The `production` alias deleted by hand from a model that had a production (a modelcd.promotion record on a version)."""
+    sb.registry.client.delete_registered_model_alias(sb.name, PRODUCTION)
+    try:
+        yield
+    finally:
+        if sb.registry.production(sb.name) is None:
+            sb.registry.client.set_registered_model_alias(sb.name, PRODUCTION, sb.production.version)
 
 
 @contextlib.contextmanager
@@ -66,6 +105,35 @@ def static_calibration_collapse(sb: Sandbox, ref: CandidateRef) -> Iterator[None
     """The policy pins static INT8, and the calibration split is a handful of one-word texts."""
     with sb.policy({"quantization": {"variant": "static"}}), sb.calibration(COLLAPSING_CALIBRATION):
         yield
+
+
+def calibration_collapses(sb: Sandbox) -> tuple[bool, str]:
+    """Whether static INT8 calibrated on COLLAPSING_CALIBRATION falls below the fidelity floor on production's own build, measured as
+    quantized_model and int8_agrees_with_fp32 measure it (same quantizer, evaluation split, predictions and verdict); and what was measured."""
+    import numpy as np
+
+    from modelcd_assets.lib.candidate import CandidateRecord
+    from modelcd_assets.lib.data import read_split
+    from modelcd_assets.lib.evaluate import predict
+    from modelcd_assets.lib.gates import FAIL, judge_fidelity
+    from modelcd_assets.lib.policy import load_policy, policy_file
+    from modelcd_assets.lib.quantize import optimize_transformer, quantize_static_int8
+    from modelcd_assets.lib.servable import candidate_dir
+    from modelcd_assets.lib.tokens import encode
+
+    build = CandidateRecord.load(candidate_dir(sb.home, sb.production)).build
+    floor = load_policy(policy_file(Path(sb.env["MODELCD_POLICY_DIR"]), sb.name)).int8_fidelity
+    texts = [ex.text for ex in read_split(sb.data / "evaluation.jsonl")]
+    with tempfile.TemporaryDirectory(dir=sb.work) as tmp:
+        fused = build.optimized
+        if not fused.is_file():  # production's build made only a variant that needed no fusion of its own
+            fused = Path(tmp) / "optimized.onnx"
+            optimize_transformer(build.onnx, fused, build.merged / "config.json")
+        static = quantize_static_int8(fused, Path(tmp) / "static.onnx", encode(build.merged, COLLAPSING_CALIBRATION))
+        feeds = encode(build.merged, texts)
+        fp32 = np.load(build.predictions("fp32")) if build.predictions("fp32").is_file() else predict(build.onnx, feeds)
+        verdict = judge_fidelity(predict(static, feeds), fp32, floor)
+    return verdict.status == FAIL, f"static INT8 calibrated on {len(COLLAPSING_CALIBRATION)} one-word texts, on production's build: {verdict.reason}"
 
 
 def _closed_port() -> int:

@@ -60,7 +60,7 @@ def serving_under_load(env: Mapping[str, str], model: str, texts: list[str], log
             stats.errors += sum(r["status"] != 200 for r in results)
 
     with open(log, "wb") as out:
-        proc = start_process([sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port), "--workers", "1"],
+        proc = start_process([sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port), "--workers", "1", "--admin-port", "0"],
                              die_with_parent=True, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
         try:
             _wait_ready(url, proc, log, ready_timeout)

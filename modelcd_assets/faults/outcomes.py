@@ -11,10 +11,15 @@ BAD_INPUT = "bad input"  # the run's outcome was BAD_INPUT: the candidate does n
 SUPERSEDED = "superseded"
 RUN_FAILED = "run failed, nothing promoted"
 SKIPPED = "sensor skipped, nothing launched"
+NEVER_SERVED = "never served"  # servable.check and the server's loader refused a version without a valid verdict over its bytes
+REJECTED = "rejected before inference"  # answered 413/422, counted in modelcd_requests_rejected_total, never in the latency histogram
+# Counted apart, neither caught nor missed: the fault could not be produced on the model under test (the detail says what was measured).
+NOT_REPRODUCIBLE = "not reproducible on this model"
 # Only ever actual outcomes: a fault that got through, or a sandbox that could not judge it.
 PROMOTED = "promoted"
 LAUNCHED = "sensor launched a run"
 CODE_RAN = "code in the candidate ran"
+GOT_THROUGH = "got through to serving"  # a version without a valid verdict was accepted, or an oversized request reached a model
 ERROR = "sandbox error"
 
 

@@ -1,4 +1,8 @@
-"""The fault sandbox's report: each class against its expected outcome, the clean controls' false-block rate, the exit code."""
+"""The fault sandbox's report: each class against its expected outcome, the clean controls' false-block rate, the exit code.
+
+A class whose fault cannot be produced on the model under test (not reproducible on this model, with what was measured)
+is counted apart: neither caught nor missed, and left out of the interception rate.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from modelcd_assets.faults.outcomes import PROMOTED, Outcome
+from modelcd_assets.faults.outcomes import NOT_REPRODUCIBLE, PROMOTED, Outcome
 from modelcd_assets.lib.report import table
 
 CONFIDENCE = 0.95
@@ -35,6 +39,16 @@ class ClassResult:
     def ok(self) -> bool:
         return self.actual.satisfies(self.expected)
 
+    @property
+    def not_reproducible(self) -> bool:
+        """The fault could not be produced on this model: neither in its expected outcome nor missed."""
+        return self.actual.kind == NOT_REPRODUCIBLE
+
+    @property
+    def verdict(self) -> str:
+        """The report's ok cell."""
+        return "yes" if self.ok else "not reproducible" if self.not_reproducible else "NO"
+
 
 @dataclass(frozen=True)
 class ControlResult:
@@ -61,12 +75,21 @@ class SelftestReport:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def reproduced(self) -> list[ClassResult]:
+        """The classes whose fault was produced on this model: the ones that count as caught or missed."""
+        return [r for r in self.classes if not r.not_reproducible]
+
+    @property
+    def not_reproducible(self) -> list[ClassResult]:
+        return [r for r in self.classes if r.not_reproducible]
+
+    @property
     def caught(self) -> int:
         return sum(r.ok for r in self.classes)
 
     @property
     def interception_rate(self) -> float:
-        return self.caught / len(self.classes) if self.classes else 1.0
+        return self.caught / len(self.reproduced) if self.reproduced else 1.0
 
     @property
     def false_blocks(self) -> int:
@@ -86,14 +109,14 @@ class SelftestReport:
 
     @property
     def ok(self) -> bool:
-        return self.caught == len(self.classes) and self.false_blocks == 0 and self.user_production_unchanged
+        return self.caught == len(self.reproduced) and self.false_blocks == 0 and self.user_production_unchanged
 
     @property
     def exit_code(self) -> int:
         return 0 if self.ok else 1
 
     def class_table(self) -> str:
-        rows = [[r.name, str(r.expected), str(r.actual), "yes" if r.ok else "NO", f"{r.seconds:.0f}"] for r in self.classes]
+        rows = [[r.name, str(r.expected), str(r.actual), r.verdict, f"{r.seconds:.0f}"] for r in self.classes]
         return table(["class", "expected", "actual", "ok", "s"], rows, max_width=110)
 
     def control_table(self) -> str:
@@ -102,7 +125,10 @@ class SelftestReport:
         return table(["control", "kind", "server under load", "outcome", "ok", "s"], rows, max_width=110)
 
     def summary(self) -> list[str]:
-        lines = [f"fault classes: {self.caught}/{len(self.classes)} ended in their expected outcome (interception rate {self.interception_rate:.0%})"]
+        lines = [f"fault classes: {self.caught}/{len(self.reproduced)} ended in their expected outcome (interception rate {self.interception_rate:.0%})"]
+        if self.not_reproducible:
+            lines.append(f"not reproducible on this model, counted apart (neither caught nor missed): {len(self.not_reproducible)} "
+                         f"({', '.join(r.name for r in self.not_reproducible)})")
         if self.controls:
             lo, hi = clopper_pearson(self.false_blocks, len(self.controls))
             loaded = sum(c.under_load for c in self.controls)
@@ -115,7 +141,10 @@ class SelftestReport:
 
     def render(self) -> str:
         out = [f"fault sandbox for {self.model}, derived from production {self.production}", "", self.class_table()]
-        mismatches = [r for r in self.classes if not r.ok]
+        mismatches = [r for r in self.reproduced if not r.ok]
+        if self.not_reproducible:
+            out += ["", "not reproducible on this model (what was measured):"]
+            out += [f"  {r.name}: {r.actual.detail}" for r in self.not_reproducible]
         if mismatches:
             out += ["", "not in their expected outcome:"]
             out += [f"  {r.name}: expected {r.expected}, got {r.actual}" + (f": {r.actual.detail}" if r.actual.detail else "") for r in mismatches]
@@ -131,7 +160,7 @@ class SelftestReport:
             return str(text).replace("|", "\\|").replace("\n", " ")
 
         classes = "| class | expected | actual | ok |\n|---|---|---|---|\n" + "\n".join(
-            f"| {r.name} | {cell(r.expected)} | {cell(r.actual)} | {'yes' if r.ok else '**NO**'} |" for r in self.classes)
+            f"| {r.name} | {cell(r.expected)} | {cell(r.actual)} | {'**NO**' if r.verdict == 'NO' else r.verdict} |" for r in self.classes)
         controls = "| control | kind | server under load | outcome |\n|---|---|---|---|\n" + "\n".join(
             f"| {c.label} | {c.kind} | {'yes' if c.under_load else 'no'} | {cell(c.outcome)} |" for c in self.controls)
         return classes, controls
@@ -139,9 +168,11 @@ class SelftestReport:
     def to_dict(self) -> dict:
         return {
             "model": self.model, "production": self.production, "user_production_after": self.user_production_after, "ok": self.ok,
-            "interception_rate": self.interception_rate, "false_blocks": self.false_blocks, "controls": len(self.controls),
+            "interception_rate": self.interception_rate, "caught": self.caught, "reproduced": len(self.reproduced),
+            "not_reproducible": [r.name for r in self.not_reproducible], "false_blocks": self.false_blocks, "controls": len(self.controls),
             "false_block_rate": self.false_block_rate, "false_block_upper_95": self.false_block_upper,
-            "classes": [asdict(r) | {"ok": r.ok, "expected": str(r.expected), "actual": str(r.actual), "detail": r.actual.detail} for r in self.classes],
+            "classes": [asdict(r) | {"ok": r.ok, "not_reproducible": r.not_reproducible, "expected": str(r.expected), "actual": str(r.actual),
+                                     "detail": r.actual.detail} for r in self.classes],
             "control_results": [asdict(c) | {"blocked": c.blocked, "outcome": str(c.outcome), "detail": c.outcome.detail} for c in self.controls],
             "load": self.load, "notes": self.notes,
         }

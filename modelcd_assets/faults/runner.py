@@ -12,7 +12,7 @@ from pathlib import Path
 
 from modelcd_assets.faults.builders import Candidate, identical
 from modelcd_assets.faults.catalog import FaultClass, select
-from modelcd_assets.faults.outcomes import CODE_RAN, ERROR, REFUSED, Outcome
+from modelcd_assets.faults.outcomes import CODE_RAN, ERROR, NOT_REPRODUCIBLE, REFUSED, Outcome
 from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport
 from modelcd_assets.faults.sandbox import Sandbox, open_sandbox
 from modelcd_assets.lib.data import read_split
@@ -36,8 +36,12 @@ def _gate_candidate(sb: Sandbox, fc: FaultClass, cand: Candidate) -> Outcome:
 
 def class_outcome(sb: Sandbox, fc: FaultClass) -> Outcome:
     """What happened to one fault class in the sandbox; the sandbox's production is restored afterwards."""
-    cand = None
+    cand, measured = None, ""
     try:
+        if fc.reproducible is not None:
+            reproduced, measured = fc.reproducible(sb)
+            if not reproduced:
+                return Outcome(NOT_REPRODUCIBLE, detail=measured)
         if fc.probe is not None:
             outcome = fc.probe(sb)
         elif fc.build is None:
@@ -51,7 +55,7 @@ def class_outcome(sb: Sandbox, fc: FaultClass) -> Outcome:
         sb.restore_production()
     if cand is not None and cand.marker is not None and cand.marker.exists():
         return Outcome(CODE_RAN, detail=f"{cand.marker} exists: code planted in the candidate ran")
-    return outcome
+    return replace(outcome, detail=f"reproduced: {measured}; {outcome.detail}") if measured else outcome
 
 
 def run_classes(sb: Sandbox, classes: list[FaultClass], echo: Callable[[str], None]) -> list[ClassResult]:

@@ -7,11 +7,13 @@ fault classes do, promotions included, happens in the copy, so the user's produc
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -19,13 +21,14 @@ import dagster as dg
 import yaml
 
 from modelcd_assets import launch
-from modelcd_assets.faults.builders import Candidate, Production, weights_file
+from modelcd_assets.faults.builders import Candidate, Production, random_reinit, weights_file
 from modelcd_assets.faults.outcomes import BAD_INPUT, ERROR, MANIFEST, PROMOTED, RUN_FAILED, SUPERSEDED, Outcome, blocked_by
 from modelcd_assets.lib.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.registry import BASE, CONTENT, EXPERIMENT, KIND, PROMOTION, SEMVER, SEMVER_DECLARED, TOKENIZER_CHANGE, CandidateRef, Registry
 from modelcd_assets.lib.settings import apply_local_defaults, local_defaults
+from modelcd_assets.lib.signing import SIGNATURE_FILE, Keys, init_keys, sign_folder
 from modelcd_assets.resources.policy import PolicyResource
 
 SANDBOX_REASON = {"fault_sandbox": "production restored after a fault class"}
@@ -80,10 +83,16 @@ class Sandbox:
     prod: Production
     production: CandidateRef
     progress: bool = False
+    _blocked: CandidateRef | None = field(default=None, repr=False)
 
     @property
     def work(self) -> Path:
         return self.root / "work"
+
+    @property
+    def home(self) -> Path:
+        """The sandbox's state folder: candidate records, builds, attestations."""
+        return Path(self.env["MODELCD_HOME"])
 
     @property
     def data(self) -> Path:
@@ -98,15 +107,40 @@ class Sandbox:
         with environment(self.env):
             yield
 
-    def register(self, cand: Candidate) -> CandidateRef:
-        """`modelcd register`, into the sandbox: the safety scan with the model's policy limits, then the upload."""
-        return self.registry.register(cand.folder, self.name, base=cand.base, tags=dict(cand.tags), limits=_limits(self.env, self.name))
+    def register(self, cand: Candidate, name: str | None = None) -> CandidateRef:
+        """`modelcd register`, into the sandbox: the safety scan with the model's policy limits, then the upload (as name, default the model's)."""
+        name = name or self.name
+        return self.registry.register(cand.folder, name, base=cand.base, tags=dict(cand.tags), limits=_limits(self.env, name))
+
+    def cli(self, argv: list[str], **env: str) -> tuple[int, str]:
+        """The `modelcd` command run in this process on the sandbox's environment (with env overriding it): exit code and stderr."""
+        from modelcd_assets.cli import main
+
+        err = io.StringIO()
+        with environment({**self.env, **env}), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = main(argv)
+        return code, err.getvalue()
+
+    def blocked_version(self) -> CandidateRef:
+        """A version gated here and blocked, with its INT8 model built and no verdict: production's weights redrawn at random, which the
+        accuracy or the INT8 fidelity gate blocks once quantized_model has run. Registered and gated once per sandbox."""
+        if self._blocked is None:
+            ref = self.register(random_reinit(self.prod, self.work / "blocked-version"))
+            run = self.gate(ref)
+            if run.outcome != launch.BLOCKED:
+                raise ModelcdError(f"{ref.uri}, production's weights redrawn at random, was not blocked in the sandbox ({run.outcome}: {run.error}); "
+                                   "a class that needs a blocked version cannot be set up")
+            self._blocked = ref
+        return self._blocked
 
     def upload_raw(self, cand: Candidate) -> CandidateRef:
-        """What a tool writing straight to MLflow could do: upload the files and tag a matching manifest, no scan."""
+        """What a tool writing straight to MLflow with the signing key could do: upload signed files and tag a matching manifest,
+        no scan (without the key, the fetch refuses it as unsigned before any gate; with it, artifact_is_safe must)."""
         client = self.registry.client
         info = inspect_artifact(cand.folder)
         run = client.create_run(client.get_experiment_by_name(EXPERIMENT).experiment_id, run_name=f"raw upload {self.name}")
+        with tempfile.TemporaryDirectory() as tmp:
+            client.log_artifact(run.info.run_id, str(sign_folder(cand.folder, self.registry.keys.require_private(), Path(tmp) / SIGNATURE_FILE)))
         client.log_artifacts(run.info.run_id, str(cand.folder), artifact_path="model")
         client.set_terminated(run.info.run_id)
         tags = {KIND: info.kind, CONTENT: manifest_hash(folder_manifest(cand.folder)), **cand.tags}
@@ -154,7 +188,7 @@ class Sandbox:
         if run.outcome == launch.SUPERSEDED:
             return Outcome(SUPERSEDED, detail=run.error)
         if run.outcome == launch.BAD_INPUT:
-            return Outcome(MANIFEST if "do not match the manifest" in run.error else BAD_INPUT, detail=run.error)
+            return Outcome(MANIFEST if "do not match their signature" in run.error else BAD_INPUT, detail=run.error)
         return Outcome(RUN_FAILED, detail=run.error)
 
     @contextlib.contextmanager
@@ -208,6 +242,7 @@ def open_sandbox(name: str, source_env: Mapping[str, str], root: Path, progress:
     source = Registry.from_env(source_env)
     env = local_defaults(root / "home")
     apply_local_defaults(env)  # the folders and the instance's dagster.yaml
+    init_keys(Keys.from_env(env))  # the sandbox signs and verifies with a key pair of its own, never the user's
     for split in Path(source_env["MODELCD_DATA"]).glob("*.jsonl"):
         shutil.copy2(split, Path(env["MODELCD_DATA"]) / split.name)
     policy = Path(source_env["MODELCD_POLICY_DIR"]) / f"{name}.yaml"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from modelcd_assets.faults.outcomes import BAD_INPUT, BLOCKED, PROMOTED, REFUSED, Outcome, blocked, blocked_by
+from modelcd_assets.faults.outcomes import BAD_INPUT, BLOCKED, NOT_REPRODUCIBLE, PROMOTED, REFUSED, Outcome, blocked, blocked_by
 from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport, clopper_pearson
 
 
@@ -63,3 +63,48 @@ def test_an_expected_block_may_name_the_gates_that_can_see_it_first():
     assert blocked_by(["accuracy_within_tolerance", "no_drift_detected"]).satisfies(expected)
     assert not blocked_by(["no_drift_detected"]).satisfies(expected)
     assert not blocked_by(["int8_agrees_with_fp32"]).satisfies(blocked("accuracy_within_tolerance"))
+
+
+def _render_docs_faults():
+    """bench/render_docs.py's faults table, as `make docs` renders it into docs/reliability.md."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "render_docs.py"
+    spec = importlib.util.spec_from_file_location("render_docs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.faults
+
+
+def test_a_fault_not_reproducible_on_the_model_is_counted_apart_neither_caught_nor_missed(tmp_path):
+    measured = "static INT8 calibrated on 4 one-word texts, on production's build: INT8 agrees with FP32 on 100.00% of the evaluation split (>= 99.00%)"
+    caught = ClassResult("nan_weights", "weights", "", blocked("weights_are_finite"), blocked_by(["weights_are_finite"]), 1.0)
+    apart = ClassResult("static_calibration_collapse", "infra", "", blocked("int8_agrees_with_fp32"), Outcome(NOT_REPRODUCIBLE, detail=measured), 1.0)
+    report = SelftestReport("m", "models:/m/1", "models:/m/1", classes=[caught, apart],
+                            controls=[ControlResult("identical-1", "byte-identical", False, Outcome(PROMOTED), 1.0)])
+
+    assert not apart.ok and apart.not_reproducible and apart.verdict == "not reproducible"
+    assert report.caught == 1 and [r.name for r in report.reproduced] == ["nan_weights"]
+    assert report.interception_rate == 1.0 and report.exit_code == 0
+    text = report.render()
+    assert "fault classes: 1/1 ended in their expected outcome (interception rate 100%)" in text
+    assert "not reproducible on this model, counted apart (neither caught nor missed): 1 (static_calibration_collapse)" in text
+    assert f"  static_calibration_collapse: {measured}" in text and "not in their expected outcome" not in text and text.endswith("PASS")
+    assert "| static_calibration_collapse | blocked by gate int8_agrees_with_fp32 | not reproducible on this model | not reproducible |" in report.markdown()[0]
+
+    report.write_json(tmp_path / "faults.json")
+    saved = json.loads((tmp_path / "faults.json").read_text())
+    assert saved["ok"] is True and saved["caught"] == 1 and saved["reproduced"] == 1 and saved["not_reproducible"] == ["static_calibration_collapse"]
+    assert [c["not_reproducible"] for c in saved["classes"]] == [False, True] and saved["classes"][1]["detail"] == measured
+    saved["load"] = {"requests": 0, "errors": 0}
+    docs = _render_docs_faults()(saved)
+    assert docs.startswith("**1 of 1 classes ended in their expected outcome, 1 not reproducible on this model; 0 of 1 clean controls were blocked**")
+    assert "| static_calibration_collapse | infra | blocked by gate int8_agrees_with_fp32 | not reproducible on this model | not reproducible |" in docs
+    assert f"Not reproducible on this model, counted apart: static_calibration_collapse: {measured}." in docs
+
+    # Not reproducible is never a way to pass: a missed class still fails the run, and so does a false block.
+    missed = ClassResult("weight_scale_blowup", "weights", "", blocked("weights_within_scale"), Outcome(PROMOTED), 1.0)
+    assert SelftestReport("m", "models:/m/1", "models:/m/1", classes=[apart, missed]).exit_code == 1
+    assert SelftestReport("m", "models:/m/1", "models:/m/1", classes=[apart], controls=[
+        ControlResult("identical-1", "byte-identical", False, blocked_by(["throughput_within_tolerance"]), 1.0)]).exit_code == 1

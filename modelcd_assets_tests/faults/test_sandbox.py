@@ -1,4 +1,5 @@
-"""The fault sandbox on the tiny model: a subset covering every outcome kind, and two clean controls, against a copy of production.
+"""The fault sandbox on the tiny model: a subset covering every outcome kind, and two clean controls, against a copy of production;
+the ways around a verdict (issue 17); a fault that is not reproducible on the model, counted apart.
 
 The user's registry is only read: its production alias, its versions and the process environment are as they were.
 """
@@ -6,12 +7,15 @@ The user's registry is only read: its production alias, its versions and the pro
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
 from modelcd_assets.cli import main
 from modelcd_assets.faults.outcomes import PROMOTED
 from modelcd_assets.faults.runner import run_selftest
+from modelcd_assets.lib.registry import Registry
+from modelcd_assets.lib.settings import local_defaults
 from modelcd_assets_tests.conftest import make_env
 
 pytestmark = pytest.mark.slow
@@ -53,15 +57,45 @@ def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_p
     assert not (tmp_path / "sandbox").exists()
 
 
+# Ways around the gates closed by issue 17, each in seconds on the tiny model: the two outcome kinds the FAST subset lacks
+# (never served, rejected before inference) and the other bypasses.
+BYPASSES = ["onnx_external_data_hiding_code", "raw_onnx_external_data_hiding_code", "registry_unreachable", "production_alias_deleted",
+            "alias_moved_to_blocked", "files_swapped_after_gating", "model_deleted_and_recreated", "attestation_forged_with_another_key",
+            "oversized_requests"]
+
+
+def test_ways_around_a_verdict_end_as_expected_and_the_sandbox_production_stays(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
+    env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
+
+    report = run_selftest(MODEL, env.env, only=BYPASSES, identical_controls=1, retrained_controls=0, under_load=False, root=tmp_path / "sandbox",
+                          keep=True)
+    print(report.render())
+
+    assert sorted(r.name for r in report.classes) == sorted(BYPASSES)
+    assert {r.name: f"{r.actual}: {r.actual.detail}" for r in report.classes if not r.ok} == {}
+    details = {r.name: r.actual.detail for r in report.classes}
+    assert "modelcd_alias_refused set" in details["alias_moved_to_blocked"] and "no valid verdict" in details["alias_moved_to_blocked"]
+    assert all(f"{what}: not servable" in details["files_swapped_after_gating"] for what in ("the INT8 model", "the tokenizer", "the fetched weights"))
+    assert "do not match their signature" in details["model_deleted_and_recreated"]
+    assert "production's genuine verdict copied over" in details["attestation_forged_with_another_key"]
+    assert "the attestation is about" in details["attestation_forged_with_another_key"]
+    # The sandbox's production was restored after every class, so the clean control after them is promoted against it.
+    assert [c.outcome.kind for c in report.controls] == [PROMOTED], [c.outcome.detail for c in report.controls]
+    assert report.exit_code == 0 and env.registry.production(MODEL) == prod
+    assert Registry.from_env(local_defaults(tmp_path / "sandbox" / "home")).candidate_models() == [MODEL]  # the second model is gone
+
+
 def test_a_collapsing_static_calibration_is_caught_by_int8_fidelity_on_the_tiny_model(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
-    # The catalog also accepts a throughput block for this class (on MiniLM static INT8 does not collapse, see
-    # bench/bench_calibration.py); on the tiny model the fault is real, and the fidelity gate must be the one that sees it.
+    # On MiniLM static INT8 does not collapse (bench/bench_calibration.py) and the class says it is not reproducible there;
+    # on the tiny model the fault is real, measured first, and the fidelity gate must be the one that sees it.
     env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
 
     report = run_selftest(MODEL, env.env, only=["static_calibration_collapse"], identical_controls=0, retrained_controls=0, under_load=False,
                           root=tmp_path / "sandbox")
     [result] = report.classes
     assert result.ok and "int8_agrees_with_fp32" in result.actual.gates, f"{result.actual}: {result.actual.detail}"
+    assert re.match(r"reproduced: static INT8 calibrated on 4 one-word texts, on production's build: INT8 agrees with FP32 on 9\d\.\d\d% "
+                    r"of the evaluation split \(< 99\.00%\); ", result.actual.detail), result.actual.detail
     assert env.registry.production(MODEL) == prod
 
 
@@ -72,6 +106,8 @@ def test_cli_refuses_an_unknown_class_before_building_anything(modelcd_env, caps
 
 
 def test_gate_selftest_asset_reports_the_table_and_interception_rate(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
+    """With a fidelity floor of 50%, the one-word calibration (96.7% agreement on the tiny model) collapses nothing: the class is
+    measured, reported as not reproducible on this model with what was measured, never gated, and counted apart."""
     import dagster as dg
 
     from modelcd_assets.defs.assets.gate_selftest import gate_selftest
@@ -80,13 +116,20 @@ def test_gate_selftest_asset_reports_the_table_and_interception_rate(tmp_path, m
     from modelcd_assets.resources.state import LocalStateResource
 
     env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
+    env.policy(MODEL, POLICY + "int8_fidelity:\n  min_top1_agreement: 0.5\n")
     e = env.env
     resources = {"registry": MlflowRegistryResource(tracking_uri=e["MLFLOW_TRACKING_URI"], artifact_location=e["MODELCD_MLFLOW_ARTIFACTS"]),
                  "policy": PolicyResource(policy_dir=e["MODELCD_POLICY_DIR"]), "state": LocalStateResource(home=e["MODELCD_HOME"], data_dir=e["MODELCD_DATA"])}
-    config = {"ops": {"gate_selftest": {"config": {"model": MODEL, "controls": 0, "only": ["pickle_renamed", "prometheus_unreachable"]}}}}
+    config = {"ops": {"gate_selftest": {"config": {"model": MODEL, "controls": 0,
+                                                   "only": ["pickle_renamed", "prometheus_unreachable", "static_calibration_collapse"]}}}}
     with dg.instance_for_test(temp_dir=e["DAGSTER_HOME"]) as instance:
         result = dg.materialize([gate_selftest], instance=instance, resources=resources, run_config=config)
     meta = {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node("gate_selftest")[0].metadata.items()}
     assert meta["passed"] is True and meta["interception_rate"] == 1.0 and meta["classes_in_expected_outcome"] == "2/2"
+    assert meta["not_in_expected_outcome"] == "none"
+    assert re.fullmatch(r"static_calibration_collapse: static INT8 calibrated on 4 one-word texts, on production's build: INT8 agrees with FP32 "
+                        r"on 9\d\.\d\d% of the evaluation split \(>= 50\.00%\)", meta["not_reproducible"]), meta["not_reproducible"]
     assert "| pickle_renamed | refused at register | refused at register | yes |" in meta["classes"]
+    assert "| static_calibration_collapse | blocked by gate int8_agrees_with_fp32 | not reproducible on this model | not reproducible |" in meta["classes"]
+    assert re.search(r"not reproducible on this model, counted apart .*static_calibration_collapse", meta["summary"])
     assert env.registry.production(MODEL) == prod
