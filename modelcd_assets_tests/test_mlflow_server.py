@@ -15,6 +15,7 @@ import pytest
 
 from modelcd_assets.lib.processes import start_process, stop_process
 from modelcd_assets.lib.registry import CONTENT, Registry
+from modelcd_assets.lib.signing import SIGNATURE_FILE, Keys, init_keys
 
 SERVICE_HOST = "mlflow.modelcd.svc.cluster.local:5000"  # the in-cluster name clients use
 
@@ -53,14 +54,20 @@ def mlflow_server(tmp_path_factory):
 
 def test_registration_through_the_server_stores_files_as_mlflow_artifacts_and_fetches_them_verified(mlflow_server, tiny_base, tmp_path):
     url, root = mlflow_server
-    reg = Registry(url, artifact_location="")  # the server's own artifact store
+    keys = init_keys(Keys(tmp_path / "keys" / "signing.key", tmp_path / "keys" / "signing.pub"))
+    reg = Registry(url, artifact_location="", keys=keys)  # the server's own artifact store
     ref = reg.register(tiny_base, "served-model")
     mv = reg.version(ref)
     assert mv.source.startswith("mlflow-artifacts:/"), mv.source
     assert any((root / "artifacts").rglob("model.safetensors"))  # the server wrote them, not this process's folder
+    assert any((root / "artifacts").rglob(SIGNATURE_FILE))  # the signature travels with the version
     got = reg.fetch(ref, tmp_path / "fetched")
     assert (got / "config.json").read_bytes() == (tiny_base / "config.json").read_bytes()
-    assert reg.tags(ref)[CONTENT]
+    assert reg.tags(ref)[CONTENT] == reg.verify_local(ref, got)
+    # A version's signed verdict is stored with it through the server, and "none" is an answer, not an error.
+    assert reg.attestation(ref) is None
+    reg.put_attestation(ref, {"payload": "e30=", "payloadType": "application/vnd.in-toto+json", "signatures": []})
+    assert reg.attestation(ref)["payload"] == "e30="
 
 
 def test_an_empty_artifact_location_needs_a_tracking_server(tmp_path):

@@ -235,6 +235,17 @@ class Registry:
                 raise
             raise RegistryUnavailable(f"could not download {uri} from {self.shown_uri}: {type(e).__name__}: {e}; nothing was decided, retry when the registry answers") from e
 
+    def _stored(self, mv, path: str) -> bool:
+        """Whether the version's registration run holds an artifact at path; a listing that fails is not an answer."""
+        folder = path.rpartition("/")[0] or None
+        if not mv.run_id:  # a version created without a run holds no artifacts of its own
+            return False
+        try:
+            return any(f.path == path for f in self.client.list_artifacts(mv.run_id, folder))
+        except Exception as e:
+            raise RegistryUnavailable(f"could not list the artifacts of models:/{mv.name}/{mv.version} in {self.shown_uri}: {type(e).__name__}: "
+                                      f"{masked_text(e, self.tracking_uri)}; nothing was decided, retry when the registry answers") from e
+
     def _run_root(self, mv) -> str:
         """The registration run's artifact root: the version's source is its `model` folder."""
         source = str(mv.source)
@@ -246,10 +257,9 @@ class Registry:
     def _verify(self, ref: CandidateRef, mv, folder: Path, tmp: Path) -> str:
         """Verify folder against the version's registered signature, then the content tag against the signed files; their sha256."""
         public_key = self.keys.require_public()
-        try:
-            signature = Path(self._download(f"{self._run_root(mv)}/{SIGNATURE_FILE}", tmp))
-        except FileNotFoundError:
-            signature = tmp / SIGNATURE_FILE  # absent: verify_folder says so
+        root = self._run_root(mv)
+        # Absent, verify_folder says so.
+        signature = Path(self._download(f"{root}/{SIGNATURE_FILE}", tmp)) if self._stored(mv, SIGNATURE_FILE) else tmp / SIGNATURE_FILE
         verify_folder(folder, public_key, signature, ref.uri)
         actual = manifest_hash(folder_manifest(folder))
         if mv.tags.get(CONTENT) != actual:
@@ -275,11 +285,12 @@ class Registry:
     def attestation(self, ref: CandidateRef) -> dict | None:
         """A version's signed verdict as stored with it; None when it has none (never promoted)."""
         mv = self.version(ref)
+        path = f"{ATTESTATION_DIR}/{ref.name}-{ref.version}.intoto.json"
+        root = self._run_root(mv)
+        if not self._stored(mv, path):
+            return None
         with tempfile.TemporaryDirectory() as tmp:
-            try:
-                got = self._download(f"{self._run_root(mv)}/{ATTESTATION_DIR}/{ref.name}-{ref.version}.intoto.json", Path(tmp))
-            except FileNotFoundError:
-                return None
+            got = self._download(f"{root}/{path}", Path(tmp))
             try:
                 return json.loads(Path(got).read_text())
             except (OSError, ValueError) as e:
