@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from modelcd_assets.lib.data import LABELS, generate, write_splits  # noqa: E402
 from modelcd_assets.lib.registry import Registry  # noqa: E402
 from modelcd_assets.lib.instance_config import PG_URL_VAR, normalize_pg_url  # noqa: E402
 from modelcd_assets.lib.settings import local_defaults  # noqa: E402
-from modelcd_assets.lib.signing import Keys, init_keys  # noqa: E402
+from modelcd_assets.lib.signing import SIGNING_KEY_ENV, VERIFY_KEY_ENV, Keys, init_keys  # noqa: E402
 from modelcd_assets.lib.training import Training, train_adapter, train_classifier  # noqa: E402
 
 
@@ -74,11 +75,17 @@ def _stop_signals_as_they_were():
         yield
 
 
+_registry_keys: dict[str, Keys] = {}  # PostgreSQL URL -> the key pair of the registry on it
+
+
 def make_env(home: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str = "") -> Env:
     """Embedded defaults under home, exported for Dagster's EnvVar resources: SQLite, or the Postgres server pg_url names.
 
     MODELCD_PG_URL is always set (empty for SQLite), so a developer's exported URL never switches a test's storage."""
     env = {**local_defaults(home, normalize_pg_url(pg_url) if pg_url else ""), PG_URL_VAR: normalize_pg_url(pg_url) if pg_url else ""}
+    if pg_url:  # every state folder on this server shares its registry, so they share the key its versions are signed with
+        keys = _registry_keys.setdefault(pg_url, Keys(*(Path(tempfile.mkdtemp(prefix="mcd-keys-")) / f for f in ("signing.key", "signing.pub"))))
+        env.update({SIGNING_KEY_ENV: str(keys.private), VERIFY_KEY_ENV: str(keys.public)})
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     for key in ("MODELCD_DATA", "MODELCD_POLICY_DIR", "MODELCD_MLFLOW_ARTIFACTS", "DAGSTER_HOME"):

@@ -17,7 +17,7 @@ def test_serve_command_is_one_the_modelcd_cli_accepts():
     args = parser().parse_args(CONTAINER["command"][1:])
     assert args.func is cmd_serve
     assert (args.host, args.port) == ("0.0.0.0", PORTS["http"])
-    assert not args.allow_ungated and not args.chaos
+    assert not args.chaos
 
 
 def test_admin_api_listens_on_loopback_on_a_port_of_its_own():
