@@ -134,6 +134,18 @@ def module_state_fixtures(name: str, policies: dict[str, str], backends: tuple[s
     return env, instance
 
 
+def closed_port_uri(monkeypatch: pytest.MonkeyPatch) -> str:
+    """An MLflow tracking URI on a port nothing listens on (bound and closed), with MLflow's HTTP retries off and a short timeout."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    return f"http://user:secret@127.0.0.1:{port}"
+
+
 @pytest.fixture
 def modelcd_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     return make_env(tmp_path / "home", monkeypatch)

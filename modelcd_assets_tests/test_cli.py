@@ -59,16 +59,14 @@ def test_status_with_empty_registry(modelcd_env, capsys):
 
 @pytest.fixture
 def closed_registry(modelcd_env, monkeypatch):
-    """MLFLOW_TRACKING_URI on a port nothing listens on (bound and closed), with MLflow's HTTP retries off."""
-    import socket
+    """MLFLOW_TRACKING_URI on a port nothing listens on (bound and closed), with MLflow's HTTP retries off; returns the port."""
+    from urllib.parse import urlsplit
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://user:secret@127.0.0.1:{port}")
-    return port
+    from modelcd_assets_tests.conftest import closed_port_uri
+
+    uri = closed_port_uri(monkeypatch)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return urlsplit(uri).port
 
 
 @pytest.mark.parametrize("args", [

@@ -100,16 +100,10 @@ def test_promoting_what_is_already_production_keeps_the_chain(modelcd_env, tiny_
 @pytest.fixture
 def closed_registry(modelcd_env, monkeypatch):
     """A Registry on a tracking URI nothing listens on (a port bound and closed), with MLflow's HTTP retries off."""
-    import socket
-
     from modelcd_assets.lib.registry import Registry
+    from modelcd_assets_tests.conftest import closed_port_uri
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-    return Registry(f"http://user:secret@127.0.0.1:{port}", modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"])
+    return Registry(closed_port_uri(monkeypatch), modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"])
 
 
 @pytest.mark.parametrize("call, what", [

@@ -70,6 +70,22 @@ def gated_state(root: Path, mp: pytest.MonkeyPatch, tiny_trained: Path, adapters
         yield Served(env, instance, refs[0], refs[1], ungated)
 
 
+def gate_blocked(served: Served, adapter: Path) -> CandidateRef:
+    """adapter registered and gated, blocked by its accuracy gate: a full build on disk, and no verdict.
+
+    Under the serving policy's loose tolerance even the worse adapter passes; a floor no tiny model reaches fails it."""
+    from modelcd_assets.launch import BLOCKED
+
+    ref = served.env.registry.register(adapter, MODEL)
+    policy = served.env.policy(MODEL, POLICY.replace("absolute_floor: 0.6", "absolute_floor: 0.99"))
+    try:
+        run = run_gate(ref, instance=served.instance)
+    finally:
+        policy.write_text(POLICY)
+    assert run.outcome == BLOCKED, (run.outcome, run.error)
+    return ref
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -12,16 +12,14 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from modelcd_assets.launch import BLOCKED, run_gate
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.registry import CONTENT
 from modelcd_assets.lib.hashing import file_sha256
-from modelcd_assets.lib.registry import CandidateRef
 from modelcd_assets.lib.runtime import logits, session
 from modelcd_assets.lib.tokens import encode
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.server import app_from_env
-from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY, gated_state
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, gate_blocked, gated_state
 
 TEXTS = ["I was charged twice on my invoice", "the app crashes when I log in", "where is my parcel", "reset my password please"]
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -64,15 +62,7 @@ def client(served):
 @pytest.fixture(scope="module")
 def failed(served, tiny_adapters):
     """A version gated and blocked by its accuracy gate: it has a build, but did not pass."""
-    ref = served.env.registry.register(tiny_adapters["worse"], MODEL)
-    # Under the serving policy's loose tolerance even the worse adapter passes; a floor no tiny model reaches fails it.
-    policy = served.env.policy(MODEL, POLICY.replace("absolute_floor: 0.6", "absolute_floor: 0.99"))
-    try:
-        run = run_gate(ref, instance=served.instance)
-    finally:
-        policy.write_text(POLICY)
-    assert run.outcome == BLOCKED, (run.outcome, run.error)
-    return ref
+    return gate_blocked(served, tiny_adapters["worse"])
 
 
 def record_of(served, ref) -> CandidateRecord:

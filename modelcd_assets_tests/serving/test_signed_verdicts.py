@@ -17,7 +17,6 @@ from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 
 from modelcd_assets.cli import main
-from modelcd_assets.launch import BLOCKED, run_gate
 from modelcd_assets.lib import attestation, servable
 from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.errors import BadCandidate
@@ -26,7 +25,7 @@ from modelcd_assets.lib.registry import PRODUCTION, ROLLED_BACK, CandidateRef
 from modelcd_assets.lib.signing import Keys, init_keys
 from modelcd_assets.serving.pool import ServingPool
 from modelcd_assets.serving.server import app_from_env
-from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY, gated_state
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY, gate_blocked, gated_state
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +37,7 @@ def served(tmp_path_factory, tiny_trained, tiny_adapters):
 
 @pytest.fixture(scope="module")
 def blocked(served, tiny_adapters):
-    """A version gated and blocked by its accuracy gate: a full build on disk, and no verdict."""
-    ref = served.env.registry.register(tiny_adapters["worse"], MODEL)
-    policy = served.env.policy(MODEL, POLICY.replace("absolute_floor: 0.6", "absolute_floor: 0.99"))
-    try:
-        run = run_gate(ref, instance=served.instance)
-    finally:
-        policy.write_text(POLICY)
-    assert run.outcome == BLOCKED, (run.outcome, run.error)
-    return ref
+    return gate_blocked(served, tiny_adapters["worse"])
 
 
 def _serving():
