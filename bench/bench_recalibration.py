@@ -87,11 +87,14 @@ def _scenario(which: str, work: Path) -> dict:
     from modelcd_assets.lib.data import read_split, write_splits
     from modelcd_assets.lib.registry import Registry
     from modelcd_assets.lib.settings import apply_local_defaults
+    from modelcd_assets.lib.signing import init_keys
 
     env = apply_local_defaults()
     data = write_splits(Path(env["MODELCD_DATA"]))
     (Path(env["MODELCD_POLICY_DIR"]) / f"{MODEL}.yaml").write_text(POLICIES[which])
     reg = Registry.from_env()
+    if not reg.keys.private.exists():  # a fresh state folder signs with a key pair of its own, as 'modelcd keys init' makes it
+        init_keys(reg.keys)
     reg.register(base, base_name, role="base")
     instance = dg.DagsterInstance.get()
     first = run_gate(reg.register(adapter, MODEL), instance=instance)
