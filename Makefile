@@ -23,10 +23,13 @@ install: $(VENV)/.installed .tools/prometheus/usr/bin/prometheus
 demo: install
 	$(BIN)/modelcd demo
 
+# The import rules first (the contracts in pyproject.toml, docs/architecture.md "Layers"): seconds, and a broken layer fails fast.
 test: install
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-fast: install
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 # Mutation testing of the gate code against its fast unit tests ([tool.mutmut] in pyproject.toml). A fresh run each

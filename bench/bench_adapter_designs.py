@@ -27,16 +27,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper, numpy_helper
-
 from demo_files import demo_files
 from machine import machine
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.export import export_onnx
-from modelcd_assets.lib.model_io import merge_adapter
-from modelcd_assets.lib.quantize import optimize_transformer, quantize_dynamic_int8
-from modelcd_assets.lib.runtime import feeds_for, logits, session
-from modelcd_assets.lib.tokens import TextEncoder
+from onnx import helper, numpy_helper
+
+from modelcd_assets.lib.inference.quantize import optimize_transformer, quantize_dynamic_int8
+from modelcd_assets.lib.inference.runtime import feeds_for, logits, session
+from modelcd_assets.lib.inference.tokens import TextEncoder
+from modelcd_assets.lib.model.export import export_onnx
+from modelcd_assets.lib.model.model_io import merge_adapter
+from modelcd_assets.lib.splits import read_split
 
 RESULTS = Path(__file__).parent / "results" / "adapter_designs.json"
 PREFIX = "base_model.model."
@@ -47,7 +47,7 @@ import json, sys
 from pathlib import Path
 import numpy as np
 import onnxruntime as ort
-from modelcd_assets.lib.runtime import session
+from modelcd_assets.lib.inference.runtime import session
 def rss():
     return next(int(l.split()[1]) for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS")) / 1024
 design, paths = sys.argv[1], sys.argv[2:]

@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 
 import dagster as dg
-
 from bench_adapter_designs import scaled_adapters
 from demo_files import new_demo_model
 from machine import machine
-from modelcd_assets.launch import run_gate
-from modelcd_assets.lib.registry import Registry
 from run_steps import step_seconds
+
+from modelcd_assets.launch import run_gate
+from modelcd_assets.lib.release.registry import Registry
 
 RESULTS = Path(__file__).parent / "results" / "adapters_of_base.json"
 TARGETS = {"nth_over_first": 0.5, "verdict_seconds": 60.0}

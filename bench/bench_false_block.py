@@ -16,8 +16,9 @@ from collections import Counter
 from pathlib import Path
 
 from machine import machine
-from modelcd_assets.launch import PROMOTED, run_gate
 from production_artifact import production_copy
+
+from modelcd_assets.launch import PROMOTED, run_gate
 
 RESULTS = Path(__file__).parent / "results" / "false_block.json"
 

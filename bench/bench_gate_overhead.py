@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 import dagster as dg
-
 from machine import machine
-from modelcd_assets.launch import run_gate
-from modelcd_assets.gate_results import code_location_graph, required_gates
 from production_artifact import production_copy
 from run_steps import step_seconds
+
+from modelcd_assets.gate_results import required_gates
+from modelcd_assets.launch import code_location_graph, run_gate
 
 SAFETY_AND_HEALTH_ASSETS = ("candidate", "merged_model")  # the gates on these exist only for safety and health
 

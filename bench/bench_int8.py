@@ -5,9 +5,9 @@ Run after `make demo` (it uses the demo's good adapter, merged into MiniLM):
 For each runtime, items/s over the same evaluation texts under three ways of feeding them:
   - one text per call, no padding (what a hand-written server does);
   - batches of 32 padded to 128 tokens (fixed shapes);
-  - length buckets of 32 (lib/tokens.buckets: sorted by length, each batch padded to its own longest text), which
+  - length buckets of 32 (lib/inference/tokens.buckets: sorted by length, each batch padded to its own longest text), which
     modelcd's gates and server use; a batch-dependent model (dynamic INT8) is run one text per call there
-    (lib/runtime.OnnxModel), so this row equals the first for it.
+    (lib/inference/runtime.OnnxModel), so this row equals the first for it.
 Every cell is timed in interleaved rounds (each cell once per round, in rotating order); the median is kept.
 Accuracy and top-1 agreement with ORT FP32 are measured on the whole evaluation split for every runtime.
 Writes bench/results/int8.json.
@@ -25,16 +25,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from demo_files import demo_files
 from machine import machine
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.evaluate import label_ids
-from modelcd_assets.lib.export import export_onnx
-from modelcd_assets.lib.model_io import labels_of, load_classifier, merge_adapter
-from modelcd_assets.lib.quantize import optimize_transformer, quantize_dynamic_int8, quantize_static_int8
-from modelcd_assets.lib.runtime import OnnxModel, feeds_for, logits
-from modelcd_assets.lib.tokens import BATCH, MAX_LENGTH, TextEncoder, buckets
+
+from modelcd_assets.lib.inference.evaluate import label_ids
+from modelcd_assets.lib.inference.quantize import optimize_transformer, quantize_dynamic_int8, quantize_static_int8
+from modelcd_assets.lib.inference.runtime import OnnxModel, feeds_for, logits
+from modelcd_assets.lib.inference.tokens import BATCH, MAX_LENGTH, TextEncoder, buckets
+from modelcd_assets.lib.model.config import labels_of
+from modelcd_assets.lib.model.export import export_onnx
+from modelcd_assets.lib.model.model_io import load_classifier, merge_adapter
+from modelcd_assets.lib.splits import read_split
 
 RESULTS = Path(__file__).parent / "results" / "int8.json"
 FEEDING = {"one text per call, no padding": "single", f"batches of {BATCH} padded to {MAX_LENGTH}": "fixed",

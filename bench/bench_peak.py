@@ -16,22 +16,23 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import onnx
+from machine import machine
 from onnx import TensorProto, helper, numpy_helper
 
-from machine import machine
-from modelcd_assets.lib.candidate import CandidateRecord
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.runtime import OnnxModel, feeds_for, is_batch_dependent, session
-from modelcd_assets.lib.settings import apply_local_defaults
-from modelcd_assets.lib.tokens import BATCH, TextEncoder, buckets
+from modelcd_assets.lib.inference.runtime import OnnxModel, feeds_for, is_batch_dependent, session
+from modelcd_assets.lib.inference.tokens import BATCH, TextEncoder, buckets
+from modelcd_assets.lib.operations.settings import apply_local_defaults
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.splits import read_split
 
 RESULTS = Path(__file__).parent / "results"
 SIZES = (1024, 2048, 3072)
@@ -136,7 +137,7 @@ def main() -> int:
         return 2
     serving = json.loads(serving_file.read_text())
     name, version = serving["model"].split(" v")
-    record = CandidateRecord.load(Path(env["MODELCD_HOME"]) / "candidates" / name / version)
+    record = CandidateRecord.of(Path(env["MODELCD_HOME"]), CandidateRef(name, version))
     artifact = record.chosen_int8()
     macs, counts = int_macs_per_token(artifact)
     texts = [e.text for e in read_split(Path(env["MODELCD_DATA"]) / "evaluation.jsonl")]

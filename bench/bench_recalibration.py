@@ -42,7 +42,7 @@ def poor_texts() -> list[str]:
 
 
 def good_texts(evaluation: set[str]) -> list[str]:
-    from modelcd_assets.lib.data import generate
+    from modelcd_assets.lib.demo.tickets import generate
 
     return [ex.text for ex in generate(400, 7) if ex.text not in evaluation][:300]
 
@@ -50,9 +50,9 @@ def good_texts(evaluation: set[str]) -> list[str]:
 def models(which: str, work: Path) -> tuple[Path, Path, str]:
     """(base folder, adapter folder, base registry name) for the tiny model or MiniLM."""
     if which == "tiny":
-        from modelcd_assets.lib.base_model import build_tiny_base
-        from modelcd_assets.lib.data import LABELS, generate
-        from modelcd_assets.lib.training import Training, train_adapter, train_classifier
+        from modelcd_assets.lib.demo.tickets import LABELS, generate
+        from modelcd_assets.lib.model.base_model import build_tiny_base
+        from modelcd_assets.lib.model.training import Training, train_adapter, train_classifier
 
         base = train_classifier(build_tiny_base(work / "random", list(LABELS)), generate(3000, 1), work / "trained",
                                 Training(steps=150, learning_rate=3e-3), desc="tiny")
@@ -77,17 +77,18 @@ def scenario(which: str) -> dict:
 
 def _scenario(which: str, work: Path) -> dict:
     base, adapter, base_name = models(which, work / "models")
-    from modelcd_assets.lib.settings import local_defaults
+    from modelcd_assets.lib.operations.settings import local_defaults
 
     os.environ.update(local_defaults(work / "home"))
     import dagster as dg
 
     from modelcd_assets.launch import PROMOTED, run_calibration, run_gate
-    from modelcd_assets.lib.candidate import CandidateRecord
-    from modelcd_assets.lib.data import read_split, write_splits
-    from modelcd_assets.lib.registry import Registry
-    from modelcd_assets.lib.settings import apply_local_defaults
-    from modelcd_assets.lib.signing import init_keys
+    from modelcd_assets.lib.demo.tickets import write_splits
+    from modelcd_assets.lib.operations.settings import apply_local_defaults
+    from modelcd_assets.lib.release.candidate import CandidateRecord
+    from modelcd_assets.lib.release.registry import CandidateRef, Registry
+    from modelcd_assets.lib.release.signing import init_keys
+    from modelcd_assets.lib.splits import read_split
 
     env = apply_local_defaults()
     data = write_splits(Path(env["MODELCD_DATA"]))
@@ -100,10 +101,10 @@ def _scenario(which: str, work: Path) -> dict:
     first = run_gate(reg.register(adapter, MODEL), instance=instance)
     if first.outcome != PROMOTED:
         raise SystemExit(f"{which}: the adapter was not promoted ({first.error}); nothing to recalibrate")
-    record = lambda version: CandidateRecord.load(Path(env["MODELCD_HOME"]) / "candidates" / MODEL / version)  # noqa: E731
+    record = lambda version: CandidateRecord.of(Path(env["MODELCD_HOME"]), CandidateRef(MODEL, version))  # noqa: E731
     agreement = lambda version: json.loads(record(version).quantization_report.read_text())["variants"]["static"]["top1_agreement"]  # noqa: E731
-    from modelcd_assets.lib.calibration import read_texts
-    from modelcd_assets.lib.tokens import TextEncoder
+    from modelcd_assets.lib.inference.tokens import TextEncoder
+    from modelcd_assets.lib.release.calibration import read_texts
 
     lengths = TextEncoder(record(first.ref.version).build.merged).lengths
     split = read_texts(data["calibration"])

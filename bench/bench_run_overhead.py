@@ -22,14 +22,14 @@ from pathlib import Path
 
 import dagster as dg
 import yaml
-
 from bench_adapter_designs import scaled_adapters
 from demo_files import new_demo_model
 from machine import machine
+from run_steps import step_seconds
+
 from modelcd_assets.defs.jobs import GATE_JOB
 from modelcd_assets.launch import add_candidate, run_gate
-from modelcd_assets.lib.registry import Registry
-from run_steps import step_seconds
+from modelcd_assets.lib.release.registry import Registry
 
 RESULTS = Path(__file__).parent / "results" / "run_overhead.json"
 TARGET = 1.2

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import dagster as dg
+from machine import machine
 from mlflow import MlflowClient
 
-from machine import machine
 from modelcd_assets.defs.sensors.registry_sensor import registry_sensor
-from modelcd_assets.lib.registry import ROLE
+from modelcd_assets.lib.release.registry import ROLE
 from modelcd_assets.resources.registry import MlflowRegistryResource
 
 RESULTS = Path(__file__).parent / "results" / "sensor_tick.json"

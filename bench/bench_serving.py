@@ -27,16 +27,16 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-
 from closed_loop import interleaved, measure
 from machine import machine
+
 from modelcd_assets.launch import PROMOTED, run_gate
-from modelcd_assets.lib import servable
-from modelcd_assets.lib.candidate import CandidateRecord
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.processes import stop_process
-from modelcd_assets.lib.registry import Registry
-from modelcd_assets.lib.settings import apply_local_defaults
+from modelcd_assets.lib.operations.processes import stop_process
+from modelcd_assets.lib.operations.settings import apply_local_defaults
+from modelcd_assets.lib.release import servable
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import CandidateRef, Registry
+from modelcd_assets.lib.splits import read_split
 
 TOKEN = "bench-admin-token"
 RESULTS = Path(__file__).parent / "results" / "serving.json"
@@ -81,13 +81,13 @@ def pick_versions(reg: Registry, state: Path, name: str) -> tuple[CandidateRecor
         raise SystemExit(f"no production version of {name}; run 'make demo' first")
     for ref in reversed(reg.versions(name)):
         if ref != prod and not servable.reason(reg, state, ref):
-            return CandidateRecord.load(state / "candidates" / name / prod.version), ref.version
-    record = CandidateRecord.load(state / "candidates" / name / prod.version)
+            return CandidateRecord.of(state, CandidateRef(name, prod.version)), ref.version
+    record = CandidateRecord.of(state, CandidateRef(name, prod.version))
     copy = reg.register(Path(record.artifact_dir), name, base=record.base_uri)
     run = run_gate(copy)
     if run.outcome != PROMOTED:
         raise SystemExit(f"a byte-identical copy of production {prod.uri} was not promoted ({run.outcome}: {run.error}); nothing servable to swap to")
-    return CandidateRecord.load(state / "candidates" / name / copy.version), prod.version
+    return CandidateRecord.of(state, CandidateRef(name, copy.version)), prod.version
 
 
 def served_vs_baseline(record: CandidateRecord, name: str, texts: list[str], tmp: Path, rounds: int, seconds: float) -> dict:

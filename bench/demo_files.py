@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelcd_assets.lib.settings import apply_local_defaults
+from modelcd_assets.lib.operations.settings import apply_local_defaults
 
 
 @dataclass(frozen=True)

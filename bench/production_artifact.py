@@ -7,8 +7,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from modelcd_assets.lib.registry import CandidateRef, Registry
-from modelcd_assets.lib.settings import apply_local_defaults
+from modelcd_assets.lib.operations.settings import apply_local_defaults
+from modelcd_assets.lib.release.registry import CandidateRef, Registry
 
 
 @contextlib.contextmanager
@@ -22,4 +22,4 @@ def production_copy(name: str) -> Iterator[tuple[Registry, CandidateRef, Path] |
         yield None
         return
     with tempfile.TemporaryDirectory() as tmp:
-        yield reg, prod, reg.fetch(prod, Path(tmp) / "artifact")
+        yield reg, prod, reg.fetch(prod, Path(tmp) / "production")

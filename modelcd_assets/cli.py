@@ -9,35 +9,35 @@ import sys
 from pathlib import Path
 
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
-from modelcd_assets.lib.settings import apply_local_defaults
+from modelcd_assets.lib.operations.settings import apply_local_defaults
 
 EXIT_PROMOTED, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BLOCKED = 0, 1, 2, 3
 
 
 def _registry():
-    from modelcd_assets.lib.registry import Registry
+    from modelcd_assets.lib.release.registry import Registry
 
     return Registry.from_env()
 
 
 def _without_password(text: object) -> str:
     """An error's text without the registry's password (MLflow's HTTP errors quote the URL they called)."""
-    from modelcd_assets.lib.registry import masked_text
+    from modelcd_assets.lib.release.registry import masked_text
 
     return masked_text(text, os.environ.get("MLFLOW_TRACKING_URI", ""))
 
 
 def _registry_error(e) -> str:
     """An MLflow error no registry method classified, as one line without the registry's password."""
-    from modelcd_assets.lib.registry import masked_uri
+    from modelcd_assets.lib.release.registry import masked_uri
 
     shown = masked_uri(os.environ.get("MLFLOW_TRACKING_URI", ""))
     return f"{_without_password(e.message)} (registry: {shown}); nothing was decided, retry when the registry answers"
 
 
 def cmd_register(args) -> int:
-    from modelcd_assets.lib.contract import parse_semver
-    from modelcd_assets.lib.registry import BUMP_DECLARED, SEMVER_DECLARED, TOKENIZER_CHANGE
+    from modelcd_assets.lib.judging.contract import parse_semver
+    from modelcd_assets.lib.release.registry import BUMP_DECLARED, SEMVER_DECLARED, TOKENIZER_CHANGE
 
     tags = {TOKENIZER_CHANGE: "true"} if args.tokenizer_change else {}
     if args.semver and args.bump:
@@ -47,9 +47,9 @@ def cmd_register(args) -> int:
         tags[SEMVER_DECLARED] = args.semver
     if args.bump:
         tags[BUMP_DECLARED] = args.bump
-    from modelcd_assets.resources.policy import PolicyResource
+    from modelcd_assets.lib.judging.policy import policy_for
 
-    limits = PolicyResource(policy_dir=os.environ["MODELCD_POLICY_DIR"]).for_model(args.name).safety.limits()
+    limits = policy_for(Path(os.environ["MODELCD_POLICY_DIR"]), args.name).safety.limits()
     ref = _registry().register(Path(args.path), args.name, base=args.base, tags=tags, limits=limits)
     print(f"registered {ref.uri} (candidate key {ref.key})")
     return 0
@@ -58,8 +58,8 @@ def cmd_register(args) -> int:
 def cmd_contract_diff(args) -> int:
     import json
 
-    from modelcd_assets.lib.contract import diff_contracts, required_level
-    from modelcd_assets.lib.registry import CONTRACT, SEMVER, CandidateRef
+    from modelcd_assets.lib.judging.contract import diff_contracts, required_level
+    from modelcd_assets.lib.release.registry import CONTRACT, SEMVER, CandidateRef
 
     reg = _registry()
     contracts = []
@@ -101,7 +101,7 @@ def _gated(run, label: str) -> int:
 
 def cmd_gate(args) -> int:
     from modelcd_assets.launch import run_gate
-    from modelcd_assets.lib.registry import CandidateRef
+    from modelcd_assets.lib.release.registry import CandidateRef
 
     ref = CandidateRef(args.name, str(args.version))
     _registry().version(ref)  # a clear error before any run is launched
@@ -135,11 +135,10 @@ def cmd_status(args) -> int:
     import dagster as dg
 
     from modelcd_assets.defs.assets.gate_report import report_url
-    from modelcd_assets.gate_results import code_location_graph
-    from modelcd_assets.launch import latest_gate_rows
-    from modelcd_assets.lib import servable
-    from modelcd_assets.lib.registry import REVISION_OF, ROLLED_BACK
-    from modelcd_assets.lib.report import table
+    from modelcd_assets.launch import code_location_graph, latest_gate_rows
+    from modelcd_assets.lib.presentation.report import table
+    from modelcd_assets.lib.release import servable
+    from modelcd_assets.lib.release.registry import REVISION_OF, ROLLED_BACK
 
     reg = _registry()
     names = [args.name] if args.name else reg.candidate_models()
@@ -176,15 +175,16 @@ def cmd_status(args) -> int:
 
 
 def cmd_verdict(args) -> int:
-    """Whether one version may be served or promoted: a valid signed verdict over its bytes (lib/servable.py, the reader the server,
+    """Whether one version may be served or promoted: a valid signed verdict over its bytes (lib/release/servable.py, the reader the server,
     promotion and rollback use), with its gates' latest results beside it. Exit 0 when it holds one, 3 when not."""
     import json
 
     import dagster as dg
 
-    from modelcd_assets.gate_results import code_location_graph, read_gates
-    from modelcd_assets.lib import servable
-    from modelcd_assets.lib.registry import CandidateRef
+    from modelcd_assets.gate_results import read_gates
+    from modelcd_assets.launch import code_location_graph
+    from modelcd_assets.lib.release import servable
+    from modelcd_assets.lib.release.registry import CandidateRef
 
     reg = _registry()
     ref = CandidateRef(args.name, str(args.version))
@@ -201,7 +201,7 @@ def cmd_verdict(args) -> int:
 
 
 def cmd_keys_init(args) -> int:
-    from modelcd_assets.lib.signing import Keys, init_keys
+    from modelcd_assets.lib.release.signing import Keys, init_keys
 
     keys = init_keys(Keys.from_env(), force=args.force)
     print(f"signing key: {keys.private} (keep it with whoever registers, gates and promotes)\npublic key:  {keys.public} (all that serving needs)")
@@ -255,8 +255,8 @@ def cmd_up(args) -> int:
 
 
 def cmd_faults_run(args) -> int:
-    from modelcd_assets.demo import GOOD
     from modelcd_assets.faults.runner import run_selftest
+    from modelcd_assets.lib.demo.recipes import GOOD
 
     if args.controls < 0:
         raise ModelcdError("--controls must be 0 or more")

@@ -7,22 +7,20 @@ import time
 from pathlib import Path
 
 from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun, run_gate
-from modelcd_assets.lib.base_model import prepare_minilm_base
-from modelcd_assets.lib.data import LABELS, read_split, write_splits
+from modelcd_assets.lib.demo.recipes import GOOD, WORSE, WORSE_TRAIN_EXAMPLES
+from modelcd_assets.lib.demo.tickets import LABELS, write_splits
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
-from modelcd_assets.lib.training import Training, train_adapter
-from modelcd_assets.lib.registry import CONTENT, CandidateRef, Registry
-from modelcd_assets.lib.report import table
-from modelcd_assets.lib.signing import init_keys
+from modelcd_assets.lib.model.base_model import prepare_minilm_base
+from modelcd_assets.lib.model.training import train_adapter
+from modelcd_assets.lib.presentation.report import table
+from modelcd_assets.lib.release.registry import CONTENT, CandidateRef, Registry
+from modelcd_assets.lib.release.signing import init_keys
+from modelcd_assets.lib.splits import read_split
 
 BASE_NAME = "ticket-intent-base"
 MODEL_NAME = "ticket-intent"
-GOOD = Training(steps=200, learning_rate=1e-3, seed=0)
-# A plausible but worse fine-tune the gates must block: a tenth of the data, a fifth of it mislabelled.
-WORSE = Training(steps=150, learning_rate=2e-3, seed=1, label_noise=0.15)
-WORSE_TRAIN_EXAMPLES = 300
 POLICY = """\
-# Gate policy for ticket-intent (defaults spelled out; see modelcd_assets/lib/policy.py).
+# Gate policy for ticket-intent (defaults spelled out; see modelcd_assets/lib/judging/policy.py).
 accuracy:
   tolerance_points: 0.3
   absolute_floor: 0.75

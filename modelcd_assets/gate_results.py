@@ -6,13 +6,15 @@ latest materialization of the asset it guards, and every asset upstream was buil
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import dagster as dg
 
-from modelcd_assets.lib.promotion import GateRecord, gate_problems, lineage_problems
+from modelcd_assets.lib.judging.promotion import GateRecord, gate_problems, lineage_problems
 
 PRODUCTION_KEY = dg.AssetKey("production_model")
+GATE_GRAPH_RESOURCE = "gate_graph"  # the GateGraph resource definitions.py binds
 
 
 @dataclass(frozen=True)
@@ -32,19 +34,64 @@ class GateDecision:
         return not self.problems
 
 
-def required_gates(graph) -> list[dg.AssetCheckKey]:
+@dataclass(frozen=True)
+class GateGraph:
+    """What the gate readers need of the code location's asset graph: each asset's parents, which assets are partitioned,
+    and every check's blocking flag.
+
+    Built once, where the code location is defined (definitions.py), from Dagster's public API (Definitions.assets and
+    asset_checks; AssetsDefinition.asset_deps, partitions_def and check_specs), and handed to the assets that judge gates as
+    the `gate_graph` resource: a run reads gate results by the graph it was loaded with, and never loads the code location
+    again. A job's own asset layer would not do: the gate report's job holds gate_report alone."""
+
+    parents: Mapping[dg.AssetKey, frozenset[dg.AssetKey]]
+    partitioned: frozenset[dg.AssetKey]
+    blocking: Mapping[dg.AssetCheckKey, bool]
+
+    @classmethod
+    def of(cls, definitions: dg.Definitions) -> GateGraph:
+        parents: dict[dg.AssetKey, frozenset[dg.AssetKey]] = {}
+        partitioned: set[dg.AssetKey] = set()
+        blocking: dict[dg.AssetCheckKey, bool] = {}
+        for d in (*definitions.assets, *definitions.asset_checks):
+            if not isinstance(d, dg.AssetsDefinition):
+                raise TypeError(f"{d!r} in the code location is not an AssetsDefinition; the gate graph reads assets and checks only as such")
+            for key, deps in d.asset_deps.items():
+                parents[key] = frozenset(deps)
+                if d.partitions_def is not None:
+                    partitioned.add(key)
+            for spec in d.check_specs:
+                blocking[spec.key] = spec.blocking
+        return cls(parents, frozenset(partitioned), blocking)
+
+    def ancestors(self, key: dg.AssetKey) -> set[dg.AssetKey]:
+        found: set[dg.AssetKey] = set()
+        todo = list(self.parents.get(key, ()))
+        while todo:
+            k = todo.pop()
+            if k not in found:
+                found.add(k)
+                todo.extend(self.parents.get(k, ()))
+        return found
+
+    def pipeline_order(self, keys) -> list[dg.AssetKey]:
+        """keys in the order a run executes them: by topological level, then by key within a level, as Dagster sorts them."""
+        levels: dict[dg.AssetKey, int] = {}
+
+        def level(k: dg.AssetKey) -> int:
+            if k not in levels:
+                levels[k] = 1 + max((level(p) for p in self.parents.get(k, ()) if p in self.parents), default=-1)
+            return levels[k]
+
+        return sorted(keys, key=lambda k: (level(k), k))
+
+
+def required_gates(graph: GateGraph) -> list[dg.AssetCheckKey]:
     """Every blocking check on an asset upstream of production_model, in pipeline order (the order they run)."""
-    upstream = graph.get_ancestor_asset_keys(PRODUCTION_KEY)
-    stage = {key: i for i, key in enumerate(graph.toposorted_asset_keys)}
-    gates = (k for k in graph.asset_check_keys if k.asset_key in upstream and graph.get_check_spec(k).blocking)
+    upstream = graph.ancestors(PRODUCTION_KEY)
+    stage = {key: i for i, key in enumerate(graph.pipeline_order(upstream))}
+    gates = (k for k, blocking in graph.blocking.items() if k.asset_key in upstream and blocking)
     return sorted(gates, key=lambda k: (stage[k.asset_key], k.name))
-
-
-def code_location_graph():
-    """The code location's asset graph, for readers outside a run (the CLI, the server); a run uses its own job's graph."""
-    from modelcd_assets.definitions import defs
-
-    return defs().resolve_asset_graph()
 
 
 def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None):
@@ -53,19 +100,18 @@ def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | Non
     return records[0] if records else None
 
 
-def _lineage(instance: dg.DagsterInstance, graph, partition: str) -> list[str]:
+def _lineage(instance: dg.DagsterInstance, graph: GateGraph, partition: str) -> list[str]:
     """Problems with the lineage of every asset upstream of production_model, for this candidate."""
-    upstream = graph.get_ancestor_asset_keys(PRODUCTION_KEY)
-    assets = [k for k in graph.toposorted_asset_keys if k in upstream]
-    latest = {k: _latest(instance, k, partition if graph.get(k).is_partitioned else None) for k in assets}
+    assets = graph.pipeline_order(graph.ancestors(PRODUCTION_KEY))
+    latest = {k: _latest(instance, k, partition if k in graph.partitioned else None) for k in assets}
     parents = {}
     for key in assets:
-        if not graph.get(key).is_partitioned:
+        if key not in graph.partitioned:
             continue
         # Unpartitioned parents (calibration_set) are shared by every model; which set a candidate was calibrated with
         # is pinned on the version and recorded by quantized_model, so a newer set does not make its build outdated.
-        parents[key.to_user_string()] = [p.to_user_string() for p in graph.get(key).parent_keys if p in latest and graph.get(p).is_partitioned]
-    ids = {k.to_user_string(): (r.storage_id if r else None) for k, r in latest.items() if graph.get(k).is_partitioned}
+        parents[key.to_user_string()] = [p.to_user_string() for p in sorted(graph.parents[key]) if p in latest and p in graph.partitioned]
+    ids = {k.to_user_string(): (r.storage_id if r else None) for k, r in latest.items() if k in graph.partitioned}
     return lineage_problems(ids, parents)
 
 
@@ -85,9 +131,10 @@ def _text(evaluation, key: str) -> str:
     return str(getattr(value, "value", value)) if value is not None else ""
 
 
-def read_gates(instance: dg.DagsterInstance, partition: str, graph=None) -> GateDecision:
-    """The latest result of every required gate for one candidate, judged exactly as promotion judges it."""
-    graph = graph if graph is not None else code_location_graph()
+def read_gates(instance: dg.DagsterInstance, partition: str, graph: GateGraph) -> GateDecision:
+    """The latest result of every required gate for one candidate, judged exactly as promotion judges it.
+
+    graph: inside a run, the `gate_graph` resource; outside one, launch.code_location_graph()."""
     keys = required_gates(graph)
     infos = {i.check_key: i for i in instance.event_log_storage.get_asset_check_partition_info(keys, partition_keys=[partition])}
     evaluations = _evaluations(instance, {i.latest_planned_run_id for i in infos.values() if i.latest_planned_run_id}, partition)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from modelcd_assets.gate_results import read_gates
 from modelcd_assets.defs.assets.production_rollback import production_rollback, rollback_run_config
 from modelcd_assets.defs.jobs import CALIBRATION_JOB, GATE_JOB, GATE_REPORT_JOB, ROLLBACK_JOB
 from modelcd_assets.defs.partitions import candidates
+from modelcd_assets.gate_results import GateGraph, read_gates
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
-from modelcd_assets.lib.processes import preserved_stop_signals
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.operations.processes import preserved_stop_signals
+from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.run_recovery import CANDIDATE, LAUNCHED_BY, ROLLBACK, process_tags, recover_dead_runs
 
 PROMOTED, BLOCKED, SUPERSEDED, BAD_INPUT, ERROR = "promoted", "blocked", "superseded", "bad input", "error"
@@ -47,6 +47,12 @@ def definitions() -> dg.Definitions:
     from modelcd_assets.definitions import defs
 
     return defs()
+
+
+def code_location_graph() -> GateGraph:
+    """The code location's gate graph, for readers outside a run (the CLI, the Python API, the benches); a run judges by the
+    one it was loaded with (the gate_graph resource)."""
+    return GateGraph.of(definitions())
 
 
 def _row(record) -> GateRow:
@@ -120,7 +126,7 @@ def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instanc
     finally:
         if bar is not None:
             bar.close()
-    run = _judge(ref, result, [_row(r) for r in read_gates(instance, ref.key, d.resolve_asset_graph()).records])
+    run = _judge(ref, result, [_row(r) for r in read_gates(instance, ref.key, GateGraph.of(d)).records])
     run.report_error = write_report(instance, ref)
     if run.report_error:
         logging.getLogger(__name__).warning("the gate report of %s was not written: %s", ref.uri, run.report_error)
@@ -135,7 +141,7 @@ class Calibration:
     refused: str = ""  # why the set was refused; the current set stays
     sha256: str = ""
     summary: dict = field(default_factory=dict)  # calibration_set's metadata
-    action: str = ""  # lib/recalibration: registered, already registered, up to date, ...
+    action: str = ""  # lib/release/recalibration: registered, already registered, up to date, ...
     why: str = ""
     revision: CandidateRef | None = None
     gate: GateRun | None = None
@@ -200,15 +206,15 @@ def _judge(ref: CandidateRef, result, rows: list[GateRow]) -> GateRun:
     failed_gates = [r for r in rows if r.gate in evaluated and r.status not in ("pass", "no golden cases declared")]
     if failed_gates:
         return GateRun(ref, BLOCKED, result.run_id, rows, "; ".join(f"{r.gate}: {r.reason or r.status}" for r in failed_gates))
-    # The user's input or environment (lib/errors.ModelcdError and its kinds, lib/signing's and lib/servable's among them).
+    # The user's input or environment (lib/errors.ModelcdError and its kinds, lib/release/signing's and lib/release/servable's among them).
     if any(name in message for name in ("BadCandidate", "ModelcdError", "BadSignature", "MissingKey", "NotServable")):
         return GateRun(ref, BAD_INPUT, result.run_id, rows, message)
     return GateRun(ref, ERROR, result.run_id, rows, message or "the run failed; see it in the Dagster UI")
 
 
-def latest_gate_rows(instance: dg.DagsterInstance, ref: CandidateRef, graph=None) -> tuple[list[GateRow], list[str]]:
+def latest_gate_rows(instance: dg.DagsterInstance, ref: CandidateRef, graph: GateGraph | None = None) -> tuple[list[GateRow], list[str]]:
     """The last stored result of every gate for one candidate, and what stops its promotion, exactly as promotion judges it."""
-    decision = read_gates(instance, ref.key, graph)
+    decision = read_gates(instance, ref.key, graph or code_location_graph())
     return [_row(r) for r in decision.records], decision.problems
 
 

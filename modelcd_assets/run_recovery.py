@@ -11,8 +11,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from modelcd_assets.lib.processes import processes
-from modelcd_assets.lib.registry import PREVIOUS_PRODUCTION, PROMOTION, ROLLED_BACK, CandidateRef, Registry
+from modelcd_assets.lib.operations.processes import processes
+from modelcd_assets.lib.release.registry import PREVIOUS_PRODUCTION, PROMOTION, ROLLED_BACK, CandidateRef, Registry
 
 # Tags on every run `modelcd gate` and `modelcd rollback` execute in process.
 LAUNCHED_BY, CANDIDATE, ROLLBACK = "modelcd/launched_by", "modelcd/candidate", "modelcd/rollback"

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.processes import start_process, stop_processes
-from modelcd_assets.lib.registry import Registry
-from modelcd_assets.lib.prometheus_server import PrometheusServer
+from modelcd_assets.lib.operations.processes import start_process, stop_processes
+from modelcd_assets.lib.operations.prometheus_server import PrometheusServer
+from modelcd_assets.lib.release.registry import Registry
 
 STOP_TIMEOUT = 10.0  # then SIGKILL: `up` is gone within 20 s of a stop signal, even on a loaded machine
 

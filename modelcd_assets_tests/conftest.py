@@ -17,14 +17,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from modelcd_assets.lib.base_model import build_tiny_base  # noqa: E402
-from modelcd_assets.lib.data import LABELS, generate, write_splits  # noqa: E402
-from modelcd_assets.lib.registry import Registry  # noqa: E402
-from modelcd_assets.lib.instance_config import PG_URL_VAR, normalize_pg_url  # noqa: E402
-from modelcd_assets.lib.settings import local_defaults  # noqa: E402
-from modelcd_assets.lib.signing import SIGNING_KEY_ENV, VERIFY_KEY_ENV, Keys, init_keys  # noqa: E402
-from modelcd_assets.lib.training import Training, train_adapter, train_classifier  # noqa: E402
-
+from modelcd_assets.lib.demo.tickets import LABELS, generate, write_splits  # noqa: E402
+from modelcd_assets.lib.model.base_model import build_tiny_base  # noqa: E402
+from modelcd_assets.lib.model.training import Training, train_adapter, train_classifier  # noqa: E402
+from modelcd_assets.lib.operations.instance_config import PG_URL_VAR, normalize_pg_url  # noqa: E402
+from modelcd_assets.lib.operations.settings import local_defaults  # noqa: E402
+from modelcd_assets.lib.release.registry import Registry  # noqa: E402
+from modelcd_assets.lib.release.signing import SIGNING_KEY_ENV, VERIFY_KEY_ENV, Keys, init_keys  # noqa: E402
 
 # The tiny model's policy where a module gates several candidates. The INT8 variant is pinned: with `auto`, two
 # FP32-equivalent models may get different variants (the fastest differs), and on a 2-layer model that alone moves
@@ -69,7 +68,7 @@ class Env:
 def _stop_signals_as_they_were():
     """Tests that run Dagster in process themselves (dg.materialize) would leave SIGTERM mapped onto SIGINT's handler,
     which is SIG_IGN when the suite was started in the background; every later child would then ignore SIGTERM."""
-    from modelcd_assets.lib.processes import preserved_stop_signals
+    from modelcd_assets.lib.operations.processes import preserved_stop_signals
 
     with preserved_stop_signals():
         yield
@@ -121,7 +120,7 @@ def module_state_fixtures(name: str, policies: dict[str, str], backends: tuple[s
     @pytest.fixture(scope="module")
     def instance(env):
         if env.env[PG_URL_VAR]:  # the instance file modelcd writes for Postgres, as every modelcd command loads it
-            from modelcd_assets.lib.settings import apply_local_defaults
+            from modelcd_assets.lib.operations.settings import apply_local_defaults
 
             apply_local_defaults(dict(env.env))
             with dg.DagsterInstance.get() as inst:
@@ -207,7 +206,7 @@ def _widen_ffn(src: Path, dst: Path, extra: int, bias: float) -> Path:
 def crafted(tiny_trained: Path, tiny_adapters: dict[str, Path], tmp_path_factory) -> dict[str, Path]:
     """Full-model candidates derived from the good adapter merged into its base (what production runs),
     each built to break one gate and nothing before it."""
-    from modelcd_assets.lib.model_io import merge_adapter
+    from modelcd_assets.lib.model.model_io import merge_adapter
 
     root = tmp_path_factory.mktemp("crafted")
     good = root / "good-merged"

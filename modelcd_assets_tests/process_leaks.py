@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from modelcd_assets.lib.processes import PROC, ProcessInfo, descendants, processes
+from modelcd_assets.lib.operations.processes import PROC, ProcessInfo, descendants, processes
 
 MARKER = "MODELCD_TEST_SESSION"
 # Python's own helpers: they live as long as the process that started them, and exit with it.

@@ -9,8 +9,8 @@ from modelcd_assets.cli import main
 from modelcd_assets.defs.sensors.registry_sensor import registry_sensor
 from modelcd_assets.launch import BAD_INPUT, BLOCKED, run_gate
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
-from modelcd_assets.lib.registry import CONTENT, KIND, ROLE, CandidateRef
-from modelcd_assets.lib.signing import SIGNATURE_FILE, sign_folder
+from modelcd_assets.lib.release.registry import CONTENT, KIND, ROLE, CandidateRef
+from modelcd_assets.lib.release.signing import SIGNATURE_FILE, sign_folder
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets_tests.lib.test_safety import _onnx_naming, plant_pickle
 

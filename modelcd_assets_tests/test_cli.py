@@ -113,7 +113,7 @@ def test_calibrate_exits_2_only_when_the_set_is_refused(modelcd_env, tiny_base, 
     """A calibrate run that failed for another reason (a bug, the registry) was re-raised as bad input: exit 2, 'the set was refused'."""
     from mlflow import MlflowClient
 
-    from modelcd_assets.lib.registry import Registry
+    from modelcd_assets.lib.release.registry import Registry
 
     assert main(["register", str(tiny_base), "--name", "m"]) == 0
     source = tmp_path / "set.jsonl"

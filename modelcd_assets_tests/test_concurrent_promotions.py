@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from modelcd_assets.launch import PROMOTED, run_gate
-from modelcd_assets.lib.registry import PREVIOUS_PRODUCTION, PROMOTION, CandidateRef
-from modelcd_assets.lib.settings import apply_local_defaults
+from modelcd_assets.lib.operations.settings import apply_local_defaults
+from modelcd_assets.lib.release.registry import PREVIOUS_PRODUCTION, PROMOTION, CandidateRef
 from modelcd_assets_tests.conftest import make_env
 
 pytestmark = pytest.mark.slow

@@ -17,14 +17,14 @@ import sys
 import dagster as dg
 import pytest
 
+from modelcd_assets.api import read_gates
 from modelcd_assets.cli import main
-from modelcd_assets.defs.assets.production_model import PROMOTION_POOL
 from modelcd_assets.defs.sensors.registry_sensor import registry_sensor
-from modelcd_assets.gate_results import read_gates
-from modelcd_assets.lib.failpoints import ENV as FAILPOINT
-from modelcd_assets.lib.registry import PREVIOUS_PRODUCTION, PROMOTION, ROLLED_BACK, CandidateRef
-from modelcd_assets.lib.rollback import rollback_order
-from modelcd_assets.lib.settings import apply_local_defaults
+from modelcd_assets.lib.operations.failpoints import ENV as FAILPOINT
+from modelcd_assets.lib.operations.instance_config import PROMOTION_POOL
+from modelcd_assets.lib.operations.settings import apply_local_defaults
+from modelcd_assets.lib.release.registry import PREVIOUS_PRODUCTION, PROMOTION, ROLLED_BACK, CandidateRef
+from modelcd_assets.lib.release.rollback import rollback_order
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.run_recovery import CANDIDATE, PID, PROCESS, ROLLBACK, process_gone, process_tags, recover_dead_runs
 from modelcd_assets_tests.conftest import make_env
@@ -217,9 +217,9 @@ def test_killed_after_the_alias_moved_the_same_gate_ends_promoted_without_a_seco
     assert tags(env, ref.version)[PREVIOUS_PRODUCTION] == before.version
     assert chain(env) == [ref.version, *history]
     # ...and is judged against the version it replaced, as the crashed run was, never against itself (issue 17).
-    from modelcd_assets.lib.candidate import CandidateRecord
+    from modelcd_assets.lib.release.candidate import CandidateRecord
 
-    record = CandidateRecord.load(env.home / "candidates" / MODEL / ref.version)
+    record = CandidateRecord.of(env.home, CandidateRef(MODEL, ref.version))
     assert (record.production_version, record.regated_production, record.baseline_ref) == (before.version, True, ref)
 
 

@@ -2,7 +2,8 @@
 
 from collections import Counter
 
-from modelcd_assets.lib.data import LABELS, SPLITS, generate, read_split, write_splits
+from modelcd_assets.lib.demo.tickets import LABELS, SPLITS, generate, write_splits
+from modelcd_assets.lib.splits import read_split
 
 
 def test_same_seed_same_data():

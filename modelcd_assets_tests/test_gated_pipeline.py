@@ -9,11 +9,11 @@ import dagster as dg
 import pytest
 
 from modelcd_assets.launch import BLOCKED, PROMOTED, run_gate
-from modelcd_assets.lib.builds import read_json
-from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.hashing import file_sha256
-from modelcd_assets.lib.quantize import artifact_id
-from modelcd_assets.lib.registry import PRODUCTION
+from modelcd_assets.lib.inference.builds import read_json
+from modelcd_assets.lib.inference.quantize import artifact_id
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import PRODUCTION
 from modelcd_assets_tests.conftest import TINY_GATED_POLICY, module_state_fixtures
 
 pytestmark = pytest.mark.slow
@@ -52,12 +52,38 @@ def test_first_candidate_is_judged_against_floors_and_promoted(env, instance, ba
     assert "accuracy_within_tolerance" in promotion
 
 
-def test_byte_identical_reregistration_passes_every_gate(env, instance, base, tiny_adapters):
+@pytest.fixture
+def code_location_loads(monkeypatch) -> dict[str, int]:
+    """How often the code location is loaded (load_from_defs_folder, which definitions.py calls) inside and outside a run."""
+    real_load, real_execute, running = dg.load_from_defs_folder, dg.JobDefinition.execute_in_process, []
+    loads = {"in a run": 0, "outside runs": 0}
+
+    def counted_load(*args, **kwargs):
+        loads["in a run" if running else "outside runs"] += 1
+        return real_load(*args, **kwargs)
+
+    def tracked_execute(job, *args, **kwargs):
+        running.append(job.name)
+        try:
+            return real_execute(job, *args, **kwargs)
+        finally:
+            running.pop()
+
+    monkeypatch.setattr(dg, "load_from_defs_folder", counted_load)
+    monkeypatch.setattr(dg.JobDefinition, "execute_in_process", tracked_execute)
+    return loads
+
+
+def test_byte_identical_reregistration_passes_every_gate(env, instance, base, tiny_adapters, code_location_loads):
+    """...and no run loads the code location: the gated run, its promotion and its gate report read the graph they hold."""
     ref = env.registry.register(tiny_adapters["good"], MODEL)
     run = run_gate(ref, instance=instance)
     assert run.outcome == PROMOTED, (run.error, statuses(run))
     assert set(statuses(run).values()) == {"pass", "no golden cases declared"}
     assert production(env) == ref
+    assert not run.report_error, run.report_error
+    assert code_location_loads["in a run"] == 0
+    assert code_location_loads["outside runs"] >= 2  # run_gate loads it for the gated job and the report's: the count sees loads
 
 
 @pytest.mark.parametrize(
@@ -243,7 +269,7 @@ def test_status_shows_what_promotion_would_decide_after_a_rebuild(env, instance,
 
 
 def record_of(env, ref) -> CandidateRecord:
-    return CandidateRecord.load(env.home / "candidates" / ref.name / ref.version)
+    return CandidateRecord.of(env.home, ref)
 
 
 def gated_record(env, instance, folder, model: str) -> CandidateRecord:
@@ -288,7 +314,7 @@ def test_modelcd_gate_started_in_the_background_can_still_be_stopped(env, instan
     import signal
     import subprocess
 
-    from modelcd_assets.lib.processes import stop_process
+    from modelcd_assets.lib.operations.processes import stop_process
 
     saved = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -306,7 +332,7 @@ def test_contract_diff_cli_and_semver_tags(env, base, capsys):
     import json
 
     from modelcd_assets.cli import main
-    from modelcd_assets.lib.registry import CONTRACT, SEMVER
+    from modelcd_assets.lib.release.registry import CONTRACT, SEMVER
 
     tags = {v.version: env.registry.tags(v) for v in env.registry.versions(MODEL)}
     assert tags["1"][SEMVER] == "1.0.0"
@@ -343,7 +369,7 @@ def test_adapter_with_a_wrong_rank_is_bad_input_and_alias_stays(env, instance, b
 def test_a_production_no_gated_run_promoted_is_never_judged_against_itself(env, instance, base, tiny_adapters, promotion, why):
     """Issue 17: gating the version production points at judged it against itself, and every paired gate passed on nothing."""
     from modelcd_assets.launch import BAD_INPUT
-    from modelcd_assets.lib.registry import PREVIOUS_PRODUCTION, PROMOTION
+    from modelcd_assets.lib.release.registry import PREVIOUS_PRODUCTION, PROMOTION
 
     before = production(env)
     ref = env.registry.register(tiny_adapters["good"], MODEL)
@@ -365,7 +391,7 @@ def test_a_production_no_gated_run_promoted_is_never_judged_against_itself(env, 
 def test_a_deleted_production_alias_is_never_a_first_candidate(env, instance, base, tiny_adapters):
     """Issue 17: with the alias deleted, the next candidate was judged as a first one (floors only) though a production existed."""
     from modelcd_assets.launch import BAD_INPUT
-    from modelcd_assets.lib.registry import PROMOTION
+    from modelcd_assets.lib.release.registry import PROMOTION
 
     before = production(env)
     ref = env.registry.register(tiny_adapters["worse"], MODEL)  # would pass the floor-only accuracy gate of a first candidate

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.instance_config import POSTGRES_STORAGE, mlflow_url, normalize_pg_url
-from modelcd_assets.lib.settings import TEMPLATE, apply_local_defaults, local_defaults
+from modelcd_assets.lib.operations.instance_config import POSTGRES_STORAGE, mlflow_url, normalize_pg_url
+from modelcd_assets.lib.operations.settings import TEMPLATE, apply_local_defaults, local_defaults
 
 SECRET = "s3cret-pw"
 PG_URL = f"postgresql://modelcd:{SECRET}@127.0.0.1:54321/dagster"
@@ -148,7 +148,7 @@ def test_the_storage_section_reads_the_url_from_the_environment():
 
 
 def test_registry_messages_never_show_a_database_password():
-    from modelcd_assets.lib.registry import masked_uri
+    from modelcd_assets.lib.release.registry import masked_uri
 
     assert masked_uri("postgresql+psycopg2://modelcd:s3cret@127.0.0.1:5433/mlflow") == "postgresql+psycopg2://modelcd:***@127.0.0.1:5433/mlflow"
     assert masked_uri("sqlite:///x.db") == "sqlite:///x.db"

@@ -13,9 +13,9 @@ import time
 import httpx
 import pytest
 
-from modelcd_assets.lib.processes import start_process, stop_process
-from modelcd_assets.lib.registry import CONTENT, Registry
-from modelcd_assets.lib.signing import SIGNATURE_FILE, Keys, init_keys
+from modelcd_assets.lib.operations.processes import start_process, stop_process
+from modelcd_assets.lib.release.registry import CONTENT, Registry
+from modelcd_assets.lib.release.signing import SIGNATURE_FILE, Keys, init_keys
 
 SERVICE_HOST = "mlflow.modelcd.svc.cluster.local:5000"  # the in-cluster name clients use
 

@@ -19,10 +19,11 @@ import pytest
 import sqlalchemy
 from mlflow import MlflowClient
 
-from modelcd_assets.lib.instance_config import MLFLOW_DATABASE
-from modelcd_assets.lib.registry import ROLE, Registry
-from modelcd_assets.lib.settings import TEMPLATE, apply_local_defaults
+from modelcd_assets.lib.operations.instance_config import MLFLOW_DATABASE
+from modelcd_assets.lib.operations.settings import TEMPLATE, apply_local_defaults
+from modelcd_assets.lib.release.registry import ROLE, Registry
 from modelcd_assets_tests.postgres_server import libpq, query, script
+
 
 @pytest.fixture
 def pg_env(pg_server, tmp_path, monkeypatch) -> dict[str, str]:

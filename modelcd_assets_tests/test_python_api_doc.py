@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from modelcd_assets_tests.conftest import make_env
 from modelcd_assets_tests.conftest import TINY_GATED_POLICY as POLICY
+from modelcd_assets_tests.conftest import make_env
 
 pytestmark = pytest.mark.slow
 DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"

@@ -14,11 +14,12 @@ import pytest
 
 from modelcd_assets.cli import EXIT_BAD_INPUT, EXIT_BLOCKED, EXIT_PROMOTED, main
 from modelcd_assets.launch import PROMOTED, SUPERSEDED, definitions, latest_gate_rows, run_gate
-from modelcd_assets.lib.candidate import CandidateRecord
-from modelcd_assets.lib.data import generate, read_split
+from modelcd_assets.lib.demo.tickets import generate
 from modelcd_assets.lib.hashing import file_sha256
-from modelcd_assets.lib.policy import ServingPolicy
-from modelcd_assets.lib.registry import CALIBRATION, REVISION_OF, WEIGHTS_VERSION, CandidateRef
+from modelcd_assets.lib.judging.policy import ServingPolicy
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import CALIBRATION, REVISION_OF, WEIGHTS_VERSION, CandidateRef
+from modelcd_assets.lib.splits import read_split
 from modelcd_assets.serving.pool import ServingPool
 from modelcd_assets_tests.conftest import module_state_fixtures
 
@@ -47,7 +48,7 @@ def good_texts(evaluation: set[str]) -> list[str]:
 
 
 def record(env, version: str) -> CandidateRecord:
-    return CandidateRecord.load(env.home / "candidates" / MODEL / version)
+    return CandidateRecord.of(env.home, CandidateRef(MODEL, version))
 
 
 def gates(run) -> dict[str, str]:

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from modelcd_assets.lib.processes import descendants, processes
+from modelcd_assets.lib.operations.processes import descendants, processes
 from modelcd_assets_tests.process_leaks import cmdline
 from modelcd_assets_tests.serving.conftest import MODEL, free_port, gated_state
 

@@ -11,7 +11,7 @@
 #   scripts/postgres.sh url [dagster|mlflow]    the connection URL of one database (default dagster), in SQLAlchemy's
 #                                form naming the psycopg2 driver (psql takes it without '+psycopg2')
 #
-# modelcd reads MODELCD_PG_URL (modelcd_assets/lib/settings.py), e.g. MODELCD_PG_URL=$(scripts/postgres.sh url) make up.
+# modelcd reads MODELCD_PG_URL (modelcd_assets/lib/operations/settings.py), e.g. MODELCD_PG_URL=$(scripts/postgres.sh url) make up.
 # MODELCD_PG_BIN may name a folder holding initdb, pg_ctl, postgres and psql when Debian's layout is not there.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -6,7 +6,7 @@ import dagster as dg
 from modelcd_assets.defs.assets.gate_selftest import gate_selftest
 from modelcd_assets.defs.assets.live_traffic import live_traffic
 from modelcd_assets.defs.assets.production_recheck import production_recheck
-from modelcd_assets.lib import traffic_log
+from modelcd_assets.lib.operations import traffic_log
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelcd_assets.lib.artifact import ADAPTER
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.registry import BUMP_DECLARED
+from modelcd_assets.lib.model.artifact import ADAPTER
+from modelcd_assets.lib.release.registry import BUMP_DECLARED
 
 ADAPTER_WEIGHTS, FULL_WEIGHTS = "adapter_model.safetensors", "model.safetensors"
 # A base an adapter may have been trained for instead of production's: a hub name, as peft writes it.
@@ -48,7 +48,7 @@ class Production:
             return self.artifact
         merged = self.work / "production-merged"
         if not (merged / "config.json").is_file():
-            from modelcd_assets.lib.model_io import merge_adapter
+            from modelcd_assets.lib.model.model_io import merge_adapter
 
             merge_adapter(self.base, self.artifact, merged)
         return merged
@@ -391,7 +391,7 @@ def incompatible_tokenizer(prod: Production, out: Path) -> Candidate:
 
 def vocab_exceeds_embeddings(prod: Production, out: Path) -> Candidate:
     """Tokens added to the tokenizer but not to the embedding table; one of them ("emoji") is in the health probe's text."""
-    from modelcd_assets.lib.model_io import load_tokenizer
+    from modelcd_assets.lib.model.model_io import load_tokenizer
 
     folder = _full_copy(prod, out)
     tok = load_tokenizer(folder)

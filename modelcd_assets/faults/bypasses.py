@@ -1,7 +1,7 @@
 """Ways around a verdict once the gates have given it: the alias moved by hand, files swapped on the state volume, a model
 deleted and re-created, an attestation forged with another key, oversized requests to the server.
 
-Each is a probe: it sets the bypass up in the sandbox, asks what lib/servable.check, the server's loader (ServingPool)
+Each is a probe: it sets the bypass up in the sandbox, asks what lib/release/servable.check, the server's loader (ServingPool)
 and the server itself make of it, undoes what it did, and returns the outcome. The server is the app `modelcd serve`
 runs (serving.server.app_from_env), driven in process through Starlette's TestClient: the same routes, alias follower,
 limits and metrics, without a socket.
@@ -23,13 +23,13 @@ from modelcd_assets.faults.builders import identical, random_reinit, weights_fil
 from modelcd_assets.faults.outcomes import ERROR, GOT_THROUGH, NEVER_SERVED, REJECTED, Outcome
 from modelcd_assets.faults.sandbox import Sandbox
 from modelcd_assets.launch import PROMOTED
-from modelcd_assets.lib import attestation, servable
-from modelcd_assets.lib.candidate import CandidateRecord
-from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.policy import Policy, load_policy, policy_file
-from modelcd_assets.lib.registry import PRODUCTION, CandidateRef
-from modelcd_assets.lib.signing import Keys, init_keys
+from modelcd_assets.lib.judging.policy import Policy, load_policy, policy_file
+from modelcd_assets.lib.release import attestation, servable
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import PRODUCTION, CandidateRef
+from modelcd_assets.lib.release.signing import Keys, init_keys
+from modelcd_assets.lib.splits import read_split
 
 # The server under test follows the alias every half second and samples no traffic into the sandbox's state.
 SERVER_POLICY = {"serving": {"poll_seconds": 0.5, "sample_ratio": 0.0}}
@@ -205,7 +205,7 @@ def attestation_forged_with_another_key(sb: Sandbox) -> Outcome:
     """A verdict over a blocked version's own bytes, with production's gate results, signed with a key pair that is not modelcd's."""
     blocked = sb.blocked_version()
     genuine = servable.check(sb.registry, sb.home, sb.production).verdict
-    record = CandidateRecord.load(servable.candidate_dir(sb.home, blocked))
+    record = CandidateRecord.of(sb.home, blocked)
     forged = attestation.Verdict(sb.name, blocked.version, servable.subjects(sb.registry, blocked, record), genuine.gates, genuine.judged_against,
                                  genuine.policy_sha256, "forged by the fault sandbox")
     with tempfile.TemporaryDirectory(dir=sb.work) as tmp:

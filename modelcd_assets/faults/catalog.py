@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from modelcd_assets.faults import builders as b
 from modelcd_assets.faults import bypasses as v
 from modelcd_assets.faults import conditions as c
-from modelcd_assets.faults.outcomes import (BAD_INPUT, MANIFEST, NEVER_SERVED, REFUSED, REJECTED, RUN_FAILED, SKIPPED, SUPERSEDED, Outcome,
-                                            blocked)
+from modelcd_assets.faults.outcomes import BAD_INPUT, MANIFEST, NEVER_SERVED, REFUSED, REJECTED, RUN_FAILED, SKIPPED, SUPERSEDED, Outcome, blocked
 from modelcd_assets.lib.errors import ModelcdError
 
 

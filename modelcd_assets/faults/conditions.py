@@ -19,7 +19,7 @@ import dagster as dg
 from modelcd_assets.faults.builders import identical
 from modelcd_assets.faults.outcomes import ERROR, LAUNCHED, PROMOTED, RUN_FAILED, SKIPPED, Outcome
 from modelcd_assets.faults.sandbox import Sandbox
-from modelcd_assets.lib.registry import PRODUCTION, PROMOTION, CandidateRef
+from modelcd_assets.lib.release.registry import PRODUCTION, PROMOTION, CandidateRef
 
 # One-word tickets: activation ranges calibrated on them clip real traffic (measured: 96.7% INT8/FP32 agreement on the tiny test model).
 COLLAPSING_CALIBRATION = ["ok", "hi", "yes", "no"]
@@ -112,16 +112,15 @@ def calibration_collapses(sb: Sandbox) -> tuple[bool, str]:
     quantized_model and int8_agrees_with_fp32 measure it (same quantizer, evaluation split, predictions and verdict); and what was measured."""
     import numpy as np
 
-    from modelcd_assets.lib.candidate import CandidateRecord
-    from modelcd_assets.lib.data import read_split
-    from modelcd_assets.lib.evaluate import predict
-    from modelcd_assets.lib.gates import FAIL, judge_fidelity
-    from modelcd_assets.lib.policy import load_policy, policy_file
-    from modelcd_assets.lib.quantize import optimize_transformer, quantize_static_int8
-    from modelcd_assets.lib.servable import candidate_dir
-    from modelcd_assets.lib.tokens import encode
+    from modelcd_assets.lib.inference.evaluate import predict
+    from modelcd_assets.lib.inference.quantize import optimize_transformer, quantize_static_int8
+    from modelcd_assets.lib.inference.tokens import encode
+    from modelcd_assets.lib.judging.gates import FAIL, judge_fidelity
+    from modelcd_assets.lib.judging.policy import load_policy, policy_file
+    from modelcd_assets.lib.release.candidate import CandidateRecord
+    from modelcd_assets.lib.splits import read_split
 
-    build = CandidateRecord.load(candidate_dir(sb.home, sb.production)).build
+    build = CandidateRecord.of(sb.home, sb.production).build
     floor = load_policy(policy_file(Path(sb.env["MODELCD_POLICY_DIR"]), sb.name)).int8_fidelity
     texts = [ex.text for ex in read_split(sb.data / "evaluation.jsonl")]
     with tempfile.TemporaryDirectory(dir=sb.work) as tmp:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.processes import start_process, stop_process
+from modelcd_assets.lib.operations.processes import start_process, stop_process
 from modelcd_assets.serving.loadgen import run_load
 
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from modelcd_assets.faults.outcomes import NOT_REPRODUCIBLE, PROMOTED, Outcome
-from modelcd_assets.lib.report import table
+from modelcd_assets.lib.presentation.report import table
 
 CONFIDENCE = 0.95
 
@@ -175,6 +175,10 @@ class SelftestReport:
                                      "detail": r.actual.detail} for r in self.classes],
             "control_results": [asdict(c) | {"blocked": c.blocked, "outcome": str(c.outcome), "detail": c.outcome.detail} for c in self.controls],
             "load": self.load, "notes": self.notes,
+            # As the gate_selftest asset shows them in the UI: it runs `modelcd faults run --json` as its own process and reads this.
+            "summary": self.summary() + self.notes, "markdown": dict(zip(("classes", "controls"), self.markdown())),
+            "missed": [r.name for r in self.reproduced if not r.ok],
+            "not_reproducible_details": {r.name: r.actual.detail for r in self.not_reproducible},
         }
 
     def write_json(self, path: Path) -> None:

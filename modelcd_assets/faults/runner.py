@@ -15,10 +15,10 @@ from modelcd_assets.faults.catalog import FaultClass, select
 from modelcd_assets.faults.outcomes import CODE_RAN, ERROR, NOT_REPRODUCIBLE, REFUSED, Outcome
 from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport
 from modelcd_assets.faults.sandbox import Sandbox, open_sandbox
-from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.errors import BadCandidate
-from modelcd_assets.lib.registry import Registry
-from modelcd_assets.lib.training import Training
+from modelcd_assets.lib.model.training import Training
+from modelcd_assets.lib.release.registry import Registry
+from modelcd_assets.lib.splits import read_split
 
 CONTROL_SEEDS = 100  # retrained control i trains with seed CONTROL_SEEDS + i (the demo's production used seed 0)
 LOAD_TEXTS = 256
@@ -76,7 +76,7 @@ def _control_candidates(sb: Sandbox, identical_n: int, retrained_n: int, trainin
         identical_n, retrained_n = identical_n + retrained_n, 0
     controls = [(f"identical-{i}", "byte-identical", identical(sb.prod, sb.work / f"identical-{i}").folder) for i in range(1, identical_n + 1)]
     if retrained_n:
-        from modelcd_assets.lib.training import train_adapter
+        from modelcd_assets.lib.model.training import train_adapter
 
         train = read_split(sb.data / "train.jsonl")
         for i in range(1, retrained_n + 1):

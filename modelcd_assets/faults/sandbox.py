@@ -23,13 +23,13 @@ import yaml
 from modelcd_assets import launch
 from modelcd_assets.faults.builders import Candidate, Production, random_reinit, weights_file
 from modelcd_assets.faults.outcomes import BAD_INPUT, ERROR, MANIFEST, PROMOTED, RUN_FAILED, SUPERSEDED, Outcome, blocked_by
-from modelcd_assets.lib.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
-from modelcd_assets.lib.registry import BASE, CONTENT, EXPERIMENT, KIND, PROMOTION, SEMVER, SEMVER_DECLARED, TOKENIZER_CHANGE, CandidateRef, Registry
-from modelcd_assets.lib.settings import apply_local_defaults, local_defaults
-from modelcd_assets.lib.signing import SIGNATURE_FILE, Keys, init_keys, sign_folder
-from modelcd_assets.resources.policy import PolicyResource
+from modelcd_assets.lib.judging.policy import policy_for
+from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
+from modelcd_assets.lib.operations.settings import apply_local_defaults, local_defaults
+from modelcd_assets.lib.release.registry import BASE, CONTENT, EXPERIMENT, KIND, PROMOTION, SEMVER, SEMVER_DECLARED, TOKENIZER_CHANGE, CandidateRef, Registry
+from modelcd_assets.lib.release.signing import SIGNATURE_FILE, Keys, init_keys, sign_folder
 
 SANDBOX_REASON = {"fault_sandbox": "production restored after a fault class"}
 # Gate statuses that are no failure: a pass, nothing to judge, or never reached because an earlier gate blocked.
@@ -53,7 +53,7 @@ def environment(env: Mapping[str, str]) -> Iterator[None]:
 
 def _limits(env: Mapping[str, str], name: str):
     """The safety limits of name's policy, as `modelcd register` applies them."""
-    return PolicyResource(policy_dir=env["MODELCD_POLICY_DIR"]).for_model(name).safety.limits()
+    return policy_for(Path(env["MODELCD_POLICY_DIR"]), name).safety.limits()
 
 
 def _register_as_version(reg: Registry, folder: Path, name: str, version: str, **kw) -> CandidateRef:

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from modelcd_assets.lib.policy import Policy, load_policy, policy_file
+from modelcd_assets.lib.judging.policy import Policy, policy_file, policy_for
 
 
 class PolicyResource(dg.ConfigurableResource):
@@ -19,4 +19,4 @@ class PolicyResource(dg.ConfigurableResource):
         return policy_file(Path(self.policy_dir), model_name)
 
     def for_model(self, model_name: str) -> Policy:
-        return load_policy(self.path_for(model_name))
+        return policy_for(Path(self.policy_dir), model_name)

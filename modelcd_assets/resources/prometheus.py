@@ -5,8 +5,8 @@ from __future__ import annotations
 import dagster as dg
 from pydantic import Field
 
-from modelcd_assets.lib.policy import SloPolicy
-from modelcd_assets.lib.slo import SloVerdict, evaluate_slo
+from modelcd_assets.lib.judging.policy import SloPolicy
+from modelcd_assets.lib.judging.slo import SloVerdict, evaluate_slo
 
 
 class PrometheusResource(dg.ConfigurableResource):

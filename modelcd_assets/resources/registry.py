@@ -7,8 +7,8 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from modelcd_assets.lib.registry import Registry
-from modelcd_assets.lib.signing import Keys
+from modelcd_assets.lib.release.registry import Registry
+from modelcd_assets.lib.release.signing import Keys
 
 
 class MlflowRegistryResource(dg.ConfigurableResource):

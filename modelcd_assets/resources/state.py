@@ -7,9 +7,10 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from modelcd_assets.lib.calibration import CalibrationStore
-from modelcd_assets.lib.candidate import CandidateRecord
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.layout import CandidateFiles, StateLayout
+from modelcd_assets.lib.release.calibration import CalibrationStore
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import CandidateRef
 
 
 class LocalStateResource(dg.ConfigurableResource):
@@ -22,13 +23,20 @@ class LocalStateResource(dg.ConfigurableResource):
     def root(self) -> Path:
         return Path(self.home).resolve()
 
-    def candidate_dir(self, ref: CandidateRef) -> Path:
+    @property
+    def layout(self) -> StateLayout:
+        return StateLayout(self.root)
+
+    def files(self, ref: CandidateRef) -> CandidateFiles:
         """Per-version reports and the fetched artifact."""
-        return self.root / "candidates" / ref.name / ref.version
+        return self.layout.candidate(ref)
+
+    def candidate_dir(self, ref: CandidateRef) -> Path:
+        return self.files(ref).dir
 
     def variant_decision(self, name: str, key: str) -> Path:
         """A registered model's INT8 variant choice for one base and calibration set (key), shared by its versions."""
-        return self.root / "candidates" / name / "variants" / f"{key}.json"
+        return self.layout.variant_decision(name, key)
 
     def record(self, ref: CandidateRef) -> CandidateRecord:
         """The candidate's record: its files, build, production baseline and effective policy."""
@@ -36,11 +44,11 @@ class LocalStateResource(dg.ConfigurableResource):
 
     def cache_dir(self, kind: str) -> Path:
         """Content-addressed work shared by every candidate: bases, builds, tokenized inputs."""
-        return self.root / "cache" / kind
+        return self.layout.cache(kind)
 
     def calibration_sets(self) -> CalibrationStore:
         """Every calibration set a version was or may be calibrated with, under its sha256."""
-        return CalibrationStore(self.root / "calibration")
+        return CalibrationStore(self.layout.calibration())
 
     def default_calibration(self) -> str:
         """The data folder's calibration split, frozen under its hash: the set of every model that has none of its own."""

@@ -23,13 +23,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.servable import NotServable
-from modelcd_assets.lib.traffic_log import TrafficLog, record_bytes_bound
+from modelcd_assets.lib.operations.traffic_log import TrafficLog, record_bytes_bound
+from modelcd_assets.lib.release.servable import NotServable
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.batcher import MicroBatcher
-from modelcd_assets.serving.limits import NOT_READY, REJECT_REASONS, UNKNOWN_VERSION, ClassifyRequest, Rejected, read_classify
 from modelcd_assets.serving.engine import Served
 from modelcd_assets.serving.follower import AliasFollower
+from modelcd_assets.serving.limits import NOT_READY, REJECT_REASONS, UNKNOWN_VERSION, ClassifyRequest, Rejected, read_classify
 from modelcd_assets.serving.metrics import LiveDriftCollector, ServerMetrics
 from modelcd_assets.serving.pool import LoadReport, ServingPool, UnknownVersion
 
@@ -152,11 +152,11 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
 
     The two apps share one pool, so `modelcd serve` runs them in one process, the admin app on a port of its own (the
     public app has no /v1/admin routes). Every load, by the alias follower or the admin API, goes through the pool, which
-    takes a version only with a valid verdict over its bytes (lib/servable.py); the admin API answers 409 for a version
+    takes a version only with a valid verdict over its bytes (lib/release/servable.py); the admin API answers 409 for a version
     without one. chaos registers the fault-injection endpoint. A classify request beyond serving.max_body_bytes, max_texts or max_text_chars is refused
     before it is parsed or tokenized, and counted in modelcd_requests_rejected_total, never in a version's requests or
     latency. A share serving.sample_ratio of the requests answered 200 have their texts written to the model's traffic
-    log (lib/traffic_log.py), off the request path, for live drift; /metrics exports the live drift verdict judged on it.
+    log (lib/operations/traffic_log.py), off the request path, for live drift; /metrics exports the live drift verdict judged on it.
     """
     metrics = ServerMetrics(live_drift=LiveDriftCollector(pool.state_root, pool.model))
     for reason in REJECT_REASONS:

@@ -1,7 +1,7 @@
 """Follows a registered model's production alias: when it moves to a version with a valid verdict, the server swaps within one poll.
 
 The alias is a registry tag anyone with write access to the registry can move; the pool loads a version only with a
-valid attestation over its bytes (lib/servable.py), so an alias moved by hand to a blocked version changes nothing
+valid attestation over its bytes (lib/release/servable.py), so an alias moved by hand to a blocked version changes nothing
 that is served: the old version keeps serving, the refusal is logged and counted (modelcd_alias_refused).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from modelcd_assets.lib.registry import Registry
+from modelcd_assets.lib.release.registry import Registry
 
 log = logging.getLogger("modelcd.serve")
 

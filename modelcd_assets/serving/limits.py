@@ -13,7 +13,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from modelcd_assets.lib.policy import ServingPolicy
+from modelcd_assets.lib.judging.policy import ServingPolicy
 
 # Why a classify request was answered before it reached a model (modelcd_requests_rejected_total's reason label).
 BODY_TOO_LARGE, TEXT_TOO_LONG, TOO_MANY_TEXTS, BAD_REQUEST = "body_too_large", "text_too_long", "too_many_texts", "bad_request"

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from modelcd_assets.lib import traffic_log
+from modelcd_assets.lib.operations import traffic_log
 
 log = logging.getLogger("modelcd.serve")
 

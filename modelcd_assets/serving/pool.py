@@ -1,7 +1,7 @@
 """The versions a server has loaded, which one serves by default, and how a version gets in.
 
 A version is loaded off the request path, and only with a valid verdict over the bytes it would serve
-(lib/servable.py: its registered files verified against the signature the registry holds for it, its signed
+(lib/release/servable.py: its registered files verified against the signature the registry holds for it, its signed
 attestation, and the INT8 model, tokenizer and files hashed against the attested digests); its files are
 scanned, the INT8 model is opened in ONNX Runtime from the very bytes that were hashed, and its outputs on the
 probe texts are compared with the gated outputs recorded at gating. Only then is it published, by one reference assignment; a request takes its
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from modelcd_assets.lib import attestation, servable
-from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
 from modelcd_assets.lib.hashing import bytes_sha256
-from modelcd_assets.lib.policy import ServingPolicy
-from modelcd_assets.lib.registry import ROLLED_BACK, CandidateRef, Registry
-from modelcd_assets.lib.safety import SafetyLimits, scan_artifact
+from modelcd_assets.lib.judging.policy import ServingPolicy
+from modelcd_assets.lib.judging.safety import SafetyLimits, scan_artifact
+from modelcd_assets.lib.release import attestation, servable
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import ROLLED_BACK, CandidateRef, Registry
 from modelcd_assets.serving.consistency import Consistency, SwapRefused, compare
 from modelcd_assets.serving.engine import Engine, Served
 
@@ -110,7 +110,7 @@ class ServingPool:
         what = ref.uri
         rerun = f"run 'modelcd gate {ref.name} {ref.version}'"
         try:
-            record = CandidateRecord.load(self.state_root / "candidates" / ref.name / ref.version)
+            record = CandidateRecord.of(self.state_root, ref)
             gated = record.quantization()
         except FileNotFoundError as e:
             raise servable.NotServable(f"{servable.NO_VERDICT} for {what}: it has no gated build in {self.state_root}; {rerun} first") from e

@@ -2,7 +2,7 @@
 
 The serving process imports neither torch nor Dagster: it runs ONNX Runtime on the gated artifact, reads
 the policy file itself, and loads a version (following the alias, or through the admin API) only with a valid
-signed verdict over its bytes (lib/servable.py), so it needs no Dagster database. The admin API listens on a port of its own, on loopback
+signed verdict over its bytes (lib/release/servable.py), so it needs no Dagster database. The admin API listens on a port of its own, on loopback
 unless told otherwise, and only when MODELCD_ADMIN_TOKEN is set; the public port has no admin routes.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from modelcd_assets.lib.policy import load_policy, policy_file
-from modelcd_assets.lib.registry import Registry
+from modelcd_assets.lib.judging.policy import load_policy, policy_file
+from modelcd_assets.lib.release.registry import Registry
 from modelcd_assets.serving.app import create_app
 from modelcd_assets.serving.pool import ServingPool
 
@@ -43,9 +43,8 @@ def app_from_env(model: str, workers: int = 2, environ: dict | None = None, *, c
 def serve(model: str, host: str, port: int, workers: int, chaos: bool = False,
           admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT) -> int:
     """The public app on host:port and the admin app on admin_host:admin_port (0: none), in one process and event loop."""
-    import uvicorn
-
     import mlflow  # noqa: F401  (configures its own loggers on import; quieten them after)
+    import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("mlflow", "alembic"):

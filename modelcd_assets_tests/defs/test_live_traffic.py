@@ -9,13 +9,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from modelcd_assets.defs.assets.benchmark_results import REPORT_FILE
 from modelcd_assets.defs.assets.live_traffic import LIVE_DRIFT_TAG
 from modelcd_assets.defs.schedules import LIVE_TRAFFIC_JOB, PRODUCTION_RECHECK_JOB
 from modelcd_assets.launch import PROMOTED, _failure_message, definitions, run_gate
-from modelcd_assets.lib import traffic_log
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.traffic_log import TrafficLog
+from modelcd_assets.lib.layout import StateLayout
+from modelcd_assets.lib.operations import traffic_log
+from modelcd_assets.lib.operations.traffic_log import TrafficLog
+from modelcd_assets.lib.splits import read_split
 from modelcd_assets_tests.conftest import module_state_fixtures
 
 pytestmark = pytest.mark.slow
@@ -123,7 +123,7 @@ def test_production_is_retimed_against_what_its_gate_recorded(env, instance, pro
     assert check.severity == dg.AssetCheckSeverity.WARN
     assert "median of all trials" in metadata["method"].value and "| b1 items/s now / recorded |" in metadata["results"].value
     # The same figures recorded as if the gate had run on a node ten times faster: today's production has fallen below them.
-    report = root(env) / "candidates" / MODEL / production.version / REPORT_FILE
+    report = StateLayout(root(env)).candidate(production).benchmark
     original = report.read_text()
     inflated = json.loads(original)
     for batch in inflated["batches"].values():
@@ -136,3 +136,25 @@ def test_production_is_retimed_against_what_its_gate_recorded(env, instance, pro
     assert result.success and not check.passed
     assert check.description.startswith(f"production no longer meets its throughput gate in {MODEL}")
     assert "its gate recorded, below 0.5" in check.description
+
+
+def test_plain_dagster_job_execute_in_the_repo_needs_no_variable(env, production, tmp_path):
+    """A Dagster user's first move, `dagster job execute` where the state folder is ./.modelcd, with none of modelcd's variables set:
+    the code location falls back on the CLI's embedded defaults, and the job judges the traffic the server sampled there."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / ".modelcd").symlink_to(root(env))  # the default state folder of a checkout: ./.modelcd
+    serve(env, evaluation_texts(env, 400) + [str(i % 10) * 128 for i in range(400)], production.version)
+    traffic_log.live_drift_path(root(env), MODEL).unlink(missing_ok=True)  # what the run writes, and nothing earlier
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MODELCD_", "MLFLOW_", "DAGSTER_"))}
+    assert not {"MODELCD_HOME", "MODELCD_DATA", "MLFLOW_TRACKING_URI", "MODELCD_MLFLOW_ARTIFACTS", "MODELCD_POLICY_DIR"} & set(clean)
+    dagster = Path(sys.executable).with_name("dagster")
+    done = subprocess.run([str(dagster), "job", "execute", "-m", "modelcd_assets.definitions", "-j", LIVE_TRAFFIC_JOB],
+                          cwd=tmp_path, env={**clean, "HOME": str(tmp_path)}, capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert f"live traffic drifted from the reference data in {MODEL}" in output
+    verdict = traffic_log.read_live_drift(root(env), MODEL)
+    assert verdict.judged and verdict.detected and verdict.version == production.version and "digit_share" in verdict.descriptors

@@ -78,12 +78,11 @@ def test_120_models_are_found_in_one_tick_with_paged_listings_and_launched_once(
     One listing per model would also cost a registry call per model every tick; the sensor now reads two paged listings.
     """
     import math
+    from pathlib import Path
 
     from mlflow import MlflowClient
 
-    from modelcd_assets.lib.registry import ROLE
-
-    from pathlib import Path
+    from modelcd_assets.lib.release.registry import ROLE
 
     client = MlflowClient(tracking_uri=modelcd_env.env["MLFLOW_TRACKING_URI"])
     source = Path(modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"]).as_uri()  # the sensor reads the registry only, never the files

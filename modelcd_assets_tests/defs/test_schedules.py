@@ -5,10 +5,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from modelcd_assets.defs.schedules import (LIVE_TRAFFIC_JOB, PRODUCTION_RECHECK_JOB, gate_selftest_weekly, live_traffic_hourly,
-                                           production_recheck_nightly)
+from modelcd_assets.defs.schedules import LIVE_TRAFFIC_JOB, PRODUCTION_RECHECK_JOB, gate_selftest_weekly, live_traffic_hourly, production_recheck_nightly
 from modelcd_assets.lib.errors import RegistryUnavailable
-from modelcd_assets.lib.traffic_log import TrafficLog
+from modelcd_assets.lib.operations.traffic_log import TrafficLog
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 

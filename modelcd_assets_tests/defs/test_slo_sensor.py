@@ -16,8 +16,8 @@ import pytest
 from prometheus_client import start_http_server
 
 from modelcd_assets.defs.sensors.slo_sensor import slo_sensor
-from modelcd_assets.lib.prometheus_server import PrometheusServer
-from modelcd_assets.lib.slo import PASS, evaluate_slo
+from modelcd_assets.lib.judging.slo import PASS, evaluate_slo
+from modelcd_assets.lib.operations.prometheus_server import PrometheusServer
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.serving.metrics import ServerMetrics
 from modelcd_assets_tests.serving.conftest import free_port

@@ -5,10 +5,10 @@ import pytest
 from modelcd_assets.faults.builders import Production
 from modelcd_assets.faults.catalog import BY_NAME, CLASSES, select
 from modelcd_assets.faults.outcomes import REFUSED, blocked
-from modelcd_assets.lib.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest
-from modelcd_assets.lib.safety import scan_artifact
+from modelcd_assets.lib.judging.safety import scan_artifact
+from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 
 BUILT = [fc for fc in CLASSES if fc.build is not None]
 

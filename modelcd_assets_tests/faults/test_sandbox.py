@@ -14,8 +14,8 @@ import pytest
 from modelcd_assets.cli import main
 from modelcd_assets.faults.outcomes import PROMOTED
 from modelcd_assets.faults.runner import run_selftest
-from modelcd_assets.lib.registry import Registry
-from modelcd_assets.lib.settings import local_defaults
+from modelcd_assets.lib.operations.settings import local_defaults
+from modelcd_assets.lib.release.registry import Registry
 from modelcd_assets_tests.conftest import make_env
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from modelcd_assets.lib.processes import start_process, stop_process
-from modelcd_assets.lib.settings import apply_local_defaults, local_defaults
+from modelcd_assets.lib.operations.processes import start_process, stop_process
+from modelcd_assets.lib.operations.settings import apply_local_defaults, local_defaults
 from modelcd_assets_tests.k8s.files import DOCKERFILE, dockerfile_instructions, exec_form
 from modelcd_assets_tests.serving.conftest import free_port
 

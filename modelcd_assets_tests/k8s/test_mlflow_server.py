@@ -27,7 +27,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from packaging.requirements import Requirement
 
-from modelcd_assets.lib.processes import start_process, stop_process
+from modelcd_assets.lib.operations.processes import start_process, stop_process
 from modelcd_assets_tests.k8s.files import K8S, manifest
 from modelcd_assets_tests.serving.conftest import free_port
 

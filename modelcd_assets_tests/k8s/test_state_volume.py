@@ -5,8 +5,8 @@ import shlex
 
 import pytest
 
-from modelcd_assets.lib.settings import local_defaults
-from modelcd_assets.lib.traffic_log import TRAFFIC_DIR
+from modelcd_assets.lib.layout import TRAFFIC_DIR
+from modelcd_assets.lib.operations.settings import local_defaults
 from modelcd_assets_tests.k8s.files import DOCKERFILE, STATE_CLAIM, VALUES, dockerfile_env, load_yaml, manifest
 
 ENV = manifest("ConfigMap", "modelcd-env")["data"]

@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from modelcd_assets.lib.data import generate
+from modelcd_assets.lib.demo.tickets import generate
 from modelcd_assets.lib.errors import BadCandidate
-from modelcd_assets.lib.evaluate import predict
-from modelcd_assets.lib.export import check_parity, export_onnx, torch_logits
-from modelcd_assets.lib.model_io import merge_adapter
-from modelcd_assets.lib.quantize import choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
-from modelcd_assets.lib.runtime import OnnxModel, logits, session
-from modelcd_assets.lib.tokens import encode
+from modelcd_assets.lib.inference.evaluate import predict
+from modelcd_assets.lib.inference.quantize import choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
+from modelcd_assets.lib.inference.runtime import OnnxModel, logits, session
+from modelcd_assets.lib.inference.tokens import encode
+from modelcd_assets.lib.model.export import check_parity, export_onnx, torch_logits
+from modelcd_assets.lib.model.model_io import merge_adapter
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_choose_variant_treats_a_timing_tie_as_a_tie():
 
 def test_one_input_length_for_gates_and_server(chain):
     """The gates cut inputs where the server does (they used to judge 64 tokens while the server served 128)."""
-    from modelcd_assets.lib.tokens import MAX_LENGTH, TextEncoder, truncation_length
+    from modelcd_assets.lib.inference.tokens import MAX_LENGTH, TextEncoder, truncation_length
 
     long_text = " ".join(["refund"] * 400)
     cut = truncation_length(chain["merged"])

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from modelcd_assets.launch import PROMOTED, run_gate
-from modelcd_assets.lib.processes import stop_process
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.operations.processes import stop_process
+from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets_tests.conftest import Env, make_env
 
 MODEL = "tiny-intent"

@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from modelcd_assets.lib.candidate import CandidateRecord
-from modelcd_assets.lib.registry import CONTENT
 from modelcd_assets.lib.hashing import file_sha256
-from modelcd_assets.lib.runtime import logits, session
-from modelcd_assets.lib.tokens import encode
+from modelcd_assets.lib.inference.runtime import logits, session
+from modelcd_assets.lib.inference.tokens import encode
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import CONTENT
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.server import app_from_env
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, gate_blocked, gated_state
@@ -66,7 +66,7 @@ def failed(served, tiny_adapters):
 
 
 def record_of(served, ref) -> CandidateRecord:
-    return CandidateRecord.load(served.env.home / "candidates" / ref.name / ref.version)
+    return CandidateRecord.of(served.env.home, ref)
 
 
 def gated_logits(served, ref) -> np.ndarray:
@@ -289,7 +289,7 @@ def test_the_session_runs_the_bytes_that_were_hashed_even_if_the_file_changes_af
 
 def test_modelcd_rollback_by_hand_moves_production_back_and_the_server_follows(served, client, capsys):
     from modelcd_assets.cli import main
-    from modelcd_assets.lib.registry import ROLLED_BACK
+    from modelcd_assets.lib.release.registry import ROLLED_BACK
 
     assert served.env.registry.production(MODEL) == served.v2
     assert main(["rollback", MODEL, "--reason", "canary looked wrong"]) == 0
@@ -331,8 +331,8 @@ def test_the_serving_process_imports_neither_torch_nor_dagster(served):
 
 
 def test_loaded_versions_are_bounded_least_recently_used_first(served):
-    from modelcd_assets.lib.policy import ServingPolicy
-    from modelcd_assets.lib.registry import ROLLED_BACK
+    from modelcd_assets.lib.judging.policy import ServingPolicy
+    from modelcd_assets.lib.release.registry import ROLLED_BACK
     from modelcd_assets.serving.pool import ServingPool
 
     reg = served.env.registry

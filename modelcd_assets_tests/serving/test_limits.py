@@ -19,8 +19,8 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from modelcd_assets.lib.policy import ServingPolicy, load_policy, policy_file
-from modelcd_assets.lib.slo import PASS, judge_slo
+from modelcd_assets.lib.judging.policy import ServingPolicy, load_policy, policy_file
+from modelcd_assets.lib.judging.slo import PASS, judge_slo
 from modelcd_assets.serving.server import app_from_env
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, ServerProcess, gated_state
 

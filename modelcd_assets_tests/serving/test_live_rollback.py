@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from modelcd_assets.defs.sensors.slo_sensor import slo_sensor
-from modelcd_assets.lib.prometheus_server import PrometheusServer
-from modelcd_assets.lib.registry import PROMOTION, ROLLED_BACK
-from modelcd_assets.lib.slo import FAIL, evaluate_slo
+from modelcd_assets.lib.judging.slo import FAIL, evaluate_slo
+from modelcd_assets.lib.operations.prometheus_server import PrometheusServer
+from modelcd_assets.lib.release.registry import PROMOTION, ROLLED_BACK
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets_tests.serving.conftest import MODEL, ServerProcess, free_port, gated_state
 

@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from modelcd_assets.lib.candidate import CandidateRecord
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.registry import CONTENT
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import CONTENT, CandidateRef
+from modelcd_assets.lib.splits import read_split
 from modelcd_assets.serving.engine import Engine
 from modelcd_assets_tests.serving.conftest import MODEL, ServerProcess, gated_state
 
@@ -33,7 +33,7 @@ def served(tmp_path_factory, tiny_trained, tiny_adapters):
 
 
 def expected_logits(served, ref, batches: list[list[str]]) -> list[np.ndarray]:
-    record = CandidateRecord.load(served.env.home / "candidates" / MODEL / ref.version)
+    record = CandidateRecord.of(served.env.home, CandidateRef(MODEL, ref.version))
     engine = Engine(record.chosen_int8(), record.build.merged, threads=1)
     return [engine.logits(b) for b in batches]
 

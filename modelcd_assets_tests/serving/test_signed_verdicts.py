@@ -17,12 +17,12 @@ from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 
 from modelcd_assets.cli import main
-from modelcd_assets.lib import attestation, servable
-from modelcd_assets.lib.candidate import CandidateRecord
 from modelcd_assets.lib.errors import BadCandidate
-from modelcd_assets.lib.policy import Policy
-from modelcd_assets.lib.registry import PRODUCTION, ROLLED_BACK, CandidateRef
-from modelcd_assets.lib.signing import Keys, init_keys
+from modelcd_assets.lib.judging.policy import Policy
+from modelcd_assets.lib.release import attestation, servable
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import PRODUCTION, ROLLED_BACK, CandidateRef
+from modelcd_assets.lib.release.signing import Keys, init_keys
 from modelcd_assets.serving.pool import ServingPool
 from modelcd_assets.serving.server import app_from_env
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY, gate_blocked, gated_state
@@ -123,7 +123,7 @@ def test_files_swapped_after_gating_are_refused_by_the_loader(served):
 def test_an_attestation_forged_with_another_key_is_refused(served, blocked, tmp_path):
     other = init_keys(Keys(tmp_path / "other.key", tmp_path / "other.pub"))
     good = check(served, served.v2).verdict
-    record = CandidateRecord.load(servable.candidate_dir(served.env.home, blocked))
+    record = CandidateRecord.of(served.env.home, blocked)
     forged = attestation.Verdict(MODEL, blocked.version, servable.subjects(served.env.registry, blocked, record), good.gates, good.judged_against,
                                  good.policy_sha256, "forged")
     served.env.registry.put_attestation(blocked, attestation.sign(forged, other.private))

@@ -12,8 +12,9 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from modelcd_assets.launch import PROMOTED, run_gate
-from modelcd_assets.lib import traffic_log
-from modelcd_assets.lib.traffic_log import LiveDrift
+from modelcd_assets.lib import layout
+from modelcd_assets.lib.operations import traffic_log
+from modelcd_assets.lib.operations.traffic_log import LiveDrift
 from modelcd_assets.serving.server import app_from_env
 from modelcd_assets_tests.conftest import make_env
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY
@@ -118,7 +119,7 @@ def test_the_log_and_its_folder_are_readable_by_the_server_user_only(env, client
     assert client.post("/v1/classify", json={"texts": ["private 1"]}).status_code == 200
     wait_sampled(env, "private 1")
     folder = traffic_log.folder(root(env), MODEL)
-    assert {p.name: p.stat().st_mode & 0o777 for p in (folder, folder.parent)} == {MODEL: 0o700, traffic_log.TRAFFIC_DIR: 0o700}
+    assert {p.name: p.stat().st_mode & 0o777 for p in (folder, folder.parent)} == {MODEL: 0o700, layout.TRAFFIC_DIR: 0o700}
     modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
     assert {traffic_log.CURRENT, traffic_log.LOCK} <= set(modes) and set(modes.values()) == {0o600}, modes
 

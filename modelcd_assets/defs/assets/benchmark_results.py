@@ -5,18 +5,14 @@ import numpy as np
 
 from modelcd_assets.defs.assets.quantized_model import quantized_model
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.benchmark import merge_runs, paired_throughput, summarize
-from modelcd_assets.lib.builds import write_json
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.plots import latency_plot_md
-from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.lib.runtime import OnnxModel
-from modelcd_assets.lib.tokens import encode
+from modelcd_assets.lib.inference.benchmark import SAMPLE_TEXTS, merge_runs, paired_throughput, summarize
+from modelcd_assets.lib.inference.builds import write_json
+from modelcd_assets.lib.inference.runtime import OnnxModel
+from modelcd_assets.lib.inference.tokens import encode
+from modelcd_assets.lib.presentation.plots import latency_plot_md
+from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.splits import read_split
 from modelcd_assets.resources.state import LocalStateResource
-
-REPORT_FILE = "benchmark.json"
-# The evaluation texts every trial runs, at their real lengths (what the server sees), in length buckets of the batch size.
-SAMPLE_TEXTS = 64
 
 
 @dg.asset(partitions_def=candidates, deps=[quantized_model], group_name="evaluation", kinds={"onnx"})
@@ -43,7 +39,7 @@ def benchmark_results(context: dg.AssetExecutionContext, state: LocalStateResour
             plots = {f"candidate {ref.key}": run.candidate_latency_ms, f"production {prod_record.ref.key if prod_record else '(self)'}": run.production_latency_ms}
     shape = {"texts": len(texts), "median_tokens": float(np.median(lengths)), "max_tokens": int(lengths.max())}
     report = {"inputs": shape, "production": prod_record.ref.key if prod_record else None, "batches": results}
-    write_json(state.candidate_dir(ref) / REPORT_FILE, report)
+    write_json(state.files(ref).benchmark, report)
     rows = "\n".join(
         f"| {b} | {r['pairs']} | {r['candidate_items_per_s']:.0f} | {r['production_items_per_s']:.0f} | {r['ratio_median']:.3f} [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}] "
         f"| {r['candidate_p50_ms']:.2f} / {r['candidate_p99_ms']:.2f} | {r['production_p50_ms']:.2f} / {r['production_p99_ms']:.2f} |"

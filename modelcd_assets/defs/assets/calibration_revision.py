@@ -3,7 +3,7 @@
 import dagster as dg
 
 from modelcd_assets.defs.assets.calibration_set import calibration_set
-from modelcd_assets.lib.recalibration import REGISTERED, revise
+from modelcd_assets.lib.release.recalibration import REGISTERED, revise
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource

@@ -5,10 +5,10 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from modelcd_assets.lib.calibration import read_texts, validate
-from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.tokens import TextEncoder
+from modelcd_assets.lib.inference.tokens import TextEncoder
+from modelcd_assets.lib.release.calibration import read_texts, validate
+from modelcd_assets.lib.splits import read_split
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource

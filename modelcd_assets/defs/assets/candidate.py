@@ -5,12 +5,12 @@ import json
 import dagster as dg
 
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.artifact import ADAPTER, inspect_artifact
-from modelcd_assets.lib.builds import Build
-from modelcd_assets.lib.candidate import CandidateRecord, policy_snapshot
 from modelcd_assets.lib.errors import ModelcdError, Superseded
 from modelcd_assets.lib.hashing import folder_hash
-from modelcd_assets.lib.registry import BASE, CALIBRATION, CONTENT, PREVIOUS_PRODUCTION, PROMOTION, REVISION_OF, CandidateRef, Registry
+from modelcd_assets.lib.inference.builds import Build
+from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
+from modelcd_assets.lib.release.candidate import CandidateRecord, policy_snapshot
+from modelcd_assets.lib.release.registry import BASE, CALIBRATION, CONTENT, PREVIOUS_PRODUCTION, PROMOTION, REVISION_OF, CandidateRef, Registry
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
@@ -78,7 +78,7 @@ def candidate(context: dg.AssetExecutionContext, state: LocalStateResource, regi
         raise Superseded(f"{ref.uri} is a calibration revision of version {revision_of}, but production is now "
                          f"{prod.version if prod else 'nothing'}; it is not gated. A new calibration set is re-applied to the current "
                          f"production by calibration_revision (or 'modelcd calibrate {ref.name} --from FILE')")
-    folder = reg.fetch(ref, state.candidate_dir(ref) / "artifact")
+    folder = reg.fetch(ref, state.files(ref).artifact)
     info = inspect_artifact(folder)
     base_uri = base_hash = base_dir = None
     if info.kind == ADAPTER:

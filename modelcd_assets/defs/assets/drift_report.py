@@ -8,18 +8,16 @@ from pydantic import Field
 
 from modelcd_assets.defs.assets.quantized_model import quantized_model
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.builds import save_array, write_json
-from modelcd_assets.lib.candidate import CandidateRecord
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.drift import describe, input_drift, prediction_drift
-from modelcd_assets.lib.evaluate import predict
 from modelcd_assets.lib.hashing import file_sha256
-from modelcd_assets.lib.model_io import labels_of
-from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.lib.tokens import encode
+from modelcd_assets.lib.inference.builds import save_array, write_json
+from modelcd_assets.lib.inference.evaluate import predict
+from modelcd_assets.lib.inference.tokens import encode
+from modelcd_assets.lib.judging.drift import describe, input_drift, prediction_drift
+from modelcd_assets.lib.model.config import labels_of
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.splits import read_split
 from modelcd_assets.resources.state import LocalStateResource
-
-REPORT_FILE = "drift.json"
 
 
 class DriftConfig(dg.Config):
@@ -61,7 +59,7 @@ def drift_report(context: dg.AssetExecutionContext, config: DriftConfig, state: 
         pred_drift = prediction_drift(served_labels(prod_record, traffic_sha256, traffic, cache), cand_labels)
     report = {"traffic_sample": config.traffic_sample, "reference_sample": config.reference_sample, "traffic_examples": len(traffic),
               "input_drift": inputs, "prediction_drift": pred_drift, "production": prod_record.ref.key if prod_record else None}
-    write_json(state.candidate_dir(ref) / REPORT_FILE, report)
+    write_json(state.files(ref).drift, report)
     rows = "\n".join(f"| {k} | {v:.3f} |" for k, v in inputs.items())
     return dg.MaterializeResult(
         metadata={

@@ -1,24 +1,20 @@
 """evaluation: FP32 and INT8 accuracy on the evaluation split, for the candidate and for production."""
 
-from pathlib import Path
 
 import dagster as dg
 import numpy as np
 
 from modelcd_assets.defs.assets.quantized_model import quantized_model
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.builds import read_json, write_json
-from modelcd_assets.lib.candidate import CandidateRecord
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.evaluate import label_ids, predict
 from modelcd_assets.lib.hashing import file_sha256
-from modelcd_assets.lib.model_io import labels_of
-from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.lib.tokens import encode
+from modelcd_assets.lib.inference.builds import read_json, write_json
+from modelcd_assets.lib.inference.evaluate import label_ids, predict
+from modelcd_assets.lib.inference.tokens import encode
+from modelcd_assets.lib.model.config import labels_of
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.splits import read_split
 from modelcd_assets.resources.state import LocalStateResource
-
-CORRECTNESS_FILE = "evaluation_correct.npz"
-REPORT_FILE = "evaluation.json"
 
 
 def _correct(record: CandidateRecord, eval_hash: str, truth: np.ndarray) -> dict[str, np.ndarray]:
@@ -54,8 +50,8 @@ def evaluation(context: dg.AssetExecutionContext, state: LocalStateResource) -> 
     arrays = {"candidate_int8": cand["int8"], "candidate_fp32": cand["fp32"]}
     if prod:
         arrays |= {"production_int8": prod["int8"], "production_fp32": prod["fp32"]}
-    out = state.candidate_dir(ref)
-    np.savez(out / CORRECTNESS_FILE, **arrays)
+    out = state.files(ref)
+    np.savez(out.correctness, **arrays)
     report = {
         "examples": len(examples),
         "candidate_fp32_accuracy": float(cand["fp32"].mean()),
@@ -65,7 +61,7 @@ def evaluation(context: dg.AssetExecutionContext, state: LocalStateResource) -> 
         "production_int8_accuracy": float(prod["int8"].mean()) if prod else None,
         "golden": [{"text": g.text, "expected": g.label, "predicted": p} for g, p in zip(golden, golden_pred)],
     }
-    write_json(out / REPORT_FILE, report)
+    write_json(out.evaluation, report)
     rows = [f"| candidate {ref.key} | {report['candidate_fp32_accuracy']:.2%} | {report['candidate_int8_accuracy']:.2%} |"]
     if prod:
         rows.append(f"| production {prod_record.ref.key} | {report['production_fp32_accuracy']:.2%} | {report['production_int8_accuracy']:.2%} |")
@@ -81,10 +77,3 @@ def evaluation(context: dg.AssetExecutionContext, state: LocalStateResource) -> 
             "summary": dg.MetadataValue.md("| model | FP32 accuracy | INT8 accuracy |\n|---|---|---|\n" + "\n".join(rows)),
         }
     )
-
-
-def load_evaluation(candidate_dir: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """The evaluation report and correctness arrays of a partition, for the gates."""
-    with np.load(Path(candidate_dir) / CORRECTNESS_FILE) as z:
-        arrays = {k: z[k] for k in z.files}
-    return read_json(Path(candidate_dir) / REPORT_FILE), arrays

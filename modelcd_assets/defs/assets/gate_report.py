@@ -11,9 +11,9 @@ from urllib.parse import quote
 import dagster as dg
 
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.gate_results import GateDecision, read_gates
+from modelcd_assets.gate_results import GateDecision, GateGraph, read_gates
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
@@ -34,11 +34,12 @@ def decision_markdown(decision: GateDecision) -> str:
 
 
 @dg.asset(partitions_def=candidates, group_name="report", kinds={"markdown"})
-def gate_report(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource) -> dg.MaterializeResult:
+def gate_report(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource,
+                gate_graph: dg.ResourceParam[GateGraph]) -> dg.MaterializeResult:
     """The candidate's gate decision on one page: every gate's verdict, measurement, threshold and reason, the production
     version it was judged against, and the policy it was judged by."""
     ref = CandidateRef.parse(context.partition_key)
-    decision = read_gates(context.instance, context.partition_key)
+    decision = read_gates(context.instance, context.partition_key, gate_graph)
     try:
         record = state.record(ref)
     except FileNotFoundError:

@@ -1,12 +1,23 @@
 """gate_selftest: the fault sandbox run against a model's current production; its table and interception rate in the UI."""
 
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import dagster as dg
 from pydantic import Field
 
-from modelcd_assets.lib.signing import SIGNING_KEY_ENV, VERIFY_KEY_ENV
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.operations.processes import start_process, stop_process
+from modelcd_assets.lib.release.signing import SIGNING_KEY_ENV, VERIFY_KEY_ENV
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
+
+OUTPUT_TAIL = 60  # lines of the sandbox's output kept for the run's log and for an error
 
 
 class SelftestConfig(dg.Config):
@@ -16,34 +27,56 @@ class SelftestConfig(dg.Config):
     only: list[str] = Field(default_factory=list, description="Run only these fault classes (default: all)")
 
 
+def selftest_command(config: SelftestConfig, report: Path) -> list[str]:
+    """`modelcd faults run` for this config, writing its report as JSON to report."""
+    argv = [sys.executable, "-m", "modelcd_assets.cli", "faults", "run", "--name", config.model, "--controls", str(config.controls), "--json", str(report)]
+    if config.only:
+        argv += ["--only", *config.only]
+    if not config.under_load:
+        argv.append("--no-load")
+    return argv
+
+
 @dg.asset(group_name="selftest", kinds={"mlflow"})
 def gate_selftest(context: dg.AssetExecutionContext, config: SelftestConfig, registry: MlflowRegistryResource, policy: PolicyResource,
                   state: LocalStateResource) -> dg.MaterializeResult:
-    """Every fault class and the clean controls, gated in an isolated copy of production (`modelcd faults run`); production never moves."""
-    from modelcd_assets.demo import GOOD
-    from modelcd_assets.faults.runner import run_selftest
+    """Every fault class and the clean controls, gated in an isolated copy of production; production never moves.
 
+    The sandbox is `modelcd faults run --json`, started as its own process on this run's registry, data and policies: the code
+    location never imports the fault sandbox, and the sandbox's own Dagster instance never mixes with this one.
+    """
     keys = registry.registry().keys  # production's files are fetched from the user's registry, verified with the user's public key
-    source = {"MLFLOW_TRACKING_URI": registry.tracking_uri, "MODELCD_MLFLOW_ARTIFACTS": registry.artifact_location,
-              "MODELCD_DATA": state.data_dir, "MODELCD_POLICY_DIR": policy.policy_dir, SIGNING_KEY_ENV: str(keys.private), VERIFY_KEY_ENV: str(keys.public)}
-    report = run_selftest(config.model, source, only=config.only or None, identical_controls=config.controls - config.controls // 2, retrained_controls=config.controls // 2,
-                          training=GOOD, under_load=config.under_load, echo=context.log.info)
-    classes, controls = report.markdown()
-    missed = [r.name for r in report.reproduced if not r.ok]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registry.tracking_uri, "MODELCD_MLFLOW_ARTIFACTS": registry.artifact_location,
+           "MODELCD_HOME": str(state.root), "MODELCD_DATA": state.data_dir, "MODELCD_POLICY_DIR": policy.policy_dir,
+           SIGNING_KEY_ENV: str(keys.private), VERIFY_KEY_ENV: str(keys.public)}
+    with tempfile.TemporaryDirectory(prefix="modelcd-selftest-") as tmp:
+        report_file, output = Path(tmp) / "selftest.json", Path(tmp) / "output.log"
+        with open(output, "w") as out:
+            proc = start_process(selftest_command(config, report_file), die_with_parent=True, env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+            try:
+                code = proc.wait()
+            finally:
+                if proc.poll() is None:  # the run was stopped: the sandbox and everything it started go with it
+                    stop_process(proc)
+        tail = "\n".join(output.read_text(errors="replace").replace("\r", "\n").splitlines()[-OUTPUT_TAIL:])
+        context.log.info(f"modelcd faults run exited {code}:\n{tail}")
+        if not report_file.is_file():
+            raise ModelcdError(f"'modelcd faults run' exited {code} without a report; nothing was judged. Its last output:\n{tail}")
+        report = json.loads(report_file.read_text())
     return dg.MaterializeResult(
         metadata={
-            "passed": report.ok,
-            "interception_rate": report.interception_rate,
-            "classes_in_expected_outcome": f"{report.caught}/{len(report.reproduced)}",
-            "not_in_expected_outcome": ", ".join(missed) or "none",
+            "passed": report["ok"],
+            "interception_rate": report["interception_rate"],
+            "classes_in_expected_outcome": f"{report['caught']}/{report['reproduced']}",
+            "not_in_expected_outcome": ", ".join(report["missed"]) or "none",
             # Counted apart, neither caught nor missed: the fault could not be produced on this model, with what was measured.
-            "not_reproducible": "; ".join(f"{r.name}: {r.actual.detail}" for r in report.not_reproducible) or "none",
-            "false_blocks": f"{report.false_blocks}/{len(report.controls)}",
-            "false_block_rate": report.false_block_rate,
-            "false_block_upper_95": report.false_block_upper,
-            "production": report.production,
-            "classes": dg.MetadataValue.md(classes),
-            "controls": dg.MetadataValue.md(controls),
-            "summary": dg.MetadataValue.md("\n".join(f"- {line}" for line in report.summary() + report.notes)),
+            "not_reproducible": "; ".join(f"{name}: {detail}" for name, detail in report["not_reproducible_details"].items()) or "none",
+            "false_blocks": f"{report['false_blocks']}/{report['controls']}",
+            "false_block_rate": report["false_block_rate"],
+            "false_block_upper_95": report["false_block_upper_95"],
+            "production": report["production"],
+            "classes": dg.MetadataValue.md(report["markdown"]["classes"]),
+            "controls": dg.MetadataValue.md(report["markdown"]["controls"]),
+            "summary": dg.MetadataValue.md("\n".join(f"- {line}" for line in report["summary"])),
         }
     )

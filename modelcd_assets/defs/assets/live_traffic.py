@@ -5,13 +5,14 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from modelcd_assets.lib import traffic_log
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.drift import describe, input_drift
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
-from modelcd_assets.lib.gates import FAIL, INCONCLUSIVE, Verdict, judge_live_drift
-from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.lib.tokens import encode
+from modelcd_assets.lib.inference.tokens import encode
+from modelcd_assets.lib.judging.drift import describe, input_drift
+from modelcd_assets.lib.judging.gates import FAIL, INCONCLUSIVE, Verdict, judge_live_drift
+from modelcd_assets.lib.judging.monitoring import judge_each, recorded
+from modelcd_assets.lib.operations import traffic_log
+from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.splits import read_split
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
@@ -53,18 +54,15 @@ def live_traffic(context: dg.AssetExecutionContext, registry: MlflowRegistryReso
     productions = reg.productions()
     reference = [ex.text for ex in read_split(state.split(REFERENCE_SPLIT))] if productions else []
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    verdicts: dict[str, Verdict] = {}
-    for model, prod in productions.items():
-        try:
-            verdicts[model] = _judge(model, prod, state, policy, reference)
-        except (ModelcdError, FileNotFoundError) as e:  # e.g. production was never gated in this state folder
-            verdicts[model] = Verdict("live_drift", INCONCLUSIVE, "not judged", "", f"could not check live drift of {prod.uri}: {e}", {})
-        v = verdicts[model]
+    # ModelcdError, FileNotFoundError: e.g. production was never gated in this state folder.
+    verdicts = judge_each(productions, lambda model, prod: _judge(model, prod, state, policy, reference), gate="live_drift", not_done="not judged",
+                          unable="could not check live drift of", errors=(ModelcdError, FileNotFoundError), log=context.log.info)
+    for model, v in verdicts.items():
+        prod = productions[model]
         judged = "input_drifted_share" in v.numbers
         traffic_log.write_live_drift(state.root, model, traffic_log.LiveDrift(
             time=now, version=prod.version, judged=judged, detected=v.status == FAIL, input_drifted_share=v.numbers.get("input_drifted_share"),
             descriptors=list(v.numbers.get("drifted", [])), records=int(v.numbers.get("records", 0)), reason=v.reason))
-        context.log.info(f"{model} v{prod.version}: {v.status}: {v.reason}")
     for model, v in verdicts.items():
         if v.status != FAIL:
             continue
@@ -87,7 +85,6 @@ def live_traffic(context: dg.AssetExecutionContext, registry: MlflowRegistryReso
             "live_drift": dg.MetadataValue.md("\n\n".join(_table(m, productions[m], v) for m, v in verdicts.items())
                                               or "no registered model has a production version: no live traffic to judge"),
             # What live_traffic_has_not_drifted judges, exactly as decided here.
-            "verdicts": dg.MetadataValue.json({m: {"version": productions[m].version, **json.loads(json.dumps(v.to_dict(), default=float))}
-                                               for m, v in verdicts.items()}),
+            "verdicts": dg.MetadataValue.json(recorded(productions, verdicts)),
         }
     )

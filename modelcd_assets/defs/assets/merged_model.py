@@ -8,15 +8,13 @@ import dagster as dg
 
 from modelcd_assets.defs.assets.candidate import candidate
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.artifact import ADAPTER
-from modelcd_assets.lib.builds import write_json
-from modelcd_assets.lib.health import measure
-from modelcd_assets.lib.model_io import merge_adapter
-from modelcd_assets.lib.registry import TOKENIZER_CHANGE, CandidateRef
+from modelcd_assets.lib.inference.builds import write_json
+from modelcd_assets.lib.model.artifact import ADAPTER
+from modelcd_assets.lib.model.health import measure
+from modelcd_assets.lib.model.model_io import merge_adapter
+from modelcd_assets.lib.release.registry import TOKENIZER_CHANGE, CandidateRef
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
-
-HEALTH_FILE = "health.json"
 
 
 @dg.asset(partitions_def=candidates, deps=[candidate], group_name="build", kinds={"pytorch", "safetensors"})
@@ -44,7 +42,7 @@ def merged_model(context: dg.AssetExecutionContext, state: LocalStateResource, r
     reference = Path(record.base_dir) if record.kind == ADAPTER else prod_merged
     health = measure(build.merged, record.kind, Path(record.artifact_dir), Path(record.base_dir) if record.base_dir else None, record.base_uri,
                      reference, reg.tags(ref).get(TOKENIZER_CHANGE) == "true", production_merged=prod.build.merged if prod else None)
-    write_json(state.candidate_dir(ref) / HEALTH_FILE, health)
+    write_json(state.files(ref).health, health)
     size = sum(p.stat().st_size for p in build.merged.iterdir())
     return dg.MaterializeResult(
         metadata={"build": build.key, "reused_from_cache": cached, "merge_seconds": round(merge_seconds, 2),

@@ -5,19 +5,18 @@ import time
 
 import dagster as dg
 
-from modelcd_assets.defs.assets.merged_model import HEALTH_FILE, merged_model
+from modelcd_assets.defs.assets.merged_model import merged_model
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.builds import read_json, write_json
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.export import OPSET, check_parity, export_onnx, torch_logits
-from modelcd_assets.lib.contract import bump, changes_to_dicts, diff_contracts, extract_contract, level_between, required_level
-from modelcd_assets.lib.registry import BUMP_DECLARED, CONTRACT, SEMVER, SEMVER_DECLARED, CandidateRef
-from modelcd_assets.lib.runtime import logits, session
-from modelcd_assets.lib.tokens import encode
+from modelcd_assets.lib.inference.builds import read_json, write_json
+from modelcd_assets.lib.inference.runtime import logits, session
+from modelcd_assets.lib.inference.tokens import encode
+from modelcd_assets.lib.judging.contract import bump, changes_to_dicts, diff_contracts, extract_contract, level_between, required_level
+from modelcd_assets.lib.model.export import OPSET, check_parity, export_onnx, torch_logits
+from modelcd_assets.lib.release.registry import BUMP_DECLARED, CONTRACT, SEMVER, SEMVER_DECLARED, CandidateRef
+from modelcd_assets.lib.splits import read_split
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
-CONTRACT_FILE = "contract.json"
 FIRST_SEMVER = "1.0.0"
 
 
@@ -67,11 +66,11 @@ def onnx_model(context: dg.AssetExecutionContext, state: LocalStateResource, reg
         write_json(report_path, report)
     reg = registry.registry()
     prod = record.baseline_ref
-    health = read_json(state.candidate_dir(ref) / HEALTH_FILE)
+    health = read_json(state.files(ref).health)
     contract = extract_contract(build.onnx, build.merged)
     semver = semver_report(contract, reg.tags(ref), reg.tags(prod) if prod else None,
                            bool(health.get("tokenizer", {}).get("probe_id_mismatches")), regating_production=prod == ref)
-    write_json(state.candidate_dir(ref) / CONTRACT_FILE, semver)
+    write_json(state.files(ref).contract, semver)
     reg.set_tags(ref, {CONTRACT: json.dumps(contract, sort_keys=True), SEMVER: semver["semver"]})
     return dg.MaterializeResult(
         metadata={

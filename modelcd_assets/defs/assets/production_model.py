@@ -8,31 +8,29 @@ from modelcd_assets.defs.assets.benchmark_results import benchmark_results
 from modelcd_assets.defs.assets.drift_report import drift_report
 from modelcd_assets.defs.assets.evaluation import evaluation
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.gate_results import read_gates
-from modelcd_assets.lib import attestation, servable
+from modelcd_assets.gate_results import GateGraph, read_gates
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.failpoints import failpoint
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.operations.failpoints import failpoint
+from modelcd_assets.lib.operations.instance_config import PROMOTION_POOL
+from modelcd_assets.lib.release import attestation, servable
+from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
-# Every move of a production alias (promotion and rollback) holds a slot of this pool; dagster.yaml limits
-# it to 1, so the compare-and-set on the alias is never interleaved with another move, on SQLite or Postgres.
-PROMOTION_POOL = "modelcd_promotion"
-
 
 @dg.asset(partitions_def=candidates, deps=[evaluation, drift_report, benchmark_results], group_name="release", kinds={"mlflow"}, pool=PROMOTION_POOL)
-def production_model(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource) -> dg.MaterializeResult:
+def production_model(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource,
+                     gate_graph: dg.ResourceParam[GateGraph]) -> dg.MaterializeResult:
     """Refuses unless every gate passed on this candidate's current lineage, and production is still what the gates compared against."""
     ref = CandidateRef.parse(context.partition_key)
-    decision = read_gates(context.instance, context.partition_key, context.job_def.asset_layer.asset_graph)
+    decision = read_gates(context.instance, context.partition_key, gate_graph)
     if decision.problems:
         raise ModelcdError(f"refusing to promote {ref.uri}: " + "; ".join(decision.problems))
     record = state.record(ref)
     failpoint("before_promotion")
     reg = registry.registry()
     # The verdict becomes a signed statement about the bytes judged; the alias moves only once the one reader of
-    # verdicts (lib/servable.py) accepts it over the bytes on disk, as the server and rollback will.
+    # verdicts (lib/release/servable.py) accepts it over the bytes on disk, as the server and rollback will.
     verdict = attestation.Verdict(
         ref.name, ref.version, servable.subjects(reg, ref, record),
         [{"gate": r.gate, "verdict": r.shown, "measured": r.measured, "threshold": r.threshold, "reason": r.reason} for r in decision.records],

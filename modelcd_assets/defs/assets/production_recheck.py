@@ -1,19 +1,18 @@
 """production_recheck: production's throughput and p99 timed again, against the figures its throughput gate recorded."""
 
-import json
 from datetime import datetime, timezone
 
 import dagster as dg
 
-from modelcd_assets.defs.assets.benchmark_results import REPORT_FILE, SAMPLE_TEXTS
-from modelcd_assets.lib.benchmark import paired_throughput
-from modelcd_assets.lib.builds import read_json
-from modelcd_assets.lib.data import read_split
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.gates import INCONCLUSIVE, Verdict, judge_production_recheck
-from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.lib.runtime import OnnxModel
-from modelcd_assets.lib.tokens import encode
+from modelcd_assets.lib.inference.benchmark import SAMPLE_TEXTS, paired_throughput
+from modelcd_assets.lib.inference.builds import read_json
+from modelcd_assets.lib.inference.runtime import OnnxModel
+from modelcd_assets.lib.inference.tokens import encode
+from modelcd_assets.lib.judging.gates import Verdict, judge_production_recheck
+from modelcd_assets.lib.judging.monitoring import judge_each, recorded
+from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.splits import read_split
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
@@ -27,7 +26,7 @@ METHOD = ("production's chosen INT8 model, two sessions of it timed in interleav
 def _measure(prod: CandidateRef, state: LocalStateResource, policy: PolicyResource, texts: list[str]) -> Verdict:
     tp = policy.for_model(prod.name).throughput
     record = state.record(prod)
-    report_file = state.candidate_dir(prod) / REPORT_FILE
+    report_file = state.files(prod).benchmark
     if not report_file.is_file():
         raise FileNotFoundError(f"{report_file} is missing: {prod.uri} has no recorded throughput to compare with; run 'modelcd gate {prod.name} {prod.version}'")
     recorded = read_json(report_file).get("batches") or {}
@@ -57,13 +56,8 @@ def production_recheck(context: dg.AssetExecutionContext, registry: MlflowRegist
     """Each production model's INT8 artifact timed as its gate timed it: a slower node or library shows as a fall from the recorded figures."""
     productions = registry.registry().productions()
     texts = [ex.text for ex in read_split(state.split("evaluation"))[:SAMPLE_TEXTS]] if productions else []
-    verdicts: dict[str, Verdict] = {}
-    for model, prod in productions.items():
-        try:
-            verdicts[model] = _measure(prod, state, policy, texts)
-        except (ModelcdError, FileNotFoundError, ValueError) as e:
-            verdicts[model] = Verdict("production_recheck", INCONCLUSIVE, "not measured", "", f"could not re-measure {prod.uri}: {e}", {})
-        context.log.info(f"{model} v{prod.version}: {verdicts[model].status}: {verdicts[model].reason}")
+    verdicts = judge_each(productions, lambda model, prod: _measure(prod, state, policy, texts), gate="production_recheck", not_done="not measured",
+                          unable="could not re-measure", errors=(ModelcdError, FileNotFoundError, ValueError), log=context.log.info)
     rows = "\n".join(f"| {m} | {productions[m].version} | {v.status} | {_cells(v)} |" for m, v in verdicts.items())
     table = ("| model | production | status | b1 items/s now / recorded | b32 items/s now / recorded | p99 b1 ms |\n|---|---|---|---|---|---|\n" + rows
              if verdicts else "no registered model has a production version: nothing to re-measure")
@@ -76,8 +70,7 @@ def production_recheck(context: dg.AssetExecutionContext, registry: MlflowRegist
             "results": dg.MetadataValue.md(table),
             "reasons": dg.MetadataValue.md("\n".join(f"- **{m}**: {v.reason}" for m, v in verdicts.items()) or "none"),
             # What production_still_meets_its_gate judges, exactly as decided here.
-            "verdicts": dg.MetadataValue.json({m: {"version": productions[m].version, **json.loads(json.dumps(v.to_dict(), default=float))}
-                                               for m, v in verdicts.items()}),
+            "verdicts": dg.MetadataValue.json(recorded(productions, verdicts)),
         }
     )
 

@@ -5,10 +5,10 @@ import json
 import dagster as dg
 from pydantic import Field
 
-from modelcd_assets.defs.assets.production_model import PROMOTION_POOL
-from modelcd_assets.lib import servable
-from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.lib.rollback import roll_back, rollback_target
+from modelcd_assets.lib.operations.instance_config import PROMOTION_POOL
+from modelcd_assets.lib.release import servable
+from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.release.rollback import roll_back, rollback_target
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 

@@ -9,17 +9,17 @@ import numpy as np
 from modelcd_assets.defs.assets.calibration_set import calibration_set
 from modelcd_assets.defs.assets.onnx_model import onnx_model
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.benchmark import best_items_per_s
-from modelcd_assets.lib.calibration import read_texts
-from modelcd_assets.lib.builds import Build, read_json, save_array, write_json
-from modelcd_assets.lib.data import read_split
-from modelcd_assets.lib.evaluate import predict
-from modelcd_assets.lib.failpoints import failpoint
 from modelcd_assets.lib.hashing import file_sha256, text_hash
-from modelcd_assets.lib.quantize import DYNAMIC, STATIC, artifact_id, choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
-from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.lib.runtime import OnnxModel
-from modelcd_assets.lib.tokens import BATCH, encode, tokenizer_hash
+from modelcd_assets.lib.inference.benchmark import best_items_per_s
+from modelcd_assets.lib.inference.builds import Build, read_json, save_array, write_json
+from modelcd_assets.lib.inference.evaluate import predict
+from modelcd_assets.lib.inference.quantize import DYNAMIC, STATIC, artifact_id, choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
+from modelcd_assets.lib.inference.runtime import OnnxModel
+from modelcd_assets.lib.inference.tokens import BATCH, encode, tokenizer_hash
+from modelcd_assets.lib.operations.failpoints import failpoint
+from modelcd_assets.lib.release.calibration import read_texts
+from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.splits import read_split
 from modelcd_assets.resources.state import LocalStateResource
 
 # Speed is timed on evaluation texts at their real lengths, in the length buckets every model call uses.

@@ -7,9 +7,9 @@ import dagster as dg
 from modelcd_assets.defs.assets.candidate import candidate
 from modelcd_assets.defs.checks.verdict import check_result
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.gates import judge_safety
-from modelcd_assets.lib.registry import CandidateRef
-from modelcd_assets.lib.safety import scan_artifact
+from modelcd_assets.lib.judging.gates import judge_safety
+from modelcd_assets.lib.judging.safety import scan_artifact
+from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.resources.state import LocalStateResource
 
 

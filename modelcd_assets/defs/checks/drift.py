@@ -2,12 +2,12 @@
 
 import dagster as dg
 
-from modelcd_assets.defs.assets.drift_report import REPORT_FILE, drift_report
+from modelcd_assets.defs.assets.drift_report import drift_report
 from modelcd_assets.defs.checks.verdict import check_result
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.builds import read_json
-from modelcd_assets.lib.gates import judge_drift
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.inference.builds import read_json
+from modelcd_assets.lib.judging.gates import judge_drift
+from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.resources.state import LocalStateResource
 
 
@@ -15,5 +15,5 @@ from modelcd_assets.resources.state import LocalStateResource
 def no_drift_detected(context: dg.AssetCheckExecutionContext, state: LocalStateResource) -> dg.AssetCheckResult:
     """Prediction drift under its threshold and traffic inputs still like the reference data."""
     ref = CandidateRef.parse(context.partition_key)
-    report = read_json(state.candidate_dir(ref) / REPORT_FILE)
+    report = read_json(state.files(ref).drift)
     return check_result(judge_drift(report["prediction_drift"], report["input_drift"], state.record(ref).effective_policy().drift))

@@ -6,8 +6,8 @@ import numpy as np
 from modelcd_assets.defs.assets.quantized_model import quantized_model
 from modelcd_assets.defs.checks.verdict import check_result
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.gates import judge_fidelity
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.judging.gates import judge_fidelity
+from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.resources.state import LocalStateResource
 
 

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from modelcd_assets.defs.assets.production_recheck import production_recheck
-from modelcd_assets.defs.checks.live_drift import monitoring_result, verdicts_of_this_run
+from modelcd_assets.defs.checks.monitoring import monitoring_result, verdicts_of_this_run
 
 
 @dg.asset_check(asset=production_recheck, blocking=False)

@@ -2,12 +2,12 @@
 
 import dagster as dg
 
-from modelcd_assets.defs.assets.benchmark_results import REPORT_FILE, benchmark_results
+from modelcd_assets.defs.assets.benchmark_results import benchmark_results
 from modelcd_assets.defs.checks.verdict import check_result
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.builds import read_json
-from modelcd_assets.lib.gates import FAIL, INCONCLUSIVE, PASS, Verdict, judge_throughput
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.inference.builds import read_json
+from modelcd_assets.lib.judging.gates import FAIL, INCONCLUSIVE, PASS, Verdict, judge_throughput
+from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.resources.state import LocalStateResource
 
 _SEVERITY = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
@@ -17,7 +17,7 @@ _SEVERITY = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
 def throughput_within_tolerance(context: dg.AssetCheckExecutionContext, state: LocalStateResource) -> dg.AssetCheckResult:
     """Judged at batch 1 and batch 32; the worse verdict of the two counts."""
     ref = CandidateRef.parse(context.partition_key)
-    report = read_json(state.candidate_dir(ref) / REPORT_FILE)
+    report = read_json(state.files(ref).benchmark)
     tp = state.record(ref).effective_policy().throughput
     p99 = report["batches"]["1"]["candidate_p99_ms"]
     verdicts = {

@@ -4,7 +4,7 @@ import json
 
 import dagster as dg
 
-from modelcd_assets.lib.gates import Verdict
+from modelcd_assets.lib.judging.gates import Verdict
 
 
 def check_result(verdict: Verdict) -> dg.AssetCheckResult:

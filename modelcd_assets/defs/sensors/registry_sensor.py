@@ -6,7 +6,7 @@ import dagster as dg
 
 from modelcd_assets.defs.jobs import gate_candidate
 from modelcd_assets.defs.partitions import candidates
-from modelcd_assets.lib.registry import CandidateRef
+from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.resources.registry import MlflowRegistryResource
 
 

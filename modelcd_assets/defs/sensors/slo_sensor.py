@@ -6,7 +6,7 @@ import dagster as dg
 
 from modelcd_assets.defs.assets.production_rollback import rollback_run_config
 from modelcd_assets.defs.jobs import rollback_production
-from modelcd_assets.lib.slo import FAIL, PASS, PrometheusUnavailable
+from modelcd_assets.lib.judging.slo import FAIL, PASS, PrometheusUnavailable
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.prometheus import PrometheusResource
 from modelcd_assets.resources.registry import MlflowRegistryResource

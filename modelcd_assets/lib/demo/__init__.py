@@ -1,0 +1,1 @@
+"""Demo tooling: the reproducible support-ticket data the demo, the benches and the tests train and judge on."""

@@ -1,0 +1,1 @@
+"""ONNX builds and inference: content-addressed builds, INT8 quantization, runtime sessions, tokenization, evaluation and timing."""

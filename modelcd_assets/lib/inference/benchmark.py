@@ -1,0 +1,113 @@
+"""Interleaved A/B latency and throughput measurement of ONNX Runtime sessions."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from modelcd_assets.lib.inference.runtime import OnnxModel, feeds_for
+from modelcd_assets.lib.inference.tokens import buckets
+from modelcd_assets.lib.judging.stats import median_ci
+
+# The evaluation texts every throughput trial runs (the gate's and production_recheck's), at their real lengths (what the
+# server sees), in length buckets of the batch size.
+SAMPLE_TEXTS = 64
+
+
+@dataclass(frozen=True)
+class PairedRun:
+    """Per-pair throughputs (items/s) of candidate and production, and batch-1 latencies (ms)."""
+
+    batch_size: int
+    candidate_throughput: list[float]
+    production_throughput: list[float]
+    candidate_latency_ms: list[float]
+    production_latency_ms: list[float]
+
+    @property
+    def ratios(self) -> np.ndarray:
+        return np.asarray(self.candidate_throughput) / np.asarray(self.production_throughput)
+
+
+def _trial(sess: ort.InferenceSession, batches: list[dict[str, np.ndarray]], passes: int) -> tuple[float, list[float]]:
+    """passes over every batch; returns items/s and the latency of each call (ms)."""
+    lat = []
+    start = time.perf_counter()
+    for _ in range(passes):
+        for feed in batches:
+            t = time.perf_counter()
+            sess.run(["logits"], feed)
+            lat.append(1000 * (time.perf_counter() - t))
+    elapsed = time.perf_counter() - start
+    return passes * sum(len(b["input_ids"]) for b in batches) / elapsed, lat
+
+
+def paired_throughput(candidate: OnnxModel, production: OnnxModel, feeds: dict[str, np.ndarray],
+                      batch_size: int, pairs: int, passes_per_trial: int = 1, warmup: int = 1, min_trial_s: float = 0.05) -> PairedRun:
+    """Alternate candidate and production trials (A B, then B A) so drift in machine load hits both.
+
+    The texts of feeds are run at their real lengths, in the length buckets of batch_size every model
+    call uses (tokens.buckets). A trial makes passes_per_trial passes over all of them, and more when a
+    pass is so fast that a trial would take under min_trial_s: timer and scheduler noise would then
+    swamp the difference. Each side's batch is what its model takes per call (OnnxModel.batch), so each is
+    timed as it is served.
+    """
+    feed_c = [feeds_for(candidate.session, b) for _, b in buckets(feeds, candidate.batch(batch_size))]
+    feed_p = [feeds_for(production.session, b) for _, b in buckets(feeds, production.batch(batch_size))]
+    candidate, production = candidate.session, production.session
+    slowest = 0.0
+    for _ in range(max(1, warmup)):
+        for sess, feed in ((candidate, feed_c), (production, feed_p)):
+            t = time.perf_counter()
+            _trial(sess, feed, 1)
+            slowest = max(slowest, time.perf_counter() - t)
+    passes_per_trial = max(passes_per_trial, int(np.ceil(min_trial_s / max(slowest, 1e-6))))
+    tc, tp, lc, lp = [], [], [], []
+    for i in range(pairs):
+        order = [(candidate, feed_c, tc, lc), (production, feed_p, tp, lp)]
+        if i % 2:
+            order.reverse()
+        for sess, feed, thr, lat in order:
+            t, l = _trial(sess, feed, passes_per_trial)
+            thr.append(t)
+            lat.extend(l)
+    return PairedRun(batch_size, tc, tp, lc, lp)
+
+
+def best_items_per_s(models: dict[str, OnnxModel], feeds: dict[str, np.ndarray], rounds: int, batch_size: int) -> dict[str, float]:
+    """Items/s of each model over all of feeds, the best of rounds timed in interleaved order (A B C, A B C, ...),
+    so a burst of load on the machine hits them all; one warm-up pass each first."""
+    for model in models.values():
+        model.logits(feeds, batch_size)
+    best = dict.fromkeys(models, float("inf"))
+    for _ in range(rounds):
+        for name, model in models.items():
+            t = time.perf_counter()
+            model.logits(feeds, batch_size)
+            best[name] = min(best[name], time.perf_counter() - t)
+    return {name: len(feeds["attention_mask"]) / t for name, t in best.items()}
+
+
+def summarize(run: PairedRun, confidence: float) -> dict:
+    """Median paired ratio with CI, throughput and latency percentiles of both sides."""
+    med, lo, hi = median_ci(run.ratios, confidence)
+    return {
+        "batch_size": run.batch_size,
+        "pairs": len(run.ratios),
+        "ratio_median": med, "ratio_ci_low": lo, "ratio_ci_high": hi,
+        "candidate_items_per_s": float(np.median(run.candidate_throughput)),
+        "production_items_per_s": float(np.median(run.production_throughput)),
+        "candidate_p50_ms": float(np.percentile(run.candidate_latency_ms, 50)),
+        "candidate_p99_ms": float(np.percentile(run.candidate_latency_ms, 99)),
+        "production_p50_ms": float(np.percentile(run.production_latency_ms, 50)),
+        "production_p99_ms": float(np.percentile(run.production_latency_ms, 99)),
+    }
+
+
+def merge_runs(a: PairedRun, b: PairedRun) -> PairedRun:
+    """One run of the pairs of both (a second round after an inconclusive first)."""
+    return PairedRun(a.batch_size, a.candidate_throughput + b.candidate_throughput, a.production_throughput + b.production_throughput,
+                     a.candidate_latency_ms + b.candidate_latency_ms, a.production_latency_ms + b.production_latency_ms)

@@ -1,0 +1,90 @@
+"""Content-addressed builds: the merged model, its ONNX exports and INT8 variants for one (base, candidate) pair."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from modelcd_assets.lib.hashing import text_hash
+
+# Bump when the way builds are made changes, so stale cached builds are not reused.
+BUILD_RECIPE = "modelcd-build-5"
+
+
+@dataclass(frozen=True)
+class Build:
+    dir: Path
+
+    @classmethod
+    def for_content(cls, builds_root: Path, base_hash: str | None, candidate_hash: str) -> "Build":
+        return cls(Path(builds_root) / text_hash(BUILD_RECIPE, base_hash or "", candidate_hash)[:24])
+
+    @property
+    def key(self) -> str:
+        return self.dir.name
+
+    @property
+    def merged(self) -> Path:
+        return self.dir / "merged"
+
+    @property
+    def onnx(self) -> Path:
+        return self.dir / "model.onnx"
+
+    @property
+    def optimized(self) -> Path:
+        return self.dir / "optimized.onnx"
+
+    def int8(self, artifact_id: str) -> Path:
+        """An INT8 model by its artifact id (lib/inference/quantize.artifact_id: the variant, and for static INT8 its calibration set)."""
+        return self.dir / f"int8_{artifact_id}.onnx"
+
+    @property
+    def fused_ops(self) -> Path:
+        """The fused-operator counts of optimized.onnx."""
+        return self.dir / "fused_ops.json"
+
+    def quantization_report(self, calibration_sha256: str | None) -> Path:
+        """Fidelity and speed of the INT8 variants made under one calibration set (None: a build made before sets were per version)."""
+        return self.dir / (f"quantization_report_{calibration_sha256[:16]}.json" if calibration_sha256 else "quantization_report.json")
+
+    def predictions(self, name: str, split_sha256: str | None = None) -> Path:
+        """Class ids predicted by the FP32 export ("fp32") or an INT8 model (by artifact id): on the evaluation split
+        (checked against the quantization report's hash), or on the split file whose sha256 is given."""
+        return self.dir / (f"predictions_{name}.npy" if split_sha256 is None else f"predictions_{name}_on_{split_sha256[:24]}.npy")
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Exclusive use of this build folder: candidates with the same content share it, and may be gated at once."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """Write JSON atomically, so a crashed step never leaves a half-written report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=float))
+    tmp.replace(path)
+
+
+def save_array(path: Path, array: np.ndarray) -> None:
+    """Write a .npy atomically: readers see the old file or the whole new one."""
+    tmp = path.with_name(path.stem + ".tmp.npy")
+    np.save(tmp, array)
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,329 @@
+"""Gate verdicts: pure functions from measurements and policy to pass, fail or inconclusive."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from modelcd_assets.lib.judging.policy import AccuracyPolicy, DriftPolicy, FidelityPolicy, HealthPolicy, ThroughputPolicy
+from modelcd_assets.lib.judging.promotion import NO_CASES
+from modelcd_assets.lib.judging.stats import mcnemar_worse_pvalue, paired_bootstrap_ci
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    gate: str
+    status: str
+    measured: str  # human-readable measured value
+    threshold: str  # human-readable threshold
+    reason: str
+    numbers: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        """PASS, or nothing to judge (NO_CASES): only these let promotion go ahead."""
+        return self.status in (PASS, NO_CASES)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def judge_accuracy(candidate_correct: np.ndarray, production_correct: np.ndarray | None, policy: AccuracyPolicy) -> Verdict:
+    """INT8 accuracy against production's, paired on the same examples, and against the floor."""
+    cand = np.asarray(candidate_correct, bool)
+    acc = float(cand.mean())
+    numbers: dict = {"candidate_accuracy": acc, "absolute_floor": policy.absolute_floor, "examples": int(len(cand))}
+    floor_ok = acc >= policy.absolute_floor
+    if production_correct is None:
+        status = PASS if floor_ok else FAIL
+        reason = (f"first candidate, no production model: judged against the absolute floor only; "
+                  f"accuracy {acc:.2%} {'>=' if floor_ok else '<'} floor {policy.absolute_floor:.2%}")
+        return Verdict("accuracy", status, f"{acc:.2%}", f">= {policy.absolute_floor:.2%} (floor only)", reason, numbers)
+    prod = np.asarray(production_correct, bool)
+    if prod.shape != cand.shape:
+        raise ValueError(f"paired accuracy needs the same examples: {cand.shape} vs {prod.shape}")
+    diff_points = 100 * (acc - float(prod.mean()))
+    lo, hi = paired_bootstrap_ci(cand, prod, policy.bootstrap_samples)
+    p_worse = mcnemar_worse_pvalue(cand, prod)
+    numbers |= {"production_accuracy": float(prod.mean()), "diff_points": diff_points, "ci_low_points": 100 * lo,
+                "ci_high_points": 100 * hi, "p_worse": p_worse, "tolerance_points": policy.tolerance_points, "alpha": policy.alpha}
+    problems = []
+    if not floor_ok:
+        problems.append(f"accuracy {acc:.2%} is below the floor {policy.absolute_floor:.2%}")
+    if diff_points < -policy.tolerance_points:
+        problems.append(f"accuracy is {-diff_points:.2f} points below production, more than the {policy.tolerance_points} point tolerance")
+    if p_worse < policy.alpha:
+        problems.append(f"significantly worse than production (McNemar one-sided p={p_worse:.3g} < alpha {policy.alpha})")
+    status = FAIL if problems else PASS
+    reason = "; ".join(problems) or f"within {policy.tolerance_points} points of production and not significantly worse (p={p_worse:.3g})"
+    measured = f"{acc:.2%} (Δ {diff_points:+.2f} pt, 95% CI [{100 * lo:+.2f}, {100 * hi:+.2f}], p_worse={p_worse:.3g})"
+    return Verdict("accuracy", status, measured, f"Δ >= -{policy.tolerance_points} pt, p >= {policy.alpha}, >= {policy.absolute_floor:.0%}", reason, numbers)
+
+
+def judge_fidelity(int8_pred: np.ndarray, fp32_pred: np.ndarray, policy: FidelityPolicy) -> Verdict:
+    """Top-1 agreement of the INT8 model with its own FP32 export."""
+    agreement = float(np.mean(np.asarray(int8_pred) == np.asarray(fp32_pred)))
+    ok = agreement >= policy.min_top1_agreement
+    reason = f"INT8 agrees with FP32 on {agreement:.2%} of the evaluation split ({'>=' if ok else '<'} {policy.min_top1_agreement:.2%})"
+    return Verdict("int8_fidelity", PASS if ok else FAIL, f"{agreement:.2%}", f">= {policy.min_top1_agreement:.2%}", reason,
+                   {"top1_agreement": agreement, "threshold": policy.min_top1_agreement})
+
+
+def _input_drift(input_drift: dict[str, float], policy: DriftPolicy) -> tuple[list[str], float, bool]:
+    """The descriptors at or over the numeric threshold, their share, and whether that share is drift: the one rule the
+    drift gate and live monitoring both judge inputs by."""
+    drifted = sorted(k for k, v in input_drift.items() if v >= policy.input_numeric_threshold)
+    share = len(drifted) / max(1, len(input_drift))
+    return drifted, share, share >= policy.input_drift_share
+
+
+def _unmeasured_inputs(input_drift: dict[str, float]) -> list[str]:
+    """Why the input drift was not measured: no descriptor, or a descriptor whose distance is not a number."""
+    if not input_drift:
+        return ["no text descriptor of the traffic was measured against the reference data"]
+    nan = sorted(k for k, v in input_drift.items() if np.isnan(v))
+    return [f"the input drift of {', '.join(nan)} is not a number"] if nan else []
+
+
+def judge_drift(prediction_drift: float | None, input_drift: dict[str, float], policy: DriftPolicy) -> Verdict:
+    """Prediction drift vs production on the same traffic, and input drift of traffic vs reference; what could not be
+    measured (a NaN distance, no descriptor) is inconclusive and blocks, never a pass."""
+    drifted, share, inputs_drifted = _input_drift(input_drift, policy)
+    numbers = {"prediction_drift": prediction_drift, "input_drift": input_drift, "input_drifted_share": share,
+               "prediction_threshold": policy.prediction_threshold, "input_threshold": policy.input_numeric_threshold}
+    problems, unmeasured = [], []
+    if prediction_drift is not None and prediction_drift >= policy.prediction_threshold:
+        problems.append(f"candidate predictions drift from production's on the same traffic (JS distance {prediction_drift:.3f} >= {policy.prediction_threshold})")
+    if prediction_drift is not None and np.isnan(prediction_drift):
+        unmeasured.append(f"the prediction drift against production is {prediction_drift} (no label distribution to compare)")
+    if inputs_drifted:
+        problems.append(f"traffic has drifted from the reference data in {', '.join(drifted)} ({share:.0%} of descriptors); re-validate on current data before promoting")
+    unmeasured += _unmeasured_inputs(input_drift)
+    pd_text = "n/a (no production)" if prediction_drift is None else f"{prediction_drift:.3f}"
+    measured = f"pred JS {pd_text}; input drifted {share:.0%}"
+    threshold = f"JS < {policy.prediction_threshold}, drifted < {policy.input_drift_share:.0%}"
+    if unmeasured and not problems:
+        return Verdict("drift", INCONCLUSIVE, measured, threshold,
+                       f"inconclusive: {'; '.join(unmeasured)}; a drift that was not measured does not pass: check that the traffic "
+                       "and reference samples hold texts, then gate again", numbers)
+    reason = "; ".join(problems + unmeasured) or "no prediction or input drift above threshold" + (" (no production model: input drift only)" if prediction_drift is None else "")
+    return Verdict("drift", FAIL if problems else PASS, measured, threshold, reason, numbers)
+
+
+def judge_live_drift(input_drift: dict[str, float] | None, policy: DriftPolicy, records: int) -> Verdict:
+    """Input drift of production's live traffic window vs the reference data, by the drift gate's rule; a window of fewer
+    than live_min_records texts is not enough traffic to judge (inconclusive, not a pass)."""
+    threshold = f"drifted < {policy.input_drift_share:.0%} of descriptors, over >= {policy.live_min_records} texts"
+    numbers: dict = {"records": records, "min_records": policy.live_min_records, "input_threshold": policy.input_numeric_threshold,
+                     "input_drift_share": policy.input_drift_share}
+    if records < policy.live_min_records:
+        return Verdict("live_drift", INCONCLUSIVE, f"{records} texts", threshold,
+                       f"not enough traffic to judge: {records} sampled texts in the window, fewer than drift.live_min_records ({policy.live_min_records}); "
+                       f"serve more requests or raise serving.sample_ratio", numbers)
+    if input_drift is None:
+        raise ValueError(f"{records} texts are enough to judge live drift, but no input drift was measured on them")
+    drifted, share, inputs_drifted = _input_drift(input_drift, policy)
+    numbers |= {"input_drift": input_drift, "input_drifted_share": share, "drifted": drifted}
+    measured = f"input drifted {share:.0%} over {records} texts"
+    if (unmeasured := _unmeasured_inputs(input_drift)) and not inputs_drifted:
+        return Verdict("live_drift", INCONCLUSIVE, measured, threshold, f"not judged: {'; '.join(unmeasured)} over {records} texts", numbers)
+    if inputs_drifted:
+        reason = (f"live traffic has drifted from the reference data in {', '.join(drifted)} ({share:.0%} of descriptors): production was validated "
+                  f"on data unlike what it now serves; re-validate it on a sample of current traffic")
+        return Verdict("live_drift", FAIL, measured, threshold, reason, numbers)
+    return Verdict("live_drift", PASS, measured, threshold, f"live traffic is like the reference data: {share:.0%} of descriptors drifted "
+                   f"(under {policy.input_drift_share:.0%}) over {records} texts", numbers)
+
+
+def judge_production_recheck(items_per_s: dict[str, list[float]], latency_b1_ms: list[float], recorded: dict[str, dict], policy: ThroughputPolicy) -> Verdict:
+    """Production's throughput and p99, timed again, against the figures its throughput gate recorded.
+
+    items_per_s: per batch size ("1", "32"), the items/s of each trial; recorded: benchmark.json's "batches". A recorded
+    figure from another time is not an interleaved pair, so the median of the trials is compared, with no CI to lean on:
+    only a fall below min_ratio x the recorded median, or a p99 over the SLO, fails.
+    """
+    numbers: dict = {"min_ratio": policy.min_ratio, "p99_slo_ms": policy.p99_slo_ms}
+    problems, measured = [], []
+    for batch, trials in sorted(items_per_s.items(), key=lambda kv: int(kv[0])):
+        before = (recorded.get(batch) or {}).get("candidate_items_per_s")
+        if not before or not trials:
+            raise ValueError(f"no recorded or no measured throughput at batch {batch}")
+        now = float(np.median(trials))
+        ratio = now / float(before)
+        numbers |= {f"b{batch}_items_per_s": now, f"b{batch}_recorded_items_per_s": float(before), f"b{batch}_ratio": ratio, f"b{batch}_trials": len(trials)}
+        measured.append(f"b{batch}: {now:.0f} items/s = {ratio:.2f}x recorded {float(before):.0f}")
+        if ratio < policy.min_ratio:
+            problems.append(f"batch {batch}: {now:.0f} items/s (median of {len(trials)} trials) is {ratio:.2f}x the {float(before):.0f} its gate recorded, "
+                            f"below {policy.min_ratio}; look for a slower node, a changed library or a busier machine")
+    p99 = float(np.percentile(latency_b1_ms, 99))
+    recorded_p99 = (recorded.get("1") or {}).get("candidate_p99_ms")
+    numbers |= {"p99_ms": p99, "recorded_p99_ms": recorded_p99}
+    measured.append(f"p99 {p99:.1f} ms (recorded {recorded_p99:.1f} ms)" if recorded_p99 is not None else f"p99 {p99:.1f} ms")
+    if p99 > policy.p99_slo_ms:
+        problems.append(f"p99 latency at batch 1 is {p99:.1f} ms, over the {policy.p99_slo_ms} ms SLO" + (f" (its gate recorded {recorded_p99:.1f} ms)" if recorded_p99 is not None else ""))
+    return _verdict("production_recheck", problems, "throughput and p99 still meet the throughput gate's figures", "; ".join(measured),
+                    f">= {policy.min_ratio}x recorded, p99 <= {policy.p99_slo_ms} ms", numbers)
+
+
+def judge_throughput(ratio_median: float, ratio_lo: float, ratio_hi: float, p99_ms: float, has_production: bool, policy: ThroughputPolicy) -> Verdict:
+    """Median paired throughput ratio with its CI, plus the p99 latency SLO."""
+    numbers = {"ratio_median": ratio_median, "ratio_ci_low": ratio_lo, "ratio_ci_high": ratio_hi, "p99_ms": p99_ms,
+               "min_ratio": policy.min_ratio, "p99_slo_ms": policy.p99_slo_ms}
+    slo_ok = p99_ms <= policy.p99_slo_ms
+    if not has_production:
+        status = PASS if slo_ok else FAIL
+        return Verdict("throughput", status, f"p99 {p99_ms:.1f} ms", f"p99 <= {policy.p99_slo_ms} ms (no production to compare)",
+                       f"first candidate: p99 {p99_ms:.1f} ms {'within' if slo_ok else 'over'} the {policy.p99_slo_ms} ms SLO", numbers)
+    if not slo_ok:
+        status, reason = FAIL, f"p99 latency {p99_ms:.1f} ms exceeds the {policy.p99_slo_ms} ms SLO"
+    elif ratio_hi < policy.min_ratio:
+        status, reason = FAIL, f"throughput is {ratio_median:.2f}x production's, CI [{ratio_lo:.2f}, {ratio_hi:.2f}] entirely below {policy.min_ratio}"
+    elif ratio_lo >= policy.min_ratio:
+        status, reason = PASS, f"throughput {ratio_median:.2f}x production's, CI [{ratio_lo:.2f}, {ratio_hi:.2f}] above {policy.min_ratio}"
+    else:
+        status = INCONCLUSIVE if policy.on_inconclusive == "block" else PASS
+        reason = (f"inconclusive: median ratio {ratio_median:.2f}, CI [{ratio_lo:.2f}, {ratio_hi:.2f}] straddles {policy.min_ratio} after the maximum "
+                  f"number of pairs; re-run on a quieter machine (policy on_inconclusive={policy.on_inconclusive})")
+    return Verdict("throughput", status, f"{ratio_median:.2f}x [{ratio_lo:.2f}, {ratio_hi:.2f}], p99 {p99_ms:.1f} ms",
+                   f">= {policy.min_ratio}x, p99 <= {policy.p99_slo_ms} ms", reason, numbers)
+
+
+def judge_golden(predicted: list[str], expected: list[str], texts: list[str]) -> Verdict:
+    """Every golden inference test from the policy predicts its expected label."""
+    misses = [(t, e, p) for t, e, p in zip(texts, expected, predicted) if e != p]
+    n = len(expected)
+    reason = "no golden cases declared" if n == 0 else (
+        f"all {n} golden cases predicted correctly" if not misses
+        else "; ".join(f"{t!r}: expected {e}, got {p}" for t, e, p in misses[:3]) + (f" (+{len(misses) - 3} more)" if len(misses) > 3 else ""))
+    status = NO_CASES if n == 0 else FAIL if misses else PASS
+    return Verdict("golden", status, f"{n - len(misses)}/{n} correct", "all", reason, {"cases": n, "misses": len(misses)})
+
+
+def judge_safety(findings: list[str]) -> Verdict:
+    """No file in the artifact (or its base) could run code, escape its folder, or is malformed."""
+    reason = "no pickles, code, bad safetensors, escaping links or oversized files" if not findings else "; ".join(findings[:3]) + (
+        f" (+{len(findings) - 3} more)" if len(findings) > 3 else "")
+    return Verdict("artifact_safety", FAIL if findings else PASS, f"{len(findings)} finding(s)", "0 findings", reason, {"findings": len(findings)})
+
+
+def _verdict(gate: str, problems: list[str], ok: str, measured: str, threshold: str, numbers: dict | None = None) -> Verdict:
+    return Verdict(gate, FAIL if problems else PASS, measured, threshold, "; ".join(problems) or ok, numbers or {})
+
+
+def judge_weights_finite(report: dict) -> Verdict:
+    """No NaN or Inf in any weight tensor of the adapter or the merged model."""
+    bad = [f"{file}: {', '.join(names[:3])}" for file, names in report["nonfinite_tensors"].items() if names]
+    outliers = report.get("weight_norm_outliers") or {}
+    note = f"; weight-norm outliers vs base (reported): {', '.join(list(outliers)[:3])}" if outliers else ""
+    return _verdict("weights_finite", [f"NaN/Inf in {b}" for b in bad], "every weight tensor is finite" + note,
+                    f"{sum(len(v) for v in report['nonfinite_tensors'].values())} non-finite tensors", "0", {"norm_outliers": len(outliers)})
+
+
+def judge_weight_scale(report: dict, policy: HealthPolicy, has_production: bool | None = None) -> Verdict:
+    """Every weight matrix within max_weight_scale_ratio of production's norm, up or down (a head blown up x100 keeps its labels);
+    with a production, no matrix compared is inconclusive (blocks), never a pass. has_production None: as the report says."""
+    ratios = report.get("weight_scale_vs_production")
+    if has_production is None:
+        has_production = ratios is not None
+    k = policy.max_weight_scale_ratio
+    if not has_production and ratios is None:
+        return Verdict("weight_scale", PASS, "no production to compare", f"within {k:g}x of production",
+                       "first candidate, no production model: weight scale not compared", {})
+    if not ratios:
+        why = "was not measured" if ratios is None else "found no weight matrix of the same name and shape in both models"
+        return Verdict("weight_scale", INCONCLUSIVE, "0 matrices compared", f"within {k:g}x of production",
+                       f"inconclusive: a production model exists but the weight-scale comparison {why}; nothing was compared, so nothing "
+                       "may pass: re-materialize merged_model, or check that the candidate has production's architecture", {"matrices": 0})
+    # A NaN ratio is out of range too: what cannot be compared does not pass.
+    bad = {n: r for n, r in ratios.items() if not (1 / k <= r <= k)}
+    worst = max(ratios.values(), key=lambda r: abs(np.log(r)) if r > 0 and np.isfinite(r) else np.inf, default=1.0)
+    problems = [f"{n} is {r:.3g}x production's norm" if np.isfinite(r) else f"{n} has a non-finite norm, not comparable"
+                for n, r in sorted(bad.items(), key=lambda kv: kv[0])[:3]] + (
+        [f"(+{len(bad) - 3} more)"] if len(bad) > 3 else [])
+    return _verdict("weight_scale", problems, f"every weight matrix within {k:g}x of production's norm", f"{worst:.3g}x at the extreme",
+                    f"within {k:g}x of production", {"matrices": len(ratios), "out_of_range": len(bad)})
+
+
+def judge_loads_cleanly(report: dict) -> Verdict:
+    """The merged model loads with no missing, unexpected or mismatched keys, and no head is silently re-initialized."""
+    info = report["merged_loading"]
+    problems = [f"{k.replace('_', ' ')}: {', '.join(v[:3])}" for k, v in info.items() if v]
+    head = (report.get("adapter") or {}).get("head_not_provided") or []
+    if head:
+        problems.append(f"the base lacks {', '.join(head)} and the adapter does not provide it: the head would be randomly initialized")
+    return _verdict("loads_cleanly", problems, "no missing, unexpected or mismatched keys", f"{len(problems)} problem(s)", "0")
+
+
+def judge_adapter_fits_base(report: dict) -> Verdict:
+    """The adapter declares the registered base, its LoRA shapes and rank fit, and it matches at least one module."""
+    fit = report.get("adapter")
+    if fit is None:
+        return _verdict("adapter_fits_base", [], "full model: no adapter to fit", "n/a", "n/a")
+    problems = list(fit["shape_problems"][:3])
+    if fit["declared_base"] and fit["declared_base"] != fit["registered_base"]:
+        problems.append(f"adapter_config.json declares base {fit['declared_base']!r} but it is registered against {fit['registered_base']!r}")
+    if fit["modules_matched"] == 0:
+        problems.append("the adapter matches no module of the base; it would change nothing")
+    return _verdict("adapter_fits_base", problems, f"rank {fit['rank']}, {fit['modules_matched']} base modules matched",
+                    f"{fit['modules_matched']} modules, rank {fit['rank']}", ">= 1 module, shapes fit", {"modules_matched": fit["modules_matched"]})
+
+
+def judge_adapter_changes_outputs(report: dict, min_change: float = 1e-5) -> Verdict:
+    """Merged outputs differ from the base's on the probe batch."""
+    fit = report.get("adapter")
+    if fit is None:
+        return _verdict("adapter_changes_outputs", [], "full model: no base to compare", "n/a", "n/a")
+    change = fit["max_output_change"]
+    problems = [] if change > min_change else [f"merged outputs equal the base's on the probe batch (max |Δlogit| {change:.1e})"]
+    return _verdict("adapter_changes_outputs", problems, f"max |Δlogit| vs base {change:.3g}", f"{change:.3g}", f"> {min_change}", {"max_output_change": change})
+
+
+def judge_tokenizer(report: dict) -> Verdict:
+    """The vocabulary fits the embedding table, and probe token ids match the reference unless a change was declared."""
+    t = report["tokenizer"]
+    problems = []
+    if t["vocab_size"] > t["embedding_rows"]:
+        problems.append(f"tokenizer has {t['vocab_size']} tokens but the embedding table only {t['embedding_rows']} rows")
+    mismatches = t.get("probe_id_mismatches") or []
+    if mismatches and not t["change_declared"]:
+        problems.append(f"token ids differ from the reference tokenizer on {len(mismatches)} probe string(s), e.g. {mismatches[0]!r}; register with --tokenizer-change if intended")
+    return _verdict("tokenizer", problems, f"vocab {t['vocab_size']} <= {t['embedding_rows']} rows; probe ids " + ("differ (declared change)" if mismatches else "match"),
+                    f"{t['vocab_size']} tokens / {t['embedding_rows']} rows", "vocab <= rows, same ids")
+
+
+def judge_probe(report: dict) -> Verdict:
+    """Probe outputs are finite and identical on a repeated call."""
+    if "forward_error" in report:
+        return _verdict("probe", [f"the probe batch does not run: {report['forward_error'][:200]}"], "", "error", "finite, deterministic")
+    problems = ([] if report["probe_finite"] else ["probe outputs contain NaN or Inf"]) + ([] if report["probe_deterministic"] else ["the same input twice gave different outputs"])
+    return _verdict("probe", problems, "finite and deterministic", "finite, deterministic" if not problems else "; ".join(problems), "both")
+
+
+def judge_gradients(report: dict) -> Verdict:
+    """A synthetic-batch backward pass gives a finite loss and finite gradients."""
+    g = report["gradients"]
+    if "error" in g:
+        return _verdict("gradients", [f"no backward pass: {g['error'][:200]}"], "", "error", "0")
+    problems = ([] if g["loss_finite"] else ["loss is NaN or Inf"]) + ([f"non-finite gradients in {', '.join(g['nonfinite'][:3])}"] if g["nonfinite"] else [])
+    return _verdict("gradients", problems, "finite loss and gradients", f"{len(g['nonfinite'])} non-finite", "0")
+
+
+def judge_semver(report: dict) -> Verdict:
+    """The declared SemVer bump covers what the I/O contract change requires."""
+    from modelcd_assets.lib.judging.contract import LEVELS
+
+    changes = "; ".join(f"{c['level'].upper()}: {c['what']}" for c in report["changes"]) or "no contract change (weights only)"
+    if report["production_semver"] is None:
+        return _verdict("semver", [], f"first version {report['semver']}; contract recorded", report["semver"], "n/a (first version)")
+    declared, required = report["declared_level"], report["required_level"]
+    problems = []
+    if declared is None:
+        problems.append(f"declared {report['declared']} is not greater than production's {report['production_semver']}")
+    elif LEVELS.index(declared) < LEVELS.index(required):
+        problems.append(f"declared a {declared} bump ({report['production_semver']} -> {report['semver']}) but the contract change needs {required}: {changes}; "
+                        f"register with --bump {required}")
+    return _verdict("semver", problems, f"{report['production_semver']} -> {report['semver']} ({declared}) covers {required}: {changes}",
+                    f"declared {declared}", f">= {required}", {"changes": len(report["changes"])})

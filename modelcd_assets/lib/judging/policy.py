@@ -1,0 +1,185 @@
+"""The per-model gate policy: a YAML file validated into typed thresholds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.judging.stats import median_ci_min_n
+from modelcd_assets.lib.operations.traffic_log import record_bytes_bound
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AccuracyPolicy(_Strict):
+    tolerance_points: float = Field(0.3, ge=0, le=100, description="How far INT8 accuracy may fall below production's, in percentage points.")
+    absolute_floor: float = Field(0.75, ge=0, le=1, description="Minimum INT8 accuracy on the evaluation split, as a fraction.")
+    alpha: float = Field(0.05, gt=0, lt=0.5, description="One-sided significance level for 'candidate is worse than production'.")
+    bootstrap_samples: int = Field(2000, ge=200, le=100_000, description="Paired bootstrap resamples for the confidence interval.")
+
+
+class FidelityPolicy(_Strict):
+    min_top1_agreement: float = Field(0.99, ge=0, le=1, description="INT8 vs FP32 top-1 agreement on the evaluation split.")
+
+
+class QuantizationPolicy(_Strict):
+    variant: str = Field("auto", pattern="^(auto|static|dynamic)$", description="INT8 variant to deploy: auto picks the fastest that passes fidelity; pin one for reproducible numerics across versions.")
+
+
+class CalibrationPolicy(_Strict):
+    min_examples: int = Field(200, ge=1, description="Fewest texts a new calibration set may hold.")
+    max_median_length_ratio: float = Field(3.0, ge=1, description=(
+        "How far a new calibration set's median token length may be from the evaluation split's, as a factor up or down."))
+
+
+class HealthPolicy(_Strict):
+    max_weight_scale_ratio: float = Field(10.0, gt=1, description="How far any weight matrix's norm may move from production's, as a factor up or down.")
+
+
+class DriftPolicy(_Strict):
+    prediction_threshold: float = Field(0.1, gt=0, le=1, description="Jensen-Shannon distance between candidate and production predicted labels on the same traffic.")
+    input_numeric_threshold: float = Field(0.1, gt=0, description="Normed Wasserstein distance per numeric input descriptor, traffic vs reference.")
+    input_drift_share: float = Field(0.5, gt=0, le=1, description="The gate fails when at least this share of input descriptors drifted.")
+    live_window: int = Field(1000, ge=1, description="Newest sampled texts of production's live traffic that live_traffic judges against the reference, by the same thresholds.")
+    live_min_records: int = Field(200, ge=1, description="Fewer sampled texts than this in the window: not enough traffic to judge live drift, reported as such.")
+
+    @model_validator(mode="after")
+    def _window_fits(self) -> "DriftPolicy":
+        if self.live_window < self.live_min_records:
+            raise ValueError(f"live_window ({self.live_window}) must be at least live_min_records ({self.live_min_records}), or live drift could never be judged")
+        return self
+
+
+class ThroughputPolicy(_Strict):
+    min_ratio: float = Field(0.88, gt=0, description="Candidate throughput / production throughput, judged on the median of paired ratios.")
+    p99_slo_ms: float = Field(100.0, gt=0, description="p99 latency SLO at batch 1, milliseconds.")
+    pairs: int = Field(12, ge=2, le=200, description="Interleaved A/B trial pairs per batch size in the first round; at least what the median CI needs for `confidence` (6 at 0.95).")
+    max_pairs: int = Field(36, ge=2, le=1000, description="Pairs allowed in total before the verdict is 'inconclusive'.")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence of the interval on the median ratio.")
+    on_inconclusive: str = Field("block", pattern="^(block|pass)$", description="What an inconclusive throughput verdict does.")
+
+    @model_validator(mode="after")
+    def _pairs_fit(self) -> "ThroughputPolicy":
+        need = median_ci_min_n(self.confidence)
+        if self.pairs < need:
+            raise ValueError(f"pairs ({self.pairs}) is too few for a {100 * self.confidence:g}% CI on the median ratio: even (min, max) of "
+                             f"{self.pairs} pairs covers the median only {100 * (1 - 2 * 0.5**self.pairs):g}% of the time; use at least {need} pairs")
+        if self.max_pairs < self.pairs:
+            raise ValueError(f"max_pairs ({self.max_pairs}) must be at least pairs ({self.pairs})")
+        return self
+
+
+class SafetyPolicy(_Strict):
+    max_file_mb: float = Field(2048, gt=0, description="Largest single file a candidate may contain, MiB.")
+    max_total_mb: float = Field(4096, gt=0, description="Largest candidate in all, MiB.")
+    max_files: int = Field(200, ge=1, description="Most files a candidate may contain.")
+    allow: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, description=(
+        "Glob patterns (fnmatch, on the path relative to the artifact folder; * crosses folders) of files exempt from the file-type allowlist. "
+        "Pickles, code, links, and malformed safetensors or ONNX are refused whatever they match."))
+
+    def limits(self):
+        from modelcd_assets.lib.judging.safety import SafetyLimits
+
+        return SafetyLimits(max_total_bytes=int(self.max_total_mb * 2**20), max_file_bytes=int(self.max_file_mb * 2**20), max_files=self.max_files,
+                            allow=tuple(self.allow))
+
+
+class ServingPolicy(_Strict):
+    # The probe replays texts whose INT8 logits quantized_model recorded with the very artifact it judged: same bytes,
+    # same runtime, same batches, so the served logits match to float rounding; a wrong artifact, head or tokenizer moves them by far more.
+    probe_examples: int = Field(16, ge=4, le=2000, description="Evaluation texts every swap is probed on: served logits vs the gated INT8 logits recorded at gating.")
+    max_abs_logit_diff: float = Field(1e-4, gt=0, description="Largest |logit difference| allowed between the served model and the gated INT8 outputs on the probe set.")
+    min_top1_agreement: float = Field(0.997, ge=0, le=1, description="Top-1 agreement served vs gated INT8 on the probe set; below it the swap is refused.")
+    poll_seconds: float = Field(5.0, gt=0, le=3600, description="How often the server checks where the production alias points.")
+    max_batch: int = Field(32, ge=1, le=256, description="Texts coalesced into one model call from concurrent requests for the same version.")
+    max_wait_ms: float = Field(2.0, ge=0, le=1000, description="How long the first request of a batch waits for others to join it, milliseconds.")
+    max_loaded_versions: int = Field(8, ge=1, le=1000, description="Versions kept loaded; beyond it the least recently used one that is not the default is unloaded.")
+    sample_ratio: float = Field(0.1, ge=0, le=1, description="Share of successfully served requests whose texts go to the traffic log that live drift is judged on; 0 turns sampling off.")
+    sample_max: int = Field(10_000, ge=10, description="Most sampled texts the traffic log keeps (newest first); older ones are rotated out.")
+    sample_max_bytes: int = Field(64 * 2**20, ge=2**20, description="Most bytes the traffic log keeps on disk, both files together; older records are rotated out.")
+    # Checked on the raw request, before any JSON model or tokenizer sees it: a 4 MiB text costs seconds of tokenization.
+    max_body_bytes: int = Field(2**20, ge=1024, le=256 * 2**20, description="Largest classify request body, bytes; beyond it the request is refused with 413 unread.")
+    max_text_chars: int = Field(20_000, ge=1, le=10**6, description="Most characters (code points) in one text of a classify request; beyond it 422.")
+    max_texts: int = Field(64, ge=1, le=4096, description="Most texts in one classify request; beyond it 422.")
+
+    @model_validator(mode="after")
+    def _a_record_fits_the_log(self) -> "ServingPolicy":
+        # Rotation is by halves, so each file must hold at least the largest record a request can bring.
+        if self.sample_max_bytes // 2 <= record_bytes_bound(self.max_text_chars):
+            raise ValueError(f"sample_max_bytes ({self.sample_max_bytes}) is too small for a text of max_text_chars ({self.max_text_chars}); "
+                             f"use at least {2 * record_bytes_bound(self.max_text_chars) + 2}")
+        return self
+
+
+class SloPolicy(_Strict):
+    p99_latency_ms: float = Field(250.0, gt=0, description="p99 request latency of the production version over the window, milliseconds.")
+    max_error_ratio: float = Field(0.01, ge=0, le=1, description="Failed requests / all requests of the production version over the window.")
+    max_nan_ratio: float = Field(0.0, ge=0, le=1, description="Requests whose outputs contained NaN / all requests over the window.")
+    window: str = Field("5m", pattern=r"^[0-9]+[smh]$", description="PromQL range the rates are taken over, e.g. 5m.")
+    min_samples: int = Field(100, ge=1, description="Fewer requests than this in the window make the evaluation inconclusive.")
+    consecutive_failures: int = Field(3, ge=1, le=100, description="Failing evaluations in a row that trigger a rollback.")
+
+
+class GoldenCase(_Strict):
+    text: str = Field(min_length=1)
+    label: str = Field(min_length=1)
+
+
+class Policy(_Strict):
+    accuracy: AccuracyPolicy = AccuracyPolicy()
+    int8_fidelity: FidelityPolicy = FidelityPolicy()
+    health: HealthPolicy = HealthPolicy()
+    quantization: QuantizationPolicy = QuantizationPolicy()
+    calibration: CalibrationPolicy = CalibrationPolicy()
+    safety: SafetyPolicy = SafetyPolicy()
+    drift: DriftPolicy = DriftPolicy()
+    throughput: ThroughputPolicy = ThroughputPolicy()
+    serving: ServingPolicy = ServingPolicy()
+    slo: SloPolicy = SloPolicy()
+    golden: list[GoldenCase] = Field(default_factory=list, description="Inference tests: inputs with the label the candidate must predict.")
+
+    @model_validator(mode="after")
+    def _traffic_log_fits_window(self) -> "Policy":
+        # Rotation is by halves: right after one, the log holds only sample_max // 2 texts.
+        kept = self.serving.sample_max // 2
+        if self.serving.sample_ratio > 0 and kept < self.drift.live_min_records:
+            raise ValueError(f"serving.sample_max ({self.serving.sample_max}) keeps as few as {kept} sampled texts, fewer than drift.live_min_records "
+                             f"({self.drift.live_min_records}), so live drift could never be judged; set sample_max to at least {2 * self.drift.live_min_records}")
+        return self
+
+
+def policy_file(policy_dir: Path, model_name: str) -> Path | None:
+    """<policy_dir>/<model name>.yaml when it exists; None means the defaults."""
+    path = Path(policy_dir) / f"{model_name}.yaml"
+    return path if path.is_file() else None
+
+
+def load_policy(path: Path | None) -> Policy:
+    """Read and validate a policy file; a missing path means the defaults."""
+    if path is None:
+        return Policy()
+    path = Path(path)
+    if not path.is_file():
+        raise ModelcdError(f"policy file {path} does not exist; create it or remove the reference to use the defaults")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ModelcdError(f"policy file {path} is not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, quantization, calibration, drift, throughput, safety, serving, slo, golden)")
+    try:
+        return Policy.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join((f"{'.'.join(str(x) for x in err['loc'])}: " if err["loc"] else "") + err["msg"] for err in e.errors())
+        raise ModelcdError(f"policy file {path} is invalid: {problems}") from e
+
+
+def policy_for(policy_dir: Path, model_name: str) -> Policy:
+    """The validated policy of one registered model: <policy_dir>/<model name>.yaml, or the defaults when there is none."""
+    return load_policy(policy_file(policy_dir, model_name))

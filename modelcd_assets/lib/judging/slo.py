@@ -1,0 +1,94 @@
+"""Production SLOs read from Prometheus with PromQL, judged pass, fail or inconclusive."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import httpx
+
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.judging.policy import SloPolicy
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+
+
+class PrometheusUnavailable(ModelcdError):
+    """Prometheus could not be queried; no decision may be taken on what it would have said."""
+
+
+def slo_queries(model: str, version: str, window: str) -> dict[str, str]:
+    """The PromQL the SLO is judged on, for one production version."""
+    sel = f'model="{model}",version="{version}"'
+    requests = f"sum(increase(modelcd_requests_total{{{sel}}}[{window}]))"
+    return {
+        "samples": requests,
+        "p99_latency_ms": f"1000 * histogram_quantile(0.99, sum by (le) (rate(modelcd_request_duration_seconds_bucket{{{sel}}}[{window}])))",
+        # "or vector(0)": a counter that never moved may have no series at all, which is zero, not "no data".
+        "error_ratio": f"(sum(increase(modelcd_request_errors_total{{{sel}}}[{window}])) or vector(0)) / {requests}",
+        "nan_ratio": f"(sum(increase(modelcd_nan_outputs_total{{{sel}}}[{window}])) or vector(0)) / {requests}",
+    }
+
+
+def query_vector(url: str, promql: str, timeout: float = 5.0) -> list[tuple[dict[str, str], float]]:
+    """One instant query: every series' labels and value."""
+    try:
+        resp = httpx.get(f"{url.rstrip('/')}/api/v1/query", params={"query": promql}, timeout=timeout)
+    except httpx.HTTPError as e:
+        raise PrometheusUnavailable(f"Prometheus at {url} is unreachable: {e}") from e
+    if resp.status_code != 200:
+        raise PrometheusUnavailable(f"Prometheus at {url} answered {resp.status_code} to {promql!r}: {resp.text[:200]}")
+    body = resp.json()
+    if body.get("status") != "success":
+        raise PrometheusUnavailable(f"Prometheus at {url} refused {promql!r}: {body.get('error')}")
+    return [(r["metric"], float(r["value"][1])) for r in body["data"]["result"]]
+
+
+def query(url: str, promql: str, timeout: float = 5.0) -> float | None:
+    """One instant query for a single number; None when it returns no series (no data) or NaN."""
+    result = query_vector(url, promql, timeout)
+    if not result:
+        return None
+    value = result[0][1]
+    return None if math.isnan(value) else value
+
+
+def served_versions(url: str, model: str) -> list[str]:
+    """The versions that scraped servers of model say they serve by default right now."""
+    return sorted({labels.get("version", "?") for labels, value in query_vector(url, f'modelcd_serving_info{{model="{model}"}} == 1')})
+
+
+@dataclass(frozen=True)
+class SloVerdict:
+    outcome: str
+    values: dict[str, float | None]
+    reasons: list[str] = field(default_factory=list)
+    queries: dict[str, str] = field(default_factory=dict)
+
+
+def judge_slo(values: dict[str, float | None], policy: SloPolicy) -> SloVerdict:
+    """fail when any measured value breaks its threshold; inconclusive with too few samples or missing values."""
+    samples = values.get("samples") or 0.0
+    if samples < policy.min_samples:
+        return SloVerdict(INCONCLUSIVE, values, [f"{samples:.0f} requests in the last {policy.window}, fewer than the {policy.min_samples} needed"])
+    limits = {"p99_latency_ms": policy.p99_latency_ms, "error_ratio": policy.max_error_ratio, "nan_ratio": policy.max_nan_ratio}
+    broken = [f"{name} {values[name]:.4g} > {limit:.4g}" for name, limit in limits.items() if values.get(name) is not None and values[name] > limit]
+    if broken:
+        return SloVerdict(FAIL, values, broken)
+    missing = [name for name in limits if values.get(name) is None]
+    if missing:
+        return SloVerdict(INCONCLUSIVE, values, [f"no data for {', '.join(missing)}"])
+    return SloVerdict(PASS, values, [])
+
+
+def evaluate_slo(url: str, model: str, version: str, policy: SloPolicy) -> SloVerdict:
+    """Query and judge one production version; raises PrometheusUnavailable when Prometheus cannot answer."""
+    queries = slo_queries(model, version, policy.window)
+    values = {name: query(url, promql) for name, promql in queries.items()}
+    verdict = judge_slo(values, policy)
+    reasons = list(verdict.reasons)
+    if not values.get("samples"):
+        serving = served_versions(url, model)
+        if serving and version not in serving:
+            reasons.append(f"the servers serve version {', '.join(serving)}, not production {version}: its load may have been refused (see the server log)")
+    return SloVerdict(verdict.outcome, verdict.values, reasons, queries)

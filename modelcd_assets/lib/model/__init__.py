@@ -1,0 +1,1 @@
+"""Torch-side model code: loading, merging LoRA adapters, training, FP32 export and the health probe."""

@@ -1,0 +1,82 @@
+"""Fine-tuning sequence classifiers: LoRA adapters with peft, or every weight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from modelcd_assets.lib.model.config import labels_of
+from modelcd_assets.lib.model.model_io import copy_tokenizer, load_classifier, load_tokenizer
+from modelcd_assets.lib.splits import Example
+
+
+@dataclass(frozen=True)
+class Training:
+    steps: int = 200
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    rank: int = 8
+    alpha: int = 16
+    max_length: int = 64
+    seed: int = 0
+    label_noise: float = 0.0  # extra labels flipped at training time, to make a deliberately worse model
+
+
+def _fit(model, base_dir: Path, train: list[Example], cfg: Training, desc: str) -> None:
+    rng = np.random.default_rng(cfg.seed)
+    labels = labels_of(base_dir)
+    label_id = {name: i for i, name in enumerate(labels)}
+    y = np.array([label_id[ex.label] for ex in train])
+    flip = rng.random(len(y)) < cfg.label_noise
+    y[flip] = (y[flip] + rng.integers(1, len(labels), flip.sum())) % len(labels)
+    tok = load_tokenizer(base_dir)
+    model.train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10) * max(0.05, 1 - s / max(1, cfg.steps)))
+    texts = [ex.text for ex in train]
+    order, pos = rng.permutation(len(texts)), 0
+    bar = tqdm(range(cfg.steps), desc=desc, unit="step")
+    for _ in bar:
+        if pos + cfg.batch_size > len(order):
+            order, pos = rng.permutation(len(texts)), 0
+        idx = order[pos : pos + cfg.batch_size]
+        pos += cfg.batch_size
+        enc = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=cfg.max_length, return_tensors="pt")
+        out = model(**enc, labels=torch.from_numpy(y[idx]))
+        out.loss.backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        bar.set_postfix(loss=f"{out.loss.item():.3f}")
+    model.eval()
+
+
+def train_adapter(base_dir: Path, train: list[Example], out_dir: Path, cfg: Training, base_uri: str, desc: str = "training adapter") -> Path:
+    """Train a LoRA adapter on train and save it (safetensors) declaring base_uri as its base."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    torch.manual_seed(cfg.seed)
+    model = get_peft_model(
+        load_classifier(base_dir),
+        LoraConfig(task_type=TaskType.SEQ_CLS, r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=0.05, target_modules=["query", "value"]),
+    )
+    _fit(model, base_dir, train, cfg, desc)
+    model.peft_config["default"].base_model_name_or_path = base_uri
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    return Path(out_dir)
+
+
+def train_classifier(base_dir: Path, train: list[Example], out_dir: Path, cfg: Training, desc: str = "fine-tuning") -> Path:
+    """Fine-tune every weight of base_dir and save a full model folder (safetensors plus tokenizer)."""
+    torch.manual_seed(cfg.seed)
+    model = load_classifier(base_dir)
+    _fit(model, base_dir, train, cfg, desc)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    copy_tokenizer(base_dir, Path(out_dir))
+    return Path(out_dir)

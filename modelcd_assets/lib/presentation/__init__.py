@@ -1,0 +1,1 @@
+"""Presentation: terminal tables and the small plots embedded in Dagster metadata."""

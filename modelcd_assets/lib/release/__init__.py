@@ -1,0 +1,1 @@
+"""Release: the registry, candidate records, calibration sets and revisions, rollback, signatures, attestations, and the one reader of servability."""

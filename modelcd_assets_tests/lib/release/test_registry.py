@@ -1,0 +1,174 @@
+"""The MLflow registry client against a real SQLite-backed MLflow."""
+
+import pytest
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
+
+from modelcd_assets.lib.errors import BadCandidate, ModelcdError, RegistryUnavailable, Superseded
+from modelcd_assets.lib.release.registry import CONTENT, KIND, PREVIOUS_PRODUCTION, PROMOTION, CandidateRef
+
+
+def test_register_fetch_and_alias(modelcd_env, tiny_base, tmp_path):
+    reg = modelcd_env.registry
+    ref = reg.register(tiny_base, "m")
+    assert ref == CandidateRef("m", "1") and ref.key == "m:1"
+    tags = reg.tags(ref)
+    assert tags[KIND] == "full" and len(tags[CONTENT]) == 64
+    got = reg.fetch(ref, tmp_path / "fetched")
+    assert (got / "model.safetensors").read_bytes() == (tiny_base / "model.safetensors").read_bytes()
+    assert reg.production("m") is None
+    assert reg.move_production(ref, {"why": "test"}, expected=None) is None
+    assert reg.production("m") == ref
+    ref2 = reg.register(tiny_base, "m")
+    assert reg.move_production(ref2, {"why": "test"}, expected=ref) == ref
+    assert reg.tags(ref2)["modelcd.previous_production"] == "1"
+    assert reg.versions("m") == [ref, ref2]
+    assert reg.candidate_models() == ["m"]
+
+
+def test_fetch_refuses_files_changed_after_registration(modelcd_env, tiny_base, tmp_path):
+    reg = modelcd_env.registry
+    ref = reg.register(tiny_base, "m")
+    source = reg.version(ref).source.removeprefix("file://")
+    with open(f"{source}/config.json", "a") as f:
+        f.write(" ")
+    with pytest.raises(BadCandidate, match="config.json' \\(contents changed\\)"):
+        reg.fetch(ref, tmp_path / "fetched")
+
+
+def test_adapter_needs_a_registered_base(modelcd_env, tiny_adapters):
+    reg = modelcd_env.registry
+    with pytest.raises(ModelcdError, match="models:/tiny-base/1 is not in the registry"):
+        reg.register(tiny_adapters["good"], "m")
+
+
+def test_role_clash_and_bad_references(modelcd_env, tiny_base):
+    reg = modelcd_env.registry
+    reg.register(tiny_base, "b", role="base")
+    with pytest.raises(ModelcdError, match="is a base model, not a candidate"):
+        reg.register(tiny_base, "b")
+    with pytest.raises(ModelcdError, match="expected NAME:VERSION"):
+        CandidateRef.parse("no-version")
+    with pytest.raises(ModelcdError, match="expected models:/NAME/VERSION"):
+        CandidateRef.from_uri("hf://x")
+    with pytest.raises(ModelcdError, match="not in the registry"):
+        reg.version(CandidateRef("b", "7"))
+
+
+@pytest.mark.parametrize("fault", [MlflowException("database is locked", error_code=INTERNAL_ERROR), ConnectionError("connection refused")])
+def test_a_registry_error_is_not_no_production(modelcd_env, tiny_base, monkeypatch, fault):
+    reg = modelcd_env.registry
+    ref = reg.register(tiny_base, "m")
+    reg.move_production(ref, {"why": "test"}, expected=None)
+
+    def broken(name):
+        raise fault
+
+    monkeypatch.setattr(reg.client, "get_registered_model", broken)
+    with pytest.raises(RegistryUnavailable, match="could not read the production alias of 'm'.*nothing was decided"):
+        reg.production("m")
+
+
+def test_only_the_registry_saying_so_means_no_production(modelcd_env, tiny_base):
+    reg = modelcd_env.registry
+    assert reg.production("never-registered") is None
+    reg.register(tiny_base, "m")
+    assert reg.production("m") is None
+
+
+def test_promotion_is_compare_and_set(modelcd_env, tiny_base):
+    reg = modelcd_env.registry
+    v1, v2, v3 = (reg.register(tiny_base, "m") for _ in range(3))
+    reg.move_production(v1, {"why": "test"}, expected=None)
+    reg.move_production(v2, {"why": "judged against 1"}, expected=v1)
+    with pytest.raises(Superseded, match="production of m moved from 1 to 2 while models:/m/3 was gated; re-gate it against 2"):
+        reg.move_production(v3, {"why": "judged against 1"}, expected=v1)
+    assert reg.production("m") == v2
+    assert PROMOTION not in reg.tags(v3) and PREVIOUS_PRODUCTION not in reg.tags(v3)
+
+
+def test_promoting_what_is_already_production_keeps_the_chain(modelcd_env, tiny_base):
+    """A re-gate after a crash past the alias move must not record the version as its own previous production."""
+    reg = modelcd_env.registry
+    v1, v2 = reg.register(tiny_base, "m"), reg.register(tiny_base, "m")
+    reg.move_production(v1, {"why": "test"}, expected=None)
+    reg.move_production(v2, {"why": "first"}, expected=v1)
+    assert reg.move_production(v2, {"why": "again"}, expected=v2) == v2
+    assert reg.tags(v2)[PREVIOUS_PRODUCTION] == "1" and "first" in reg.tags(v2)[PROMOTION]
+
+
+@pytest.fixture
+def closed_registry(modelcd_env, monkeypatch):
+    """A Registry on a tracking URI nothing listens on (a port bound and closed), with MLflow's HTTP retries off."""
+    from modelcd_assets.lib.release.registry import Registry
+    from modelcd_assets_tests.conftest import closed_port_uri
+
+    return Registry(closed_port_uri(monkeypatch), modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"])
+
+
+@pytest.mark.parametrize("call, what", [
+    (lambda reg, art: reg.version(CandidateRef("m", "1")), "could not read models:/m/1"),
+    (lambda reg, art: reg.tags(CandidateRef("m", "1")), "could not read models:/m/1"),
+    (lambda reg, art: reg.register(art, "m"), "could not read registered model 'm'"),
+    (lambda reg, art: reg.calibration_of("m"), "could not read the calibration set of 'm'"),
+    (lambda reg, art: reg.candidate_models(), "could not list the registered models"),
+    (lambda reg, art: reg.require_candidate_model("m"), "could not list the registered models"),
+])
+def test_a_registry_on_a_closed_port_is_unavailable_not_a_missing_version(closed_registry, tiny_base, call, what):
+    """Issue 17: 'not in the registry' (exit 2, bad input) only when the registry answers so; no answer decides nothing."""
+    with pytest.raises(RegistryUnavailable) as e:
+        call(closed_registry, tiny_base)
+    message = str(e.value)
+    assert message.startswith(f"{what} from http://user:***@127.0.0.1:") or message.startswith(f"{what} in http://user:***@127.0.0.1:"), message
+    assert message.endswith("retry when the registry answers") and "secret" not in message
+
+
+@pytest.mark.parametrize("fault, shown", [
+    (MlflowException("database is locked", error_code=INTERNAL_ERROR), "database is locked"),
+    (ConnectionError("connection refused"), "ConnectionError: connection refused"),
+])
+def test_only_resource_does_not_exist_means_a_version_is_missing(modelcd_env, tiny_base, monkeypatch, fault, shown):
+    reg = modelcd_env.registry
+    ref = reg.register(tiny_base, "m")
+
+    def broken(name, version):
+        raise fault
+
+    monkeypatch.setattr(reg.client, "get_model_version", broken)
+    with pytest.raises(RegistryUnavailable) as e:
+        reg.version(ref)
+    assert str(e.value) == (f"could not read models:/m/1 from {reg.shown_uri}: {shown}; "
+                            "nothing was decided, retry when the registry answers")
+    monkeypatch.undo()
+    with pytest.raises(ModelcdError, match=r"models:/m/2 is not in the registry at .*; check the name and version with 'modelcd status'"):
+        reg.version(CandidateRef("m", "2"))
+
+
+def test_a_registry_error_reading_the_model_never_creates_it(modelcd_env, tiny_base, monkeypatch):
+    """_ensure_registered created the model on any error; on a database error that is a write decided on no answer."""
+    reg = modelcd_env.registry
+    reg.register(tiny_base, "b", role="base")
+    created = []
+
+    def broken(name):
+        raise MlflowException("database is locked", error_code=INTERNAL_ERROR)
+
+    monkeypatch.setattr(reg.client, "get_registered_model", broken)
+    monkeypatch.setattr(reg.client, "create_registered_model", lambda *a, **k: created.append(a))
+    with pytest.raises(RegistryUnavailable, match=r"^could not read registered model 'b' from .*: database is locked; nothing was registered"):
+        reg.register(tiny_base, "b")
+    assert created == []
+    assert reg.versions("b") == [CandidateRef("b", "1")]
+
+
+def test_a_registry_error_listing_models_is_not_no_models(modelcd_env, monkeypatch):
+    reg = modelcd_env.registry
+
+    def broken(**kwargs):
+        raise MlflowException("database is locked", error_code=INTERNAL_ERROR)
+
+    monkeypatch.setattr(reg.client, "search_registered_models", broken)
+    with pytest.raises(RegistryUnavailable, match=r"^could not list the registered models in .*: database is locked; nothing was decided"):
+        reg.candidate_models()
+    with pytest.raises(RegistryUnavailable):
+        reg.require_candidate_model("m")
