@@ -36,7 +36,7 @@ from modelcd_assets.lib.inference.runtime import feeds_for, logits, session
 from modelcd_assets.lib.inference.tokens import TextEncoder
 from modelcd_assets.lib.model.export import export_onnx
 from modelcd_assets.lib.model.model_io import merge_adapter
-from modelcd_assets.lib.splits import read_split
+from modelcd_assets.lib.splits import read_split, split_path
 
 RESULTS = Path(__file__).parent / "results" / "adapter_designs.json"
 PREFIX = "base_model.model."
@@ -182,7 +182,7 @@ def main() -> int:
     data, base, good = found.data, found.base, found.adapter
     cfg = json.loads((good / "adapter_config.json").read_text())
     hidden = int(json.loads((base / "config.json").read_text())["hidden_size"])
-    texts = [e.text for e in read_split(data / "evaluation.jsonl")][: args.texts]
+    texts = [e.text for e in read_split(split_path(data, "evaluation"))][: args.texts]
     result: dict = {"machine": machine(), "adapters": args.adapters, "texts": len(texts)}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

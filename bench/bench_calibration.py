@@ -27,7 +27,7 @@ from modelcd_assets.lib.inference.runtime import logits, session
 from modelcd_assets.lib.inference.tokens import encode
 from modelcd_assets.lib.model.export import export_onnx
 from modelcd_assets.lib.model.model_io import merge_adapter
-from modelcd_assets.lib.splits import read_split
+from modelcd_assets.lib.splits import read_split, split_path
 
 RESULTS = Path(__file__).parent / "results" / "calibration.json"
 
@@ -61,9 +61,9 @@ def main() -> int:
         merge_adapter(base, adapter, merged)
         export_onnx(merged, tmp / "model.onnx")
         optimize_transformer(tmp / "model.onnx", tmp / "opt.onnx", merged / "config.json")
-        feeds = encode(merged, [e.text for e in read_split(data / "evaluation.jsonl")])
+        feeds = encode(merged, [e.text for e in read_split(split_path(data, "evaluation"))])
         fp32 = logits(session(tmp / "opt.onnx"), feeds)
-        for name, texts in splits([e.text for e in read_split(data / "calibration.jsonl")]).items():
+        for name, texts in splits([e.text for e in read_split(split_path(data, "calibration"))]).items():
             out = quantize_static_int8(tmp / "opt.onnx", tmp / "static.onnx", encode(merged, texts))
             int8 = logits(session(out), feeds)
             rows.append({"calibration": name, "texts": len(texts), "top1_agreement": float(np.mean(int8.argmax(1) == fp32.argmax(1))),

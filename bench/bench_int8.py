@@ -35,7 +35,7 @@ from modelcd_assets.lib.inference.tokens import BATCH, MAX_LENGTH, TextEncoder, 
 from modelcd_assets.lib.model.config import labels_of
 from modelcd_assets.lib.model.export import export_onnx
 from modelcd_assets.lib.model.model_io import load_classifier, merge_adapter
-from modelcd_assets.lib.splits import read_split
+from modelcd_assets.lib.splits import read_split, split_path
 
 RESULTS = Path(__file__).parent / "results" / "int8.json"
 FEEDING = {"one text per call, no padding": "single", f"batches of {BATCH} padded to {MAX_LENGTH}": "fixed",
@@ -66,13 +66,13 @@ def main() -> int:
         fp32 = export_onnx(merged, tmp / "model.onnx")
         fused = optimize_transformer(fp32, tmp / "opt.onnx", merged / "config.json")
         enc = TextEncoder(merged)
-        calib = enc.encode([e.text for e in read_split(data / "calibration.jsonl")])
+        calib = enc.encode([e.text for e in read_split(split_path(data, "calibration"))])
         paths = {
             "ORT FP32": fp32,
             "ORT INT8 static": quantize_static_int8(tmp / "opt.onnx", tmp / "static.onnx", calib),
             "ORT INT8 dynamic": quantize_dynamic_int8(tmp / "opt.onnx", tmp / "dynamic.onnx"),
         }
-        evaluation = read_split(data / "evaluation.jsonl")
+        evaluation = read_split(split_path(data, "evaluation"))
         eval_feeds = enc.encode([e.text for e in evaluation])
         truth = label_ids([e.label for e in evaluation], labels_of(merged))
         models = {name: OnnxModel(p) for name, p in paths.items()}

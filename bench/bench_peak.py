@@ -32,7 +32,7 @@ from modelcd_assets.lib.inference.tokens import BATCH, TextEncoder, buckets
 from modelcd_assets.lib.operations.settings import apply_local_defaults
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CandidateRef
-from modelcd_assets.lib.splits import read_split
+from modelcd_assets.lib.splits import read_split, split_path
 
 RESULTS = Path(__file__).parent / "results"
 SIZES = (1024, 2048, 3072)
@@ -140,7 +140,7 @@ def main() -> int:
     record = CandidateRecord.of(Path(env["MODELCD_HOME"]), CandidateRef(name, version))
     artifact = record.chosen_int8()
     macs, counts = int_macs_per_token(artifact)
-    texts = [e.text for e in read_split(Path(env["MODELCD_DATA"]) / "evaluation.jsonl")]
+    texts = [e.text for e in read_split(split_path(Path(env["MODELCD_DATA"]), "evaluation"))]
     mean_tokens = float(np.mean(TextEncoder(record.build.merged).lengths(texts)))
     ops_per_request = 2 * macs * mean_tokens
     peaks = {str(n): peak_int_ops_per_s(n) for n in SIZES}

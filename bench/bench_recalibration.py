@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from modelcd_assets.lib.judging.policy import policy_path
+
 RESULTS = Path(__file__).parent / "results" / "recalibration.json"
 MODEL = "recal"
 POLICIES = {
@@ -92,7 +94,7 @@ def _scenario(which: str, work: Path) -> dict:
 
     env = apply_local_defaults()
     data = write_splits(Path(env["MODELCD_DATA"]))
-    (Path(env["MODELCD_POLICY_DIR"]) / f"{MODEL}.yaml").write_text(POLICIES[which])
+    policy_path(Path(env["MODELCD_POLICY_DIR"]), MODEL).write_text(POLICIES[which])
     reg = Registry.from_env()
     if not reg.keys.private.exists():  # a fresh state folder signs with a key pair of its own, as 'modelcd keys init' makes it
         init_keys(reg.keys)

@@ -36,7 +36,7 @@ from modelcd_assets.lib.operations.settings import apply_local_defaults
 from modelcd_assets.lib.release import servable
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CandidateRef, Registry
-from modelcd_assets.lib.splits import read_split
+from modelcd_assets.lib.splits import read_split, split_path
 
 TOKEN = "bench-admin-token"
 RESULTS = Path(__file__).parent / "results" / "serving.json"
@@ -198,7 +198,7 @@ def main() -> int:
     state = Path(env["MODELCD_HOME"])
     reg = Registry.from_env()
     record, other = pick_versions(reg, state, args.name)
-    texts = [ex.text for ex in read_split(Path(env["MODELCD_DATA"]) / "evaluation.jsonl")]
+    texts = [ex.text for ex in read_split(split_path(Path(env["MODELCD_DATA"]), "evaluation"))]
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-serving-{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)
     print(f"{args.name}: production {record.version} ({record.quantization()['chosen']} INT8), swapping with {other}; logs in {tmp}", flush=True)

@@ -22,7 +22,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-EVALUATION = Path(os.environ.get("MODELCD_DATA", ".modelcd/data")) / "evaluation.jsonl"
+from modelcd_assets.lib.splits import split_path
+
+EVALUATION = split_path(Path(os.environ.get("MODELCD_DATA", ".modelcd/data")), "evaluation")
 METRICS = ("requests", "errors", "requests_per_s", "texts_per_s", "p50_ms", "p90_ms", "p99_ms")
 
 

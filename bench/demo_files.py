@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelcd_assets.lib.judging.policy import policy_path
 from modelcd_assets.lib.operations.settings import apply_local_defaults
 
 
@@ -38,11 +39,11 @@ def new_demo_model(kind: str) -> tuple[str, str, DemoFiles] | None:
     found = demo_files()
     if found is None:
         return None
-    policy = Path(apply_local_defaults()["MODELCD_POLICY_DIR"]) / f"{MODEL_NAME}.yaml"
+    policy = policy_path(Path(apply_local_defaults()["MODELCD_POLICY_DIR"]), MODEL_NAME)
     if not policy.is_file():
         print(f"{policy} is missing; run 'make demo' first", file=sys.stderr)
         return None
     stamp = time.strftime("%Y%m%d%H%M%S")
     name = f"{MODEL_NAME}-{kind}-{stamp}"
-    shutil.copy(policy, policy.with_name(f"{name}.yaml"))
+    shutil.copy(policy, policy_path(policy.parent, name))
     return name, stamp, found

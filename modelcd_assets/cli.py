@@ -261,7 +261,7 @@ def cmd_faults_run(args) -> int:
     if args.controls < 0:
         raise ModelcdError("--controls must be 0 or more")
     report = run_selftest(args.name, dict(os.environ), only=args.only, identical_controls=args.controls - args.controls // 2,
-                          retrained_controls=args.controls // 2, training=GOOD, under_load=not args.no_load, keep=args.keep, progress=True)
+                          retrained_controls=args.controls // 2, training=GOOD, under_load=not args.no_load, keep=args.keep, progress=not args.no_progress)
     print()
     print(report.render())
     if args.json:
@@ -347,6 +347,7 @@ def parser() -> argparse.ArgumentParser:
     fr.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     fr.add_argument("--no-load", action="store_true", help="gate the controls without a server under load beside them")
     fr.add_argument("--keep", action="store_true", help="keep the sandbox folder (its Dagster instance and registry) for inspection")
+    fr.add_argument("--no-progress", action="store_true", help="no progress bars: plain lines, for a log (the gate_selftest asset runs it so)")
     fr.set_defaults(func=cmd_faults_run)
     return p
 

@@ -10,6 +10,7 @@ from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun, run_gate
 from modelcd_assets.lib.demo.recipes import GOOD, WORSE, WORSE_TRAIN_EXAMPLES
 from modelcd_assets.lib.demo.tickets import LABELS, write_splits
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
+from modelcd_assets.lib.judging.policy import policy_path
 from modelcd_assets.lib.model.base_model import prepare_minilm_base
 from modelcd_assets.lib.model.training import train_adapter
 from modelcd_assets.lib.presentation.report import table
@@ -77,7 +78,7 @@ def main() -> int:
         print(f"signing key pair created: {reg.keys.private}, {reg.keys.public}")
     splits = write_splits(Path(os.environ["MODELCD_DATA"]))
     print(f"data: synthetic support tickets, {', '.join(f'{k} {len(read_split(v))}' for k, v in splits.items())}")
-    policy_file = Path(os.environ["MODELCD_POLICY_DIR"]) / f"{MODEL_NAME}.yaml"
+    policy_file = policy_path(Path(os.environ["MODELCD_POLICY_DIR"]), MODEL_NAME)
     if not policy_file.exists():
         policy_file.write_text(POLICY)
     base_dir = prepare_minilm_base(home / "work" / "base", list(LABELS))

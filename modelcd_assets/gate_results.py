@@ -1,4 +1,4 @@
-"""The one reader of gate results: promotion, rollback, `modelcd status`, the server's admin API and the benches decide from it.
+"""The one reader of gate results: promotion, `modelcd status` and `modelcd verdict`, the Python API and the benches decide from it.
 
 A result counts only if it was evaluated on the candidate's current lineage, all the way up: the check targeted the
 latest materialization of the asset it guards, and every asset upstream was built from its parents' latest versions.
@@ -54,14 +54,20 @@ class GateGraph:
         partitioned: set[dg.AssetKey] = set()
         blocking: dict[dg.AssetCheckKey, bool] = {}
         for d in (*definitions.assets, *definitions.asset_checks):
-            if not isinstance(d, dg.AssetsDefinition):
-                raise TypeError(f"{d!r} in the code location is not an AssetsDefinition; the gate graph reads assets and checks only as such")
-            for key, deps in d.asset_deps.items():
-                parents[key] = frozenset(deps)
-                if d.partitions_def is not None:
+            if isinstance(d, dg.AssetsDefinition):
+                deps, partitions = d.asset_deps, d.partitions_def
+                for spec in d.check_specs:
+                    blocking[spec.key] = spec.blocking
+            elif isinstance(d, dg.AssetSpec):  # an asset declared, not materialized here
+                deps, partitions = {d.key: {dep.asset_key for dep in d.deps}}, d.partitions_def
+            elif isinstance(d, dg.SourceAsset):
+                deps, partitions = {d.key: set()}, d.partitions_def
+            else:
+                raise TypeError(f"the code location holds {d!r}, which the gate graph cannot read; define it as an asset, an AssetSpec or a check")
+            for key, upstream in deps.items():
+                parents[key] = frozenset(upstream)
+                if partitions is not None:
                     partitioned.add(key)
-            for spec in d.check_specs:
-                blocking[spec.key] = spec.blocking
         return cls(parents, frozenset(partitioned), blocking)
 
     def ancestors(self, key: dg.AssetKey) -> set[dg.AssetKey]:
@@ -79,8 +85,8 @@ class GateGraph:
         levels: dict[dg.AssetKey, int] = {}
 
         def level(k: dg.AssetKey) -> int:
-            if k not in levels:
-                levels[k] = 1 + max((level(p) for p in self.parents.get(k, ()) if p in self.parents), default=-1)
+            if k not in levels:  # a parent defined nowhere here is a root, at level 0, as in Dagster's graph
+                levels[k] = 1 + max((level(p) for p in self.parents.get(k, ())), default=-1)
             return levels[k]
 
         return sorted(keys, key=lambda k: (level(k), k))

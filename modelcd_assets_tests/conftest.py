@@ -29,7 +29,7 @@ from modelcd_assets.lib.release.signing import SIGNING_KEY_ENV, VERIFY_KEY_ENV, 
 # FP32-equivalent models may get different variants (the fastest differs), and on a 2-layer model that alone moves
 # accuracy by ~0.4 points. An inconclusive throughput verdict passes: on a loaded 2-core machine a clean candidate's CI
 # can straddle the threshold, and that is not what those modules test (the inconclusive path is tested in
-# lib/test_gates.py); a clearly slow candidate still fails (test_gated_pipeline's crafted 'slow' case).
+# lib/judging/test_gates.py); a clearly slow candidate still fails (test_gated_pipeline's crafted 'slow' case).
 TINY_GATED_POLICY = "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n"
 
 

@@ -12,7 +12,7 @@ from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.release.registry import CONTENT, KIND, ROLE, CandidateRef
 from modelcd_assets.lib.release.signing import SIGNATURE_FILE, sign_folder
 from modelcd_assets.resources.registry import MlflowRegistryResource
-from modelcd_assets_tests.lib.test_safety import _onnx_naming, plant_pickle
+from modelcd_assets_tests.lib.judging.test_safety import _onnx_naming, plant_pickle
 
 
 def _register_outside_modelcd(reg, folder, name, signed: bool = False):
@@ -75,7 +75,7 @@ def test_size_limit_comes_from_the_policy(modelcd_env, tiny_base, capsys):
 
 def test_a_pickle_named_as_onnx_external_data_is_refused_at_registration(modelcd_env, tiny_base, tmp_path, capsys):
     """Issue 17: an ONNX graph naming a file as its external data exempted that file from every content check
-    (artifact_is_safe runs the same scan, lib/test_safety.py)."""
+    (artifact_is_safe runs the same scan, lib/judging/test_safety.py)."""
     marker = tmp_path / "pwned"
     evil = shutil.copytree(tiny_base, tmp_path / "evil")
     plant_pickle(evil, marker, "weights.data")

@@ -12,6 +12,7 @@ from modelcd_assets.launch import BLOCKED, PROMOTED, run_gate
 from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.inference.builds import read_json
 from modelcd_assets.lib.inference.quantize import artifact_id
+from modelcd_assets.lib.layout import StateLayout
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import PRODUCTION
 from modelcd_assets_tests.conftest import TINY_GATED_POLICY, module_state_fixtures
@@ -261,7 +262,7 @@ def test_status_shows_what_promotion_would_decide_after_a_rebuild(env, instance,
     record = record_of(env, prod)
     assert previous not in ("", prod.version) and (record.production_version, record.regated_production) == (previous, True)
     assert record.baseline_ref == prod  # what promotion's compare-and-set expects: the alias, at the candidate itself
-    assert read_json(env.home / "candidates" / MODEL / prod.version / "benchmark.json")["production"] == f"{MODEL}:{previous}"
+    assert read_json(StateLayout(env.home).candidate(prod).benchmark)["production"] == f"{MODEL}:{previous}"
     assert production(env) == prod and env.registry.tags(prod)["modelcd.previous_production"] == previous
     assert main(["status", MODEL]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(f"{prod.version} "))

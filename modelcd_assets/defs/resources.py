@@ -1,5 +1,6 @@
-"""The only place resources are bound: every location comes from the environment, or, where a variable is unset, from the
-embedded defaults the CLI uses (lib/operations/settings.location_defaults), so plain `dagster` commands in the repo work too."""
+"""Where every configured resource is bound (definitions.py adds only the gate_graph it derives): every location comes from the
+environment, or, where a variable is unset, from the embedded defaults the CLI uses (lib/operations/settings.location_defaults),
+so plain `dagster` commands in the repo work too."""
 
 import dagster as dg
 

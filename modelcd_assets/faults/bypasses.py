@@ -24,12 +24,12 @@ from modelcd_assets.faults.outcomes import ERROR, GOT_THROUGH, NEVER_SERVED, REJ
 from modelcd_assets.faults.sandbox import Sandbox
 from modelcd_assets.launch import PROMOTED
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.judging.policy import Policy, load_policy, policy_file
+from modelcd_assets.lib.judging.policy import Policy, policy_for, policy_path
 from modelcd_assets.lib.release import attestation, servable
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import PRODUCTION, CandidateRef
 from modelcd_assets.lib.release.signing import Keys, init_keys
-from modelcd_assets.lib.splits import read_split
+from modelcd_assets.lib.splits import read_split, split_path
 
 # The server under test follows the alias every half second and samples no traffic into the sandbox's state.
 SERVER_POLICY = {"serving": {"poll_seconds": 0.5, "sample_ratio": 0.0}}
@@ -37,7 +37,7 @@ READY_TIMEOUT = 120.0
 
 
 def _policy(sb: Sandbox) -> Policy:
-    return load_policy(policy_file(Path(sb.env["MODELCD_POLICY_DIR"]), sb.name))
+    return policy_for(Path(sb.env["MODELCD_POLICY_DIR"]), sb.name)
 
 
 def _refusal(sb: Sandbox, ref: CandidateRef) -> str | None:
@@ -171,7 +171,7 @@ def model_deleted_and_recreated(sb: Sandbox) -> Outcome:
     name = f"{sb.name}-recreated"  # never the sandbox's model: its production stays
     policies = Path(sb.env["MODELCD_POLICY_DIR"])
     if sb.policy_path.is_file():
-        shutil.copy2(sb.policy_path, policies / f"{name}.yaml")
+        shutil.copy2(sb.policy_path, policy_path(policies, name))
     try:
         old = sb.register(identical(sb.prod, sb.work / "recreated-old"), name)
         run = sb.gate(old)
@@ -191,7 +191,7 @@ def model_deleted_and_recreated(sb: Sandbox) -> Outcome:
     finally:
         with contextlib.suppress(Exception):
             sb.registry.client.delete_registered_model(name)
-        (policies / f"{name}.yaml").unlink(missing_ok=True)
+        (policy_path(policies, name)).unlink(missing_ok=True)
     if refused is None or refused_copy is None:
         return Outcome(GOT_THROUGH, detail=f"servable.check accepted the re-created {new.uri} on the old version's verdict"
                                            + (" copied over" if refused is not None else ""))
@@ -224,7 +224,7 @@ def attestation_forged_with_another_key(sb: Sandbox) -> Outcome:
 def oversized_requests(sb: Sandbox) -> Outcome:
     """Requests over serving.max_body_bytes, max_text_chars and max_texts sent between normal ones to the server of production."""
     limits = _policy(sb).serving
-    texts = [ex.text for ex in read_split(sb.data / "evaluation.jsonl")[:8]]
+    texts = [ex.text for ex in read_split(split_path(sb.data, "evaluation"))[:8]]
     oversized = [
         {"content": json.dumps({"texts": ["x" * (limits.max_body_bytes + 1)]}).encode(), "headers": {"content-type": "application/json"}},
         {"json": {"texts": [texts[0], "é" * (limits.max_text_chars + 1)]}},

@@ -116,13 +116,13 @@ def calibration_collapses(sb: Sandbox) -> tuple[bool, str]:
     from modelcd_assets.lib.inference.quantize import optimize_transformer, quantize_static_int8
     from modelcd_assets.lib.inference.tokens import encode
     from modelcd_assets.lib.judging.gates import FAIL, judge_fidelity
-    from modelcd_assets.lib.judging.policy import load_policy, policy_file
+    from modelcd_assets.lib.judging.policy import policy_for
     from modelcd_assets.lib.release.candidate import CandidateRecord
-    from modelcd_assets.lib.splits import read_split
+    from modelcd_assets.lib.splits import read_split, split_path
 
     build = CandidateRecord.of(sb.home, sb.production).build
-    floor = load_policy(policy_file(Path(sb.env["MODELCD_POLICY_DIR"]), sb.name)).int8_fidelity
-    texts = [ex.text for ex in read_split(sb.data / "evaluation.jsonl")]
+    floor = policy_for(Path(sb.env["MODELCD_POLICY_DIR"]), sb.name).int8_fidelity
+    texts = [ex.text for ex in read_split(split_path(sb.data, "evaluation"))]
     with tempfile.TemporaryDirectory(dir=sb.work) as tmp:
         fused = build.optimized
         if not fused.is_file():  # production's build made only a variant that needed no fusion of its own

@@ -18,7 +18,7 @@ from modelcd_assets.faults.sandbox import Sandbox, open_sandbox
 from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.model.training import Training
 from modelcd_assets.lib.release.registry import Registry
-from modelcd_assets.lib.splits import read_split
+from modelcd_assets.lib.splits import read_split, split_path
 
 CONTROL_SEEDS = 100  # retrained control i trains with seed CONTROL_SEEDS + i (the demo's production used seed 0)
 LOAD_TEXTS = 256
@@ -78,7 +78,7 @@ def _control_candidates(sb: Sandbox, identical_n: int, retrained_n: int, trainin
     if retrained_n:
         from modelcd_assets.lib.model.training import train_adapter
 
-        train = read_split(sb.data / "train.jsonl")
+        train = read_split(split_path(sb.data, "train"))
         for i in range(1, retrained_n + 1):
             seed = CONTROL_SEEDS + i
             folder = train_adapter(sb.prod.base, train, sb.work / f"retrained-{i}", replace(training, seed=seed), sb.prod.base_uri,
@@ -118,7 +118,7 @@ def run_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: Trai
     if loaded:
         from modelcd_assets.faults.load import serving_under_load
 
-        texts = [ex.text for ex in read_split(sb.data / "evaluation.jsonl")[:LOAD_TEXTS]]
+        texts = [ex.text for ex in read_split(split_path(sb.data, "evaluation"))[:LOAD_TEXTS]]
         with serving_under_load(sb.env, sb.name, texts, sb.root / "serve-under-load.log") as stats:
             gate_all([c for c in controls if c[0] in loaded])
         load = {"requests": stats.requests, "errors": stats.errors}

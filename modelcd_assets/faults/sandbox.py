@@ -25,11 +25,12 @@ from modelcd_assets.faults.builders import Candidate, Production, random_reinit,
 from modelcd_assets.faults.outcomes import BAD_INPUT, ERROR, MANIFEST, PROMOTED, RUN_FAILED, SUPERSEDED, Outcome, blocked_by
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
-from modelcd_assets.lib.judging.policy import policy_for
+from modelcd_assets.lib.judging.policy import policy_for, policy_path
 from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.operations.settings import apply_local_defaults, local_defaults
 from modelcd_assets.lib.release.registry import BASE, CONTENT, EXPERIMENT, KIND, PROMOTION, SEMVER, SEMVER_DECLARED, TOKENIZER_CHANGE, CandidateRef, Registry
 from modelcd_assets.lib.release.signing import SIGNATURE_FILE, Keys, init_keys, sign_folder
+from modelcd_assets.lib.splits import split_path
 
 SANDBOX_REASON = {"fault_sandbox": "production restored after a fault class"}
 # Gate statuses that are no failure: a pass, nothing to judge, or never reached because an earlier gate blocked.
@@ -100,7 +101,7 @@ class Sandbox:
 
     @property
     def policy_path(self) -> Path:
-        return Path(self.env["MODELCD_POLICY_DIR"]) / f"{self.name}.yaml"
+        return policy_path(Path(self.env["MODELCD_POLICY_DIR"]), self.name)
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -194,7 +195,7 @@ class Sandbox:
     @contextlib.contextmanager
     def calibration(self, texts: list[str]) -> Iterator[None]:
         """The sandbox's calibration split replaced by texts while the block runs."""
-        path = self.data / "calibration.jsonl"
+        path = split_path(self.data, "calibration")
         saved = path.read_bytes()
         path.write_text("".join(json.dumps({"text": t, "label": "unknown"}) + "\n" for t in texts))
         try:
@@ -245,7 +246,7 @@ def open_sandbox(name: str, source_env: Mapping[str, str], root: Path, progress:
     init_keys(Keys.from_env(env))  # the sandbox signs and verifies with a key pair of its own, never the user's
     for split in Path(source_env["MODELCD_DATA"]).glob("*.jsonl"):
         shutil.copy2(split, Path(env["MODELCD_DATA"]) / split.name)
-    policy = Path(source_env["MODELCD_POLICY_DIR"]) / f"{name}.yaml"
+    policy = policy_path(Path(source_env["MODELCD_POLICY_DIR"]), name)
     if policy.is_file():
         shutil.copy2(policy, Path(env["MODELCD_POLICY_DIR"]) / policy.name)
     work = root / "work"

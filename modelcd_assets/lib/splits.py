@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def split_path(data_dir: Path, name: str) -> Path:
+    """Where a data folder keeps the split called name (evaluation, calibration, train, traffic_current, ...)."""
+    return Path(data_dir) / f"{name}.jsonl"
+
+
 @dataclass(frozen=True)
 class Example:
     text: str

@@ -11,6 +11,7 @@ from modelcd_assets.lib.layout import CandidateFiles, StateLayout
 from modelcd_assets.lib.release.calibration import CalibrationStore
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.splits import split_path
 
 
 class LocalStateResource(dg.ConfigurableResource):
@@ -31,16 +32,13 @@ class LocalStateResource(dg.ConfigurableResource):
         """Per-version reports and the fetched artifact."""
         return self.layout.candidate(ref)
 
-    def candidate_dir(self, ref: CandidateRef) -> Path:
-        return self.files(ref).dir
-
     def variant_decision(self, name: str, key: str) -> Path:
         """A registered model's INT8 variant choice for one base and calibration set (key), shared by its versions."""
         return self.layout.variant_decision(name, key)
 
     def record(self, ref: CandidateRef) -> CandidateRecord:
         """The candidate's record: its files, build, production baseline and effective policy."""
-        return CandidateRecord.load(self.candidate_dir(ref))
+        return CandidateRecord.of(self.root, ref)
 
     def cache_dir(self, kind: str) -> Path:
         """Content-addressed work shared by every candidate: bases, builds, tokenized inputs."""
@@ -55,7 +53,7 @@ class LocalStateResource(dg.ConfigurableResource):
         return self.calibration_sets().save(self.split("calibration"))
 
     def split(self, name: str) -> Path:
-        path = Path(self.data_dir).resolve() / f"{name}.jsonl"
+        path = split_path(Path(self.data_dir).resolve(), name)
         if not path.is_file():
             raise FileNotFoundError(f"data split {name!r} not found at {path}; run 'modelcd demo' or put a JSON-lines file with text and label there")
         return path

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from modelcd_assets.lib.judging.policy import load_policy, policy_file
+from modelcd_assets.lib.judging.policy import policy_for
 from modelcd_assets.lib.release.registry import Registry
 from modelcd_assets.serving.app import create_app
 from modelcd_assets.serving.pool import ServingPool
@@ -29,7 +29,7 @@ def app_from_env(model: str, workers: int = 2, environ: dict | None = None, *, c
     """The server for model, with the state folder, registry, policy and public key the rest of modelcd uses (no Dagster database:
     a version's signed attestation says whether it may be served)."""
     env = dict(os.environ if environ is None else environ)
-    policy = load_policy(policy_file(Path(env["MODELCD_POLICY_DIR"]), model))
+    policy = policy_for(Path(env["MODELCD_POLICY_DIR"]), model)
     registry = Registry.from_env(env)
     registry.require_candidate_model(model)
     # One intra-op thread per model call; concurrency comes from `workers` calls at once, so a swap's probe

@@ -47,3 +47,58 @@ def test_a_gated_run_the_sensor_launches_executes_in_process():
 
     job = defs().resolve_job_def("gate_candidate")
     assert job.partitioned_config.get_run_config_for_partition_key("any-model:1")["execution"] == {"config": {"in_process": {}}}
+
+
+def test_the_gate_graph_reads_the_code_location_as_dagster_does(modelcd_env):
+    """The gate_graph resource runs judge by, derived through Dagster's public API, against Dagster's own asset graph."""
+    import dagster as dg
+
+    from modelcd_assets.gate_results import PRODUCTION_KEY, GateGraph, required_gates
+
+    d = definitions()
+    graph, ours = d.resolve_asset_graph(), GateGraph.of(d)
+    upstream = graph.get_ancestor_asset_keys(PRODUCTION_KEY)
+    stage = {key: i for i, key in enumerate(graph.toposorted_asset_keys)}
+    expected = sorted((k for k in graph.asset_check_keys if k.asset_key in upstream and graph.get_check_spec(k).blocking),
+                      key=lambda k: (stage[k.asset_key], k.name))
+    assert required_gates(ours) == expected and len(expected) >= 15
+    assert ours.ancestors(PRODUCTION_KEY) == upstream
+    assert ours.pipeline_order(upstream) == [k for k in graph.toposorted_asset_keys if k in upstream]
+    for key in upstream:
+        assert ours.parents[key] == graph.get(key).parent_keys and (key in ours.partitioned) == graph.get(key).is_partitioned, key
+    with dg.build_resources({"gate_graph": d.resources["gate_graph"]}) as resources:  # what a run is handed is that same graph
+        assert resources.gate_graph == ours
+
+
+def test_the_gate_graph_orders_an_asset_below_one_declared_elsewhere_as_dagster_does():
+    """A parent declared only as an AssetSpec (or defined nowhere here) is a root at level 0, as in Dagster's graph."""
+    import dagster as dg
+
+    from modelcd_assets.gate_results import PRODUCTION_KEY, GateGraph, required_gates
+
+    outside = dg.AssetSpec("outside")
+
+    @dg.asset(deps=[outside])
+    def b():
+        pass
+
+    @dg.asset
+    def a():
+        pass
+
+    @dg.asset(deps=[a, b])
+    def production_model():
+        pass
+
+    @dg.asset_check(asset=b, blocking=True)
+    def b_ok():
+        return dg.AssetCheckResult(passed=True)
+
+    @dg.asset_check(asset=a, blocking=True)
+    def a_ok():
+        return dg.AssetCheckResult(passed=True)
+
+    d = dg.Definitions(assets=[outside, a, b, production_model], asset_checks=[a_ok, b_ok])
+    ours, graph = GateGraph.of(d), d.resolve_asset_graph()
+    assert ours.pipeline_order(ours.ancestors(PRODUCTION_KEY)) == [k for k in graph.toposorted_asset_keys if k != PRODUCTION_KEY]
+    assert [k.name for k in required_gates(ours)] == ["a_ok", "b_ok"]  # a is a root (level 0), b sits below outside (level 1)

@@ -10,7 +10,9 @@ from modelcd_assets.lib.layout import StateLayout
 from modelcd_assets.lib.release.registry import CandidateRef
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = sorted(p for folder in ("modelcd_assets", "bench", "scripts") for p in (ROOT / folder).rglob("*.py"))
+# The package, the benches, the scripts and the tests (this file aside: it spells the layout out to check it).
+SOURCES = sorted(p for folder in ("modelcd_assets", "bench", "scripts", "modelcd_assets_tests") for p in (ROOT / folder).rglob("*.py")
+                 if p != Path(__file__).resolve())
 FOLDERS = (layout.CANDIDATES_DIR, layout.VARIANTS_DIR, layout.CACHE_DIR, layout.CALIBRATION_DIR, layout.ATTESTATIONS_DIR, layout.TRAFFIC_DIR,
            layout.ARTIFACT_DIR)
 
@@ -46,3 +48,5 @@ def test_a_candidate_folder_holds_every_per_candidate_file(tmp_path):
             files.benchmark]
     assert sorted(p.name for p in held) == sorted(layout.CANDIDATE_FILES) and {p.parent for p in held} == {files.dir}
     assert StateLayout(tmp_path).variant_decision("m", "k") == tmp_path / "candidates" / "m" / "variants" / "k.json"
+    assert StateLayout(tmp_path).attestation("m", "3") == tmp_path / "attestations" / "m" / "3.intoto.json"
+    assert StateLayout(tmp_path).traffic("m") == tmp_path / "traffic" / "m"

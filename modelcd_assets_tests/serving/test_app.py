@@ -238,7 +238,7 @@ def test_a_swap_is_refused_unless_the_artifact_and_its_outputs_are_the_gated_one
 
     record = record_of(served, served.v1)
     other = record_of(served, served.v2)
-    target = record.chosen_int8() if tamper == "artifact" else record.chosen_file
+    target = record.chosen_int8() if tamper == "artifact" else record.files.quantization
     backup = target.with_suffix(".bak")
     shutil.copy2(target, backup)
     if tamper == "artifact":  # v1's INT8 file replaced by v2's: a build folder edited after gating

@@ -19,7 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from modelcd_assets.lib.judging.policy import ServingPolicy, load_policy, policy_file
+from modelcd_assets.lib.judging.policy import ServingPolicy, policy_for
 from modelcd_assets.lib.judging.slo import PASS, judge_slo
 from modelcd_assets.serving.server import app_from_env
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, ServerProcess, gated_state
@@ -188,7 +188,7 @@ def _content_length(answer: bytes) -> int:
 @pytest.mark.slow
 def test_oversized_requests_beside_normal_ones_move_neither_the_latency_nor_the_slo(served, server):
     """Bounded streams, on loopback: normal requests from two clients while two others send requests over every limit."""
-    slo = load_policy(policy_file(Path(served.env.env["MODELCD_POLICY_DIR"]), MODEL)).slo
+    slo = policy_for(Path(served.env.env["MODELCD_POLICY_DIR"]), MODEL).slo
     before = samples(httpx.get(f"{server.url}/metrics").text)
     big = b'{"texts": ["' + b"x" * (2 * MIB) + b'"]}'
 

@@ -20,7 +20,7 @@ def benchmark_results(context: dg.AssetExecutionContext, state: LocalStateResour
     """A B A B ... trials at batch 1 and 32; a second round only when the first is inconclusive."""
     ref = CandidateRef.parse(context.partition_key)
     record = state.record(ref)
-    prod_record = record.baseline(state.candidate_dir)
+    prod_record = record.baseline(state.root)
     tp = record.effective_policy().throughput
     texts = [ex.text for ex in read_split(state.split("evaluation"))[:SAMPLE_TEXTS]]
     feeds = encode(record.build.merged, texts, state.cache_dir("tokens"))

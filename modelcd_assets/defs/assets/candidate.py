@@ -101,7 +101,7 @@ def candidate(context: dg.AssetExecutionContext, state: LocalStateResource, regi
     effective, source = policy_snapshot(policy.for_model(ref.name), policy.path_for(ref.name))
     record = CandidateRecord(
         name=ref.name, version=ref.version, kind=info.kind, content_hash=content, artifact_dir=str(folder),
-        build_dir=str(Build.for_content(state.cache_dir("builds"), base_hash, content).dir), candidate_dir=str(state.candidate_dir(ref)),
+        build_dir=str(Build.for_content(state.cache_dir("builds"), base_hash, content).dir), candidate_dir=str(state.files(ref).dir),
         base_uri=base_uri, base_hash=base_hash, base_dir=base_dir, production_version=baseline.version if baseline else None,
         production_content_hash=prod_hash, regated_production=prod == ref, policy=effective, policy_source=source, calibration_sha256=calibration,
     )

@@ -53,7 +53,7 @@ def drift_report(context: dg.AssetExecutionContext, config: DriftConfig, state: 
     inputs = input_drift(describe(reference, reference_feeds["attention_mask"]), describe(traffic, traffic_feeds["attention_mask"]))
     traffic_sha256 = file_sha256(traffic_file)  # hashed once, for the candidate's and production's labels alike
     cand_labels = served_labels(record, traffic_sha256, traffic, cache)
-    prod_record = record.baseline(state.candidate_dir)
+    prod_record = record.baseline(state.root)
     pred_drift = None
     if prod_record:
         pred_drift = prediction_drift(served_labels(prod_record, traffic_sha256, traffic, cache), cand_labels)

@@ -40,7 +40,7 @@ def evaluation(context: dg.AssetExecutionContext, state: LocalStateResource) -> 
     labels = labels_of(build.merged)
     truth = label_ids([ex.label for ex in examples], labels)
     cand = _correct(record, file_sha256(eval_file), truth)
-    prod_record = record.baseline(state.candidate_dir)
+    prod_record = record.baseline(state.root)
     prod = _correct(prod_record, file_sha256(eval_file), truth) if prod_record else None
     golden = record.effective_policy().golden
     golden_pred = []

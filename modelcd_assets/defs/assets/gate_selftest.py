@@ -5,19 +5,21 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections import deque
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
-from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.operations.processes import start_process, stop_process
+from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
+from modelcd_assets.lib.operations.instance_config import PG_URL_VAR
+from modelcd_assets.lib.operations.processes import interrupt_process, start_process
 from modelcd_assets.lib.release.signing import SIGNING_KEY_ENV, VERIFY_KEY_ENV
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
-OUTPUT_TAIL = 60  # lines of the sandbox's output kept for the run's log and for an error
+OUTPUT_TAIL = 40  # lines of the sandbox's output an error quotes
 
 
 class SelftestConfig(dg.Config):
@@ -29,7 +31,8 @@ class SelftestConfig(dg.Config):
 
 def selftest_command(config: SelftestConfig, report: Path) -> list[str]:
     """`modelcd faults run` for this config, writing its report as JSON to report."""
-    argv = [sys.executable, "-m", "modelcd_assets.cli", "faults", "run", "--name", config.model, "--controls", str(config.controls), "--json", str(report)]
+    argv = [sys.executable, "-m", "modelcd_assets.cli", "faults", "run", "--name", config.model, "--controls", str(config.controls), "--json", str(report),
+            "--no-progress"]
     if config.only:
         argv += ["--only", *config.only]
     if not config.under_load:
@@ -46,22 +49,31 @@ def gate_selftest(context: dg.AssetExecutionContext, config: SelftestConfig, reg
     location never imports the fault sandbox, and the sandbox's own Dagster instance never mixes with this one.
     """
     keys = registry.registry().keys  # production's files are fetched from the user's registry, verified with the user's public key
-    env = {**os.environ, "MLFLOW_TRACKING_URI": registry.tracking_uri, "MODELCD_MLFLOW_ARTIFACTS": registry.artifact_location,
-           "MODELCD_HOME": str(state.root), "MODELCD_DATA": state.data_dir, "MODELCD_POLICY_DIR": policy.policy_dir,
-           SIGNING_KEY_ENV: str(keys.private), VERIFY_KEY_ENV: str(keys.public)}
     with tempfile.TemporaryDirectory(prefix="modelcd-selftest-") as tmp:
-        report_file, output = Path(tmp) / "selftest.json", Path(tmp) / "output.log"
-        with open(output, "w") as out:
-            proc = start_process(selftest_command(config, report_file), die_with_parent=True, env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
-            try:
-                code = proc.wait()
-            finally:
-                if proc.poll() is None:  # the run was stopped: the sandbox and everything it started go with it
-                    stop_process(proc)
-        tail = "\n".join(output.read_text(errors="replace").replace("\r", "\n").splitlines()[-OUTPUT_TAIL:])
-        context.log.info(f"modelcd faults run exited {code}:\n{tail}")
+        report_file = Path(tmp) / "selftest.json"
+        env = {**os.environ, "MLFLOW_TRACKING_URI": registry.tracking_uri, "MODELCD_MLFLOW_ARTIFACTS": registry.artifact_location,
+               "MODELCD_HOME": str(state.root), "MODELCD_DATA": state.data_dir, "MODELCD_POLICY_DIR": policy.policy_dir,
+               SIGNING_KEY_ENV: str(keys.private), VERIFY_KEY_ENV: str(keys.public),
+               # The CLI writes the instance file of the DAGSTER_HOME it is given: never this run's. The sandbox gates in an
+               # instance of its own either way.
+               "DAGSTER_HOME": str(Path(tmp) / "dagster"), PG_URL_VAR: ""}
+        proc = start_process(selftest_command(config, report_file), die_with_parent=True, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        tail: deque[str] = deque(maxlen=OUTPUT_TAIL)
+        try:
+            for line in proc.stdout:
+                if line.strip():
+                    tail.append(line.rstrip())
+                    context.log.info(line.rstrip())
+            code = proc.wait()
+        except BaseException:  # the run was stopped: the sandbox cleans up after itself (its folder, its instance), then goes
+            interrupt_process(proc)
+            raise
         if not report_file.is_file():
-            raise ModelcdError(f"'modelcd faults run' exited {code} without a report; nothing was judged. Its last output:\n{tail}")
+            last = "\n".join(tail)
+            if code == 1 and "registry unavailable" in last:  # the CLI's exit 1: the user's registry did not answer
+                raise RegistryUnavailable(f"'modelcd faults run' could not read the registry; nothing was judged. Its last output:\n{last}")
+            raise ModelcdError(f"'modelcd faults run' exited {code} without a report; nothing was judged. Its last output:\n{last}")
         report = json.loads(report_file.read_text())
     return dg.MaterializeResult(
         metadata={

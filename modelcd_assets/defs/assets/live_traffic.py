@@ -54,15 +54,17 @@ def live_traffic(context: dg.AssetExecutionContext, registry: MlflowRegistryReso
     productions = reg.productions()
     reference = [ex.text for ex in read_split(state.split(REFERENCE_SPLIT))] if productions else []
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    def export(model: str, prod: CandidateRef, v: Verdict) -> None:
+        """Where the server exports it to Prometheus."""
+        traffic_log.write_live_drift(state.root, model, traffic_log.LiveDrift(
+            time=now, version=prod.version, judged="input_drifted_share" in v.numbers, detected=v.status == FAIL,
+            input_drifted_share=v.numbers.get("input_drifted_share"), descriptors=list(v.numbers.get("drifted", [])),
+            records=int(v.numbers.get("records", 0)), reason=v.reason))
+
     # ModelcdError, FileNotFoundError: e.g. production was never gated in this state folder.
     verdicts = judge_each(productions, lambda model, prod: _judge(model, prod, state, policy, reference), gate="live_drift", not_done="not judged",
-                          unable="could not check live drift of", errors=(ModelcdError, FileNotFoundError), log=context.log.info)
-    for model, v in verdicts.items():
-        prod = productions[model]
-        judged = "input_drifted_share" in v.numbers
-        traffic_log.write_live_drift(state.root, model, traffic_log.LiveDrift(
-            time=now, version=prod.version, judged=judged, detected=v.status == FAIL, input_drifted_share=v.numbers.get("input_drifted_share"),
-            descriptors=list(v.numbers.get("drifted", [])), records=int(v.numbers.get("records", 0)), reason=v.reason))
+                          unable="could not check live drift of", errors=(ModelcdError, FileNotFoundError), log=context.log.info, then=export)
     for model, v in verdicts.items():
         if v.status != FAIL:
             continue

@@ -36,7 +36,7 @@ def merged_model(context: dg.AssetExecutionContext, state: LocalStateResource, r
             tmp.rename(build.merged)
     merge_seconds = time.perf_counter() - start
     reg = registry.registry()
-    prod = record.baseline(state.candidate_dir)
+    prod = record.baseline(state.root)
     prod_merged = prod.build.merged if prod and prod.ref != ref else None
     # An adapter's tokenizer is its base's; a full model is compared with the tokenizer production serves, when there is one.
     reference = Path(record.base_dir) if record.kind == ADAPTER else prod_merged

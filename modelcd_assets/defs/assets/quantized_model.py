@@ -127,7 +127,7 @@ def quantized_model(context: dg.AssetExecutionContext, state: LocalStateResource
     elif decision:
         chosen, why = decision["chosen"], f"{decision['chosen']}: chosen once for this base and calibration set, when {decision['decided_by']} was gated ({decision['why']})"
     else:
-        baseline = record.baseline(state.candidate_dir)
+        baseline = record.baseline(state.root)
         chosen, why = choose_variant({v: report["variants"][v] for v in needed}, min_agreement,
                                      production_variant=baseline.chosen_variant() if baseline and baseline.ref != ref else None)
         stands = _decide(decision_file, {"chosen": chosen, "why": why, "decided_by": ref.uri, "variants": {v: report["variants"][v] for v in needed}})
@@ -141,7 +141,7 @@ def quantized_model(context: dg.AssetExecutionContext, state: LocalStateResource
         model = OnnxModel(served, threads=1)
         probe_logits = model.logits(encode(build.merged, probe_texts, state.cache_dir("tokens")))
         artifact_sha256 = file_sha256(served)
-    write_json(record.chosen_file, {"chosen": chosen, "why": why, "artifact": served.name, "artifact_id": served_id, "artifact_sha256": artifact_sha256,
+    write_json(record.files.quantization, {"chosen": chosen, "why": why, "artifact": served.name, "artifact_id": served_id, "artifact_sha256": artifact_sha256,
                                     "calibration_sha256": calib_hash,
                                     "batch_dependent": model.batch_dependent, "tokenizer_sha256": tokenizer_hash(build.merged),
                                     "probe": {"batch": model.batch(BATCH), "texts": probe_texts, "logits": probe_logits.tolist()}})

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelcd_assets.lib.splits import Example
+from modelcd_assets.lib.splits import Example, split_path
 
 LABELS = ("billing", "technical", "shipping", "account")
 
@@ -87,7 +87,7 @@ def write_splits(folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, (size, seed, shifted) in SPLITS.items():
-        path = folder / f"{name}.jsonl"
+        path = split_path(folder, name)
         if not path.exists():
             tmp = path.with_suffix(".tmp")
             with open(tmp, "w") as f:

@@ -154,9 +154,14 @@ class Policy(_Strict):
         return self
 
 
+def policy_path(policy_dir: Path, model_name: str) -> Path:
+    """Where a registered model's policy file lives, whether or not it exists: <policy_dir>/<model name>.yaml."""
+    return Path(policy_dir) / f"{model_name}.yaml"
+
+
 def policy_file(policy_dir: Path, model_name: str) -> Path | None:
-    """<policy_dir>/<model name>.yaml when it exists; None means the defaults."""
-    path = Path(policy_dir) / f"{model_name}.yaml"
+    """The model's policy file when it exists; None means the defaults."""
+    path = policy_path(policy_dir, model_name)
     return path if path.is_file() else None
 
 

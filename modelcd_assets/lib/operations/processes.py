@@ -146,3 +146,13 @@ def stop_processes(procs: list[subprocess.Popen], timeout: float = 20.0) -> list
 def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> int:
     """SIGTERM the process (and its group, when it leads one), wait up to timeout, then SIGKILL; returns the exit code."""
     return stop_processes([proc], timeout)[0]
+
+
+def interrupt_process(proc: subprocess.Popen, grace: float = 60.0, timeout: float = 20.0) -> int:
+    """SIGINT the process and its group, as Ctrl-C would, so that it runs its own cleanup (a Python program's finally blocks);
+    after grace seconds, stop_process. Returns the exit code."""
+    _signal(proc, signal.SIGINT)
+    try:
+        return proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        return stop_process(proc, timeout)

@@ -74,7 +74,7 @@ def location_defaults(environ: dict | None = None) -> dict[str, str]:
     instance file is written: the process that loads a code location does not choose Dagster's instance (DAGSTER_HOME does)."""
     env = os.environ if environ is None else environ
     pg_url = normalize_pg_url(env[PG_URL_VAR]) if env.get(PG_URL_VAR) else ""
-    defaults = local_defaults(Path(env.get("MODELCD_HOME") or ".modelcd"), pg_url)
+    defaults = local_defaults(Path(env.get("MODELCD_HOME", ".modelcd")), pg_url)
     missing = {key: value for key, value in defaults.items() if key not in env and key != "DAGSTER_HOME"}
     for key in ("MODELCD_HOME", "MODELCD_DATA", "MODELCD_POLICY_DIR", "MODELCD_MLFLOW_ARTIFACTS"):
         if key in missing:

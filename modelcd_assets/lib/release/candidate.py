@@ -61,16 +61,12 @@ class CandidateRecord:
     def files(self) -> CandidateFiles:
         return CandidateFiles(Path(self.candidate_dir))
 
-    @property
-    def chosen_file(self) -> Path:
-        """This candidate's INT8 variant choice; per candidate, since models sharing a build may have different policies."""
-        return self.files.quantization
-
     def quantization(self) -> dict:
         """What quantized_model decided for this candidate: the variant, why, the artifact's sha256 and its recorded probe outputs."""
-        if not self.chosen_file.is_file():
+        # Per candidate, not per build: models sharing a build may have different policies, so different choices.
+        if not self.files.quantization.is_file():
             raise FileNotFoundError(f"{self.ref.uri} has no quantized model yet; materialize quantized_model for {self.ref.key} first")
-        return read_json(self.chosen_file)
+        return read_json(self.files.quantization)
 
     def chosen_variant(self) -> str:
         return self.quantization()["chosen"]
@@ -107,8 +103,8 @@ class CandidateRecord:
         """ref's record in the state folder state_root."""
         return cls.load(StateLayout(Path(state_root)).candidate(ref).dir)
 
-    def baseline(self, candidate_dir_of) -> "CandidateRecord | None":
-        """The record of the production version this candidate is judged against; None when there was none."""
+    def baseline(self, state_root: Path) -> "CandidateRecord | None":
+        """The record, in the state folder state_root, of the production version this candidate is judged against; None when there was none."""
         if self.production_version is None:
             return None
         ref = CandidateRef(self.name, self.production_version)
@@ -116,11 +112,11 @@ class CandidateRecord:
             raise ModelcdError(f"{ref.uri} is recorded as its own baseline; a version is never judged against itself: re-gate it with "
                                f"'modelcd gate {ref.name} {ref.version}' (production judged again is judged against the version it replaced)")
         what = "previous production" if self.regated_production else "production"
-        record = CandidateRecord.load(candidate_dir_of(ref))
+        record = CandidateRecord.of(state_root, ref)
         if record.content_hash != self.production_content_hash:
             raise ModelcdError(f"the local record of {what} {ref.uri} holds other files (sha256 {record.content_hash[:12]}) than the registry "
                                f"(sha256 {str(self.production_content_hash)[:12]}); run 'modelcd gate {ref.name} {ref.version}' to rebuild it")
-        if not record.chosen_file.is_file():
+        if not record.files.quantization.is_file():
             raise FileNotFoundError(f"{what} {ref.uri} has no build in this state folder; run 'modelcd gate {ref.name} {ref.version}' to rebuild it")
         return record
 

@@ -10,6 +10,7 @@ import stat
 import pytest
 
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError
+from modelcd_assets.lib.layout import StateLayout
 from modelcd_assets.lib.release import attestation
 from modelcd_assets.lib.release.signing import BadSignature, Keys, MissingKey, init_keys, sign_folder, verify_folder
 
@@ -104,7 +105,7 @@ def test_policy_hash_ignores_key_order_and_sees_values():
 def test_local_copies_live_under_the_state_folder(tmp_path, keys):
     envelope = attestation.sign(verdict(), keys.private)
     path = attestation.write_local(tmp_path, "m", "3", envelope)
-    assert path == tmp_path / "attestations" / "m" / "3.intoto.json"
+    assert path == StateLayout(tmp_path).attestation("m", "3") and path.is_relative_to(tmp_path)
     assert attestation.verify(json.loads(path.read_text()), keys.public, "m/3") == verdict()
 
 
