@@ -18,7 +18,7 @@ def new_versions(registry, cursor: dict[str, dict]) -> tuple[list[CandidateRef],
     """
     created = registry.candidate_models_created()
     found, advanced, recreated = [], {}, set()
-    for name, refs in registry.candidate_versions().items():
+    for name, refs in registry.candidate_versions(created).items():  # the models listed once, for both
         seen = cursor.get(name)
         if isinstance(seen, int):  # a cursor written before creation times were kept: trust the number
             seen = {"created": created.get(name, 0), "version": seen}

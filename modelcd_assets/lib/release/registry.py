@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -386,9 +386,10 @@ class Registry:
         # candidate_models raises RegistryUnavailable itself: a listing that failed is not an answer of "no models".
         return {m: prod for m in self.candidate_models() if (prod := self.production(m)) is not None}
 
-    def candidate_versions(self) -> dict[str, list[CandidateRef]]:
-        """Every version of every candidate model, oldest first per model: two paged listings, however many models there are."""
-        names = set(self.candidate_models())
+    def candidate_versions(self, names: Iterable[str] | None = None) -> dict[str, list[CandidateRef]]:
+        """Every version of every candidate model (names, when the caller listed them already), oldest first per model: one paged
+        listing of versions, after one of the models unless names were given, however many models there are."""
+        names = set(self.candidate_models() if names is None else names)
         found: dict[str, list[CandidateRef]] = {name: [] for name in names}
         for v in self._all_pages(self.client.search_model_versions, filter_string=None):
             if v.name in names:
@@ -397,8 +398,7 @@ class Registry:
 
     def candidate_models_created(self) -> dict[str, int]:
         """Each candidate model's creation time (ms): a model deleted and re-created under its name gets a new one."""
-        return {m.name: int(m.creation_timestamp or 0)
-                for m in self._all_pages(self.client.search_registered_models, filter_string=f"tags.`{ROLE}` = 'candidate'")}
+        return {m.name: int(m.creation_timestamp or 0) for m in self._candidate_model_listing()}
 
     def require_candidate_model(self, name: str) -> None:
         """Raise, with what to do, unless name is a registered model whose versions are candidates."""
@@ -408,10 +408,13 @@ class Registry:
 
     def candidate_models(self) -> list[str]:
         """Names of registered models whose versions are candidates for production."""
+        return sorted(m.name for m in self._candidate_model_listing())
+
+    def _candidate_model_listing(self) -> list:
+        """Every registered model tagged as a candidate, all pages; an error is RegistryUnavailable, never "no models"."""
         try:
-            models = self._all_pages(self.client.search_registered_models, filter_string=f"tags.`{ROLE}` = 'candidate'")
+            return self._all_pages(self.client.search_registered_models, filter_string=f"tags.`{ROLE}` = 'candidate'")
         except Exception as e:  # listing is not an answer of "no models"
             message = masked_text(e.message if isinstance(e, MlflowException) else f"{type(e).__name__}: {e}", self.tracking_uri)
             raise RegistryUnavailable(f"could not list the registered models in {self.shown_uri}: {message}; "
                                       "nothing was decided, retry when the registry answers") from e
-        return sorted(m.name for m in models)
