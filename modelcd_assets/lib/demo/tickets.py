@@ -16,7 +16,7 @@ from modelcd_assets.lib.splits import Example, split_path
 
 LABELS = ("billing", "technical", "shipping", "account")
 
-_TOPICS = {
+TOPICS = {
     "billing": {
         "nouns": ["invoice", "refund", "charge", "subscription fee", "receipt", "payment", "credit card statement", "bill", "discount code", "tax amount"],
         "verbs": ["was charged twice for", "never got back my", "see a wrong", "want to dispute the", "cannot find my", "was overcharged on the"],
@@ -46,11 +46,11 @@ _SIGNATURES = [
 
 
 def _ticket(rng: np.random.Generator, label: str, shifted: bool) -> str:
-    topic = _TOPICS[label]
+    topic = TOPICS[label]
     parts = [str(rng.choice(_OPENERS)), "i", str(rng.choice(topic["verbs"])), str(rng.choice(topic["nouns"])) + "."]
     if rng.random() < 0.45:
         other = str(rng.choice([x for x in LABELS if x != label]))
-        parts += [str(rng.choice(_MENTIONS)), str(rng.choice(_TOPICS[other]["nouns"])) + "."]
+        parts += [str(rng.choice(_MENTIONS)), str(rng.choice(TOPICS[other]["nouns"])) + "."]
     parts.append(str(rng.choice(_CLOSERS)))
     if shifted:
         parts.append(f"product sku-{rng.integers(10000, 99999)}-{rng.choice(['eu', 'us', 'apac'])}.")

@@ -1,0 +1,102 @@
+"""A candidate's own build: its peft LoRA weights as an ONNX Runtime adapter file (.onnx_adapter) for its base's slots.
+
+Read with safetensors' numpy loader: no torch, and nothing in the adapter is executed. A slot's weight is laid out as
+the builder lays it (A transposed to [in, rank], B to [rank, out] times alpha/rank), so the adapter on the INT8 base is
+the same function as the adapter unmerged in torch + peft. An adapter that does not fill the slots exactly (another
+rank, other targets, another base's shapes, extra trained modules) is reported, never padded or cut to fit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from modelcd_assets.lib.causal_lm.slots import AdapterSlots
+from modelcd_assets.lib.errors import BadCandidate
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_FILE = "adapter.onnx_adapter"
+
+
+@dataclass
+class AdapterFit:
+    rank: int
+    targets: list[str]
+    scaling: float
+    declared_base: str | None
+    problems: list[str] = field(default_factory=list)
+    slots_filled: int = 0
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "targets": self.targets, "scaling": self.scaling, "declared_base": self.declared_base,
+                "problems": self.problems, "slots_filled": self.slots_filled}
+
+
+def _targets(config: dict) -> list[str]:
+    targets = config.get("target_modules") or []
+    return sorted([targets] if isinstance(targets, str) else targets)
+
+
+def adapter_parameters(adapter_dir: Path, slots: AdapterSlots) -> tuple[dict[str, np.ndarray], AdapterFit]:
+    """The slot name -> FP32 array of an adapter folder, and how it fits the slots; parameters are empty when it does not."""
+    from safetensors.numpy import load_file
+
+    adapter_dir = Path(adapter_dir)
+    if not (adapter_dir / ADAPTER_CONFIG).is_file() or not (adapter_dir / ADAPTER_WEIGHTS).is_file():
+        raise BadCandidate(f"{adapter_dir} is not a peft LoRA adapter: it needs {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS} (PeftModel.save_pretrained writes both)")
+    config = json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
+    rank, alpha = int(config.get("r", 0)), float(config.get("lora_alpha", 0))
+    scaling = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / max(rank, 1)
+    fit = AdapterFit(rank, _targets(config), scaling, config.get("base_model_name_or_path"))
+    if config.get("peft_type", "LORA") != "LORA" or config.get("use_dora"):
+        fit.problems.append(f"a {config.get('peft_type')}{' (DoRA)' if config.get('use_dora') else ''} adapter: the base's slots take plain LoRA only")
+    if rank != slots.rank:
+        fit.problems.append(f"rank {rank}, but every adapter of this base has rank {slots.rank} (the slots' fixed shape); train with r={slots.rank}")
+    if fit.targets != sorted(slots.targets):
+        fit.problems.append(f"targets {fit.targets}, but the base's slots are for {sorted(slots.targets)}; train with target_modules={sorted(slots.targets)}")
+    if config.get("modules_to_save"):
+        fit.problems.append(f"it also trains {config['modules_to_save']} in full (modules_to_save), which no slot can carry")
+    weights = load_file(str(adapter_dir / ADAPTER_WEIGHTS))
+    wanted = {slots.peft_key(slot): slot for slot in slots.shapes}
+    extra = sorted(k for k in weights if k not in wanted)
+    if extra:
+        fit.problems.append(f"{len(extra)} weight(s) that fill no slot, e.g. {extra[0]}")
+    params: dict[str, np.ndarray] = {}
+    for key, slot in wanted.items():
+        if key not in weights:
+            fit.problems.append(f"no weight for slot {slot} ({key})")
+            continue
+        value = np.ascontiguousarray(weights[key].astype(np.float32).T)
+        if slot.split(".")[-3] == "lora_B":
+            value = value * np.float32(scaling)
+        if tuple(value.shape) != slots.shapes[slot]:
+            fit.problems.append(f"{key} is {list(weights[key].shape)}: the base's slot takes {list(reversed(slots.shapes[slot]))}, "
+                                "so the adapter was trained for another base (another hidden size)")
+            continue
+        params[slot] = value
+    fit.slots_filled = len(params)
+    return ({} if fit.problems else params), fit
+
+
+def write_adapter_file(params: dict[str, np.ndarray], path: Path) -> Path:
+    """Write the parameters as an ONNX Runtime adapter file, atomically."""
+    import onnxruntime as ort
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fmt = ort.AdapterFormat()
+    fmt.set_adapter_version(1)
+    fmt.set_model_version(1)
+    # OrtValue wraps an array without copying it: the arrays and their OrtValues stay referenced until the file is written.
+    values = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value, np.float32)) for name, value in params.items()}
+    fmt.set_parameters(values)
+    tmp = path.with_name(path.name + ".tmp")
+    fmt.export_adapter(str(tmp))
+    del values
+    tmp.replace(path)
+    return path

@@ -1,0 +1,146 @@
+"""The base build: one INT8 decoder per base with LoRA slots as graph inputs, and its FP32 twin, the fidelity reference.
+
+The ONNX Runtime GenAI builder makes the FP32 decoder (GroupQueryAttention with a KV cache) with LoRA MatMuls for the
+targets; their weights then become graph inputs whose default initializers are zeros, so with no adapter the graph is
+the true base. The INT8 decoder quantizes every other MatMul to 8-bit weight-only MatMulNBits: quantizing the LoRA
+MatMuls would bake one adapter in. A candidate's own build is then an adapter file (lib/causal_lm/adapter_file.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelcd_assets.lib.causal_lm.slots import SLOT, TARGETS, AdapterSlots
+from modelcd_assets.lib.errors import BadCandidate, ModelcdError
+from modelcd_assets.lib.hashing import text_hash
+
+# Bump when the way base builds are made changes, so stale cached builds are not reused.
+BASE_BUILD_RECIPE = "modelcd-llm-base-1"
+MODEL_FILE = "model.onnx"
+GENAI_CONFIG = "genai_config.json"
+
+
+@dataclass(frozen=True)
+class BaseBuildOptions:
+    rank: int = 8
+    targets: tuple[str, ...] = ("q_proj", "v_proj")
+    accuracy_level: int = 4  # MatMulNBits' compute type: 4 is INT8 activations (fast); 1 is FP32 (closer, ~10x slower here)
+    block_size: int = 32
+
+    def key(self) -> str:
+        return json.dumps({"rank": self.rank, "targets": sorted(self.targets), "accuracy_level": self.accuracy_level,
+                           "block_size": self.block_size}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class BaseBuild:
+    dir: Path
+
+    @classmethod
+    def for_content(cls, builds_root: Path, base_hash: str, options: BaseBuildOptions) -> "BaseBuild":
+        return cls(Path(builds_root) / text_hash(BASE_BUILD_RECIPE, base_hash, options.key())[:24])
+
+    @property
+    def fp32(self) -> Path:
+        return self.dir / "fp32"
+
+    @property
+    def int8(self) -> Path:
+        return self.dir / "int8"
+
+    @property
+    def slots_file(self) -> Path:
+        return self.dir / "slots.json"
+
+    @property
+    def done(self) -> bool:
+        return self.slots_file.is_file() and (self.int8 / MODEL_FILE).is_file() and (self.fp32 / MODEL_FILE).is_file()
+
+    def slots(self) -> AdapterSlots:
+        return AdapterSlots.read(self.slots_file)
+
+
+def _zero_adapter(base_dir: Path, out: Path, options: BaseBuildOptions) -> None:
+    """A peft adapter of the base with the slots' rank and targets (B is zero), for the builder to lay the slots out."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    peft_model = get_peft_model(model, LoraConfig(r=options.rank, lora_alpha=options.rank, target_modules=list(options.targets),
+                                                  task_type="CAUSAL_LM"))
+    peft_model.save_pretrained(str(out))
+
+
+def _run_builder(base_dir: Path, adapter: Path, out: Path, cache: Path) -> None:
+    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(base_dir), "-o", str(out), "-p", "fp32", "-e", "cpu",
+           "-c", str(cache), "--extra_options", f"adapter_path={adapter}"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0 or not (out / MODEL_FILE).is_file():
+        tail = (done.stdout + done.stderr)[-1500:]
+        raise ModelcdError(f"the ONNX Runtime GenAI builder could not build {base_dir} (exit {done.returncode}): {tail}\n"
+                           "check that the base is a causal LM the builder supports (Llama, Mistral, Qwen, Phi, Gemma, SmolLM)")
+
+
+def _slots_as_inputs(raw: Path) -> tuple:
+    """The builder's FP32 graph with each LoRA weight a graph input defaulting to zeros; and the slots."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(raw / MODEL_FILE))
+    shapes = {}
+    for init in model.graph.initializer:
+        shape = tuple(init.dims)
+        if SLOT.match(init.name):
+            shapes[init.name] = shape
+            init.CopyFrom(numpy_helper.from_array(np.zeros(shape, np.float32), init.name))
+            model.graph.input.append(helper.make_tensor_value_info(init.name, onnx.TensorProto.FLOAT, list(shape)))
+    lora_nodes = [n.name for n in model.graph.node if "/lora_A/" in n.name or "/lora_B/" in n.name]
+    return model, shapes, lora_nodes
+
+
+def _copy_side_files(raw: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for f in raw.iterdir():
+        if not f.name.startswith(MODEL_FILE):
+            shutil.copy2(f, out / f.name)
+
+
+def build_base(base_dir: Path, build: BaseBuild, options: BaseBuildOptions) -> BaseBuild:
+    """Make build's fp32/ and int8/ decoders and slots.json from the base folder, unless already made; atomic."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    if build.done:
+        return build
+    if unknown := sorted(set(options.targets) - set(TARGETS)):
+        raise BadCandidate(f"no LoRA slot can be made for {unknown}: the targets must be among the decoder's projections {', '.join(TARGETS)}")
+    build.dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=build.dir.parent, prefix=".base-build-") as work:
+        work = Path(work)
+        _zero_adapter(Path(base_dir), work / "zero_adapter", options)
+        _run_builder(Path(base_dir), work / "zero_adapter", work / "raw", work / "hf_cache")
+        model, shapes, lora_nodes = _slots_as_inputs(work / "raw")
+        slots = AdapterSlots.of(options.rank, options.targets, shapes)
+        staged = work / "staged"
+        _copy_side_files(work / "raw", staged / "fp32")
+        onnx.save(model, str(staged / "fp32" / MODEL_FILE), save_as_external_data=True, location=MODEL_FILE + ".data")
+        quantizer = MatMulNBitsQuantizer(onnx.load(str(staged / "fp32" / MODEL_FILE)), bits=8, block_size=options.block_size,
+                                         is_symmetric=True, accuracy_level=options.accuracy_level, nodes_to_exclude=lora_nodes)
+        quantizer.process()
+        _copy_side_files(work / "raw", staged / "int8")
+        quantizer.model.save_model_to_file(str(staged / "int8" / MODEL_FILE), use_external_data_format=True)
+        slots.write(staged / "slots.json")
+        (staged / "build.json").write_text(json.dumps({"recipe": BASE_BUILD_RECIPE, "options": json.loads(options.key())}, indent=2))
+        shutil.rmtree(build.dir, ignore_errors=True)
+        staged.rename(build.dir)
+    return build
