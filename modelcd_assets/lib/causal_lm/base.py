@@ -66,6 +66,10 @@ def prepare_causal_lm_base(source: Path, out_dir: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp), safe_serialization=True)
     tokenizer.save_pretrained(str(tmp))
+    # The weights are FP32 now: a config that still says "gguf quantized" makes the builder look for GGUF tensors.
+    config = json.loads((tmp / "config.json").read_text())
+    config.pop("quantization_config", None)
+    (tmp / "config.json").write_text(json.dumps(config, indent=2))
     tmp.rename(out_dir)
     return out_dir
 

@@ -6,9 +6,19 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from modelcd_assets.lib.judging.policy import AccuracyPolicy, DriftPolicy, FidelityPolicy, HealthPolicy, ThroughputPolicy
+from modelcd_assets.lib.judging.policy import (
+    AccuracyPolicy,
+    CostPolicy,
+    DriftPolicy,
+    FidelityPolicy,
+    GenerationPolicy,
+    HealthPolicy,
+    PerplexityPolicy,
+    ThroughputPolicy,
+    TokenFidelityPolicy,
+)
 from modelcd_assets.lib.judging.promotion import NO_CASES
-from modelcd_assets.lib.judging.stats import mcnemar_worse_pvalue, paired_bootstrap_ci
+from modelcd_assets.lib.judging.stats import mcnemar_worse_pvalue, paired_bootstrap_ci, paired_perplexity_ci, perplexity_change, sign_test_worse_pvalue
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 
@@ -70,6 +80,121 @@ def judge_fidelity(int8_pred: np.ndarray, fp32_pred: np.ndarray, policy: Fidelit
     reason = f"INT8 agrees with FP32 on {agreement:.2%} of the evaluation split ({'>=' if ok else '<'} {policy.min_top1_agreement:.2%})"
     return Verdict("int8_fidelity", PASS if ok else FAIL, f"{agreement:.2%}", f">= {policy.min_top1_agreement:.2%}", reason,
                    {"top1_agreement": agreement, "threshold": policy.min_top1_agreement})
+
+
+def judge_perplexity(candidate_nll: np.ndarray, production_nll: np.ndarray | None, tokens: np.ndarray, policy: PerplexityPolicy) -> Verdict:
+    """A causal LM's perplexity on the evaluation replies, paired per reply with production's (mean NLL per reply, each
+    weighted by its tokens), and against the ceiling."""
+    cand, w = np.asarray(candidate_nll, np.float64), np.asarray(tokens, np.float64)
+    if cand.shape != w.shape or not len(cand):
+        raise ValueError(f"perplexity needs one mean NLL and one token count per reply: {cand.shape} vs {w.shape}")
+    ppl = float(np.exp(np.sum(cand * w) / np.sum(w)))
+    numbers: dict = {"candidate_perplexity": ppl, "max_perplexity": policy.max_perplexity, "replies": int(len(cand)), "tokens": int(w.sum())}
+    ceiling_ok = ppl <= policy.max_perplexity
+    if production_nll is None:
+        reason = (f"first candidate, no production model: judged against the perplexity ceiling only; "
+                  f"perplexity {ppl:.3f} {'<=' if ceiling_ok else '>'} {policy.max_perplexity:g}")
+        return Verdict("perplexity", PASS if ceiling_ok else FAIL, f"{ppl:.3f}", f"<= {policy.max_perplexity:g} (ceiling only)", reason, numbers)
+    prod = np.asarray(production_nll, np.float64)
+    if prod.shape != cand.shape:
+        raise ValueError(f"paired perplexity needs the same replies: {cand.shape} vs {prod.shape}")
+    change = perplexity_change(cand, prod, w)
+    lo, hi = paired_perplexity_ci(cand, prod, w, policy.bootstrap_samples)
+    p_worse = sign_test_worse_pvalue(cand, prod, policy.min_nll_difference)
+    numbers |= {"production_perplexity": float(np.exp(np.sum(prod * w) / np.sum(w))), "relative_change": change, "ci_low": lo, "ci_high": hi,
+                "p_worse": p_worse, "max_relative_increase": policy.max_relative_increase, "alpha": policy.alpha}
+    problems = []
+    if not ceiling_ok:
+        problems.append(f"perplexity {ppl:.3f} is above the ceiling {policy.max_perplexity:g}")
+    if change > policy.max_relative_increase:
+        problems.append(f"perplexity is {change:+.2%} against production's, more than the {policy.max_relative_increase:+.2%} allowed")
+    if p_worse < policy.alpha:
+        problems.append(f"worse than production on significantly more replies than better (sign test, one-sided p={p_worse:.3g} < alpha {policy.alpha})")
+    reason = "; ".join(problems) or f"within {policy.max_relative_increase:+.2%} of production's perplexity and not significantly worse (p={p_worse:.3g})"
+    measured = f"{ppl:.3f} (Δ {change:+.2%}, 95% CI [{lo:+.2%}, {hi:+.2%}], p_worse={p_worse:.3g})"
+    return Verdict("perplexity", FAIL if problems else PASS, measured,
+                   f"Δ <= {policy.max_relative_increase:+.2%}, p >= {policy.alpha}, <= {policy.max_perplexity:g}", reason, numbers)
+
+
+def judge_token_fidelity(fidelity: dict, policy: TokenFidelityPolicy) -> Verdict:
+    """INT8 base + adapter against the FP32 twin + the same adapter, on the same teacher-forced evaluation positions."""
+    top5, kl, change = fidelity["top1_in_top5"], fidelity["mean_kl"], fidelity["perplexity_change"]
+    problems = []
+    if not top5 >= policy.min_top1_in_top5:
+        problems.append(f"INT8's top-1 token is among FP32's top 5 on {top5:.2%} of positions, below {policy.min_top1_in_top5:.2%}")
+    if not kl <= policy.max_mean_kl:
+        problems.append(f"mean KL(FP32 || INT8) {kl:.3g} nats is above {policy.max_mean_kl:g}")
+    if not change <= policy.max_perplexity_change:
+        problems.append(f"INT8 perplexity is {change:+.2%} against FP32's, more than {policy.max_perplexity_change:+.2%}")
+    measured = f"top-1 in top-5 {top5:.2%}, KL {kl:.2e}, perplexity {change:+.2%}; top-1 agreement {fidelity['top1_agreement']:.2%}"
+    return _verdict("token_fidelity", problems, f"on {fidelity['positions']} positions: {measured}", measured,
+                    f"top-5 >= {policy.min_top1_in_top5:.2%}, KL <= {policy.max_mean_kl:g}, perplexity <= {policy.max_perplexity_change:+.2%}",
+                    {k: fidelity[k] for k in ("positions", "top1_agreement", "top1_in_top5", "mean_kl", "perplexity_change")})
+
+
+def judge_generation(report: dict, policy: GenerationPolicy) -> Verdict:
+    """Greedy generations on the golden and probe prompts: finite logits, stopping at EOS, and no loops."""
+    runs = report["generations"]
+    if not runs:
+        return _verdict("generation", ["nothing was generated: no golden or probe prompt to generate from"], "", "0 generations", ">= 1")
+    stopped = sum(r["stopped_at_eos"] for r in runs) / len(runs)
+    worst = max(runs, key=lambda r: r["repeated_ngram_share"])
+    problems = []
+    if bad := [r for r in runs if not r["finite"]]:
+        problems.append(f"non-finite logits while generating from {len(bad)} prompt(s), e.g. {bad[0]['prompt'][:60]!r}")
+    if stopped < policy.min_eos_share:
+        never = next(r for r in runs if not r["stopped_at_eos"])
+        problems.append(f"{stopped:.0%} of generations reach EOS within {policy.max_new_tokens} tokens (need {policy.min_eos_share:.0%}); "
+                        f"e.g. {never['prompt'][:60]!r} never stopped")
+    if worst["repeated_ngram_share"] > policy.max_repeated_ngram_share:
+        problems.append(f"a generation repeats {worst['repeated_ngram_share']:.0%} of its {policy.ngram}-grams (at most {policy.max_repeated_ngram_share:.0%}): "
+                        f"{worst['completion'][:80]!r}")
+    measured = f"{stopped:.0%} stop at EOS, worst repeated {policy.ngram}-gram share {worst['repeated_ngram_share']:.0%}, over {len(runs)} prompts"
+    return _verdict("generation", problems, measured, measured,
+                    f"EOS >= {policy.min_eos_share:.0%} within {policy.max_new_tokens} tokens, repeats <= {policy.max_repeated_ngram_share:.0%}",
+                    {"generations": len(runs), "eos_share": stopped, "max_repeated_ngram_share": worst["repeated_ngram_share"]})
+
+
+def judge_golden_completions(cases: list[dict]) -> Verdict:
+    """Every declared prompt's greedy completion contains (or equals) its expected answer, case-insensitively."""
+    if not cases:
+        return Verdict("golden_prompts", NO_CASES, "no golden prompts declared", "all pass", "no golden prompts in the policy; nothing to check")
+
+    def ok(c: dict) -> bool:
+        got, want = c["completion"].strip().lower(), c["expect"].strip().lower()
+        return got == want if c["match"] == "equals" else want in got
+
+    failed = [c for c in cases if not ok(c)]
+    reason = (f"{len(failed)} golden prompt(s) missed, e.g. {failed[0]['prompt'][:60]!r} answered {failed[0]['completion'][:80]!r}, "
+              f"which does not {'equal' if failed[0]['match'] == 'equals' else 'contain'} {failed[0]['expect']!r}") if failed else "all golden prompts answered as expected"
+    return Verdict("golden_prompts", FAIL if failed else PASS, f"{len(cases) - len(failed)}/{len(cases)}", f"{len(cases)}/{len(cases)}", reason,
+                   {"cases": len(cases), "failed": len(failed)})
+
+
+def cost_per_unit(node_usd_per_hour: float, units_per_s: float, per: float) -> float:
+    """USD per `per` units (tokens, requests) on one node doing units_per_s: node cost / (units/s x 3600) x per."""
+    return node_usd_per_hour / (units_per_s * 3600) * per if units_per_s > 0 else float("inf")
+
+
+def judge_cost(candidate_units_per_s: float, production_units_per_s: float | None, policy: CostPolicy, unit: str) -> Verdict:
+    """Cost per 1M tokens (unit "tokens") or per 1,000 requests (unit "requests") at the measured speed, against
+    production's times (1 + tolerance) and an absolute ceiling; a speed that is not a number is not a cost."""
+    per, ceiling = (1e6, policy.max_usd_per_1m_tokens) if unit == "tokens" else (1e3, policy.max_usd_per_1k_requests)
+    label = f"USD per {'1M tokens' if unit == 'tokens' else '1,000 requests'}"
+    if not np.isfinite(candidate_units_per_s) or (production_units_per_s is not None and not np.isfinite(production_units_per_s)):
+        return Verdict("cost", INCONCLUSIVE, "speed not measured", f"<= {ceiling:g} {label}",
+                       "inconclusive: the speed the cost is computed from is not a number; gate again", {})
+    cand = cost_per_unit(policy.node_usd_per_hour, candidate_units_per_s, per)
+    numbers: dict = {"candidate_usd": cand, "ceiling_usd": ceiling, "node_usd_per_hour": policy.node_usd_per_hour, "unit": unit}
+    problems = [f"{cand:.4g} {label} is above the ceiling {ceiling:g}"] if cand > ceiling else []
+    threshold = f"<= {ceiling:g}"
+    if production_units_per_s is not None:
+        prod = cost_per_unit(policy.node_usd_per_hour, production_units_per_s, per)
+        numbers |= {"production_usd": prod, "tolerance": policy.tolerance}
+        threshold += f" and <= production {prod:.4g} x {1 + policy.tolerance:g}"
+        if cand > prod * (1 + policy.tolerance):
+            problems.append(f"{cand:.4g} {label} is {cand / prod - 1:+.1%} against production's {prod:.4g}, more than the {policy.tolerance:+.0%} allowed")
+    return _verdict("cost", problems, f"{cand:.4g} {label} at ${policy.node_usd_per_hour:g}/node-hour", f"{cand:.4g} {label}", threshold, numbers)
 
 
 def _input_drift(input_drift: dict[str, float], policy: DriftPolicy) -> tuple[list[str], float, bool]:

@@ -28,6 +28,41 @@ class FidelityPolicy(_Strict):
     min_top1_agreement: float = Field(0.99, ge=0, le=1, description="INT8 vs FP32 top-1 agreement on the evaluation split.")
 
 
+class PerplexityPolicy(_Strict):
+    max_relative_increase: float = Field(0.01, ge=0, description="How far the candidate's perplexity on the evaluation replies may rise above production's, as a fraction (0.01: +1%).")
+    max_perplexity: float = Field(50.0, gt=1, description="Perplexity ceiling on the evaluation replies; the first candidate is judged on it alone.")
+    alpha: float = Field(0.05, gt=0, lt=0.5, description="One-sided significance level of the paired sign test for 'the candidate is worse on more replies than it is better'.")
+    min_nll_difference: float = Field(1e-3, ge=0, description="A reply counts as worse or better only when its mean NLL moved by more than this, nats per token: numerical noise is a tie.")
+    bootstrap_samples: int = Field(2000, ge=200, le=100_000, description="Paired bootstrap resamples of the replies for the CI on the perplexity change.")
+
+
+class TokenFidelityPolicy(_Strict):
+    min_top1_in_top5: float = Field(0.997, ge=0, le=1, description="Share of teacher-forced evaluation positions where INT8's top-1 token is among FP32's top 5.")
+    max_mean_kl: float = Field(0.01, ge=0, description="Mean KL(FP32 || INT8) per position, nats.")
+    max_perplexity_change: float = Field(0.01, ge=0, description="How far INT8's perplexity may rise above FP32's (same adapter, same replies), as a fraction.")
+
+
+class GenerationPolicy(_Strict):
+    max_new_tokens: int = Field(64, ge=1, le=4096, description="Greedy generation on the golden and probe prompts must reach EOS within this many tokens.")
+    probe_prompts: int = Field(8, ge=1, le=512, description="Evaluation prompts generated from greedily, besides the golden prompts.")
+    min_eos_share: float = Field(1.0, ge=0, le=1, description="Share of those generations that must stop at EOS.")
+    ngram: int = Field(3, ge=1, le=16, description="n of the repeated n-gram share.")
+    max_repeated_ngram_share: float = Field(0.5, ge=0, le=1, description="Most repeated n-grams any one generation may hold (a loop nears 1).")
+
+
+class CostPolicy(_Strict):
+    node_usd_per_hour: float = Field(0.10, gt=0, description="What one serving node costs an hour, USD: cost per token = this / (tokens/s x 3600).")
+    tolerance: float = Field(0.10, ge=0, description="How far the candidate's cost per unit may rise above production's, as a fraction.")
+    max_usd_per_1m_tokens: float = Field(5.0, gt=0, description="Ceiling on a causal LM's cost per 1M generated tokens, USD.")
+    max_usd_per_1k_requests: float = Field(0.05, gt=0, description="Ceiling on a classifier's cost per 1,000 requests at batch 1, USD.")
+
+
+class GoldenPrompt(_Strict):
+    prompt: str = Field(min_length=1, description="The user's message, rendered in the model's chat template.")
+    expect: str = Field(min_length=1, description="What the greedy completion must contain (or equal, with match: equals), compared case-insensitively.")
+    match: str = Field("contains", pattern="^(contains|equals)$")
+
+
 class QuantizationPolicy(_Strict):
     variant: str = Field("auto", pattern="^(auto|static|dynamic)$", description="INT8 variant to deploy: auto picks the fastest that passes fidelity; pin one for reproducible numerics across versions.")
 
@@ -143,6 +178,11 @@ class Policy(_Strict):
     serving: ServingPolicy = ServingPolicy()
     slo: SloPolicy = SloPolicy()
     golden: list[GoldenCase] = Field(default_factory=list, description="Inference tests: inputs with the label the candidate must predict.")
+    perplexity: PerplexityPolicy = PerplexityPolicy()
+    token_fidelity: TokenFidelityPolicy = TokenFidelityPolicy()
+    generation: GenerationPolicy = GenerationPolicy()
+    cost: CostPolicy = CostPolicy()
+    golden_prompts: list[GoldenPrompt] = Field(default_factory=list, description="Causal LMs: prompts whose greedy completion must contain (or equal) the expected answer.")
 
     @model_validator(mode="after")
     def _traffic_log_fits_window(self) -> "Policy":
@@ -177,7 +217,7 @@ def load_policy(path: Path | None) -> Policy:
     except yaml.YAMLError as e:
         raise ModelcdError(f"policy file {path} is not valid YAML: {e}") from e
     if not isinstance(raw, dict):
-        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, quantization, calibration, drift, throughput, safety, serving, slo, golden)")
+        raise ModelcdError(f"policy file {path} must hold a mapping of sections (accuracy, int8_fidelity, quantization, calibration, drift, throughput, safety, serving, slo, golden; for causal LMs perplexity, token_fidelity, generation, cost, golden_prompts)")
     try:
         return Policy.model_validate(raw)
     except ValidationError as e:

@@ -1,4 +1,4 @@
-"""The statistics behind honest gates: paired accuracy tests and a CI on a median ratio."""
+"""The statistics behind honest gates: paired accuracy and perplexity tests, and a CI on a median ratio."""
 
 from __future__ import annotations
 
@@ -54,3 +54,33 @@ def median_ci(values: np.ndarray, confidence: float = 0.95) -> tuple[float, floa
     k = max(k, 0)
     lo, hi = x[k], x[n - 1 - k]
     return float(np.median(x)), float(lo), float(hi)
+
+
+def sign_test_worse_pvalue(candidate_loss: np.ndarray, production_loss: np.ndarray, margin: float) -> float:
+    """Exact one-sided sign test for 'the candidate's loss is higher than production's on more examples': an example counts
+    as worse or better only when the two differ by more than margin, so numerical noise is a tie, not evidence."""
+    diff = np.asarray(candidate_loss, np.float64) - np.asarray(production_loss, np.float64)
+    worse, better = int(np.sum(diff > margin)), int(np.sum(diff < -margin))
+    n = worse + better
+    if n == 0:
+        return 1.0
+    return float(binom.sf(worse - 1, n, 0.5))  # P(X >= worse) under no difference
+
+
+def perplexity_change(candidate_nll: np.ndarray, production_nll: np.ndarray, tokens: np.ndarray) -> float:
+    """Relative perplexity change, candidate over production, pooled over every token: exp(mean NLL difference) - 1."""
+    w = np.asarray(tokens, np.float64)
+    diff = np.asarray(candidate_nll, np.float64) - np.asarray(production_nll, np.float64)
+    return float(np.expm1(np.sum(diff * w) / np.sum(w)))
+
+
+def paired_perplexity_ci(candidate_nll: np.ndarray, production_nll: np.ndarray, tokens: np.ndarray, samples: int,
+                         confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile CI of perplexity_change, resampling sequences in pairs (each weighted by its token count)."""
+    w = np.asarray(tokens, np.float64)
+    diff = (np.asarray(candidate_nll, np.float64) - np.asarray(production_nll, np.float64)) * w
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(diff), size=(samples, len(diff)))
+    changes = np.expm1(diff[idx].sum(axis=1) / w[idx].sum(axis=1))
+    tail = (1 - confidence) / 2
+    return float(np.quantile(changes, tail)), float(np.quantile(changes, 1 - tail))
