@@ -50,7 +50,16 @@ def cmd_register(args) -> int:
     from modelcd_assets.lib.judging.policy import policy_for
 
     limits = policy_for(Path(os.environ["MODELCD_POLICY_DIR"]), args.name).safety.limits()
-    ref = _registry().register(Path(args.path), args.name, base=args.base, tags=tags, limits=limits)
+    path = Path(args.path)
+    if path.suffix == ".gguf":  # a GGUF checkpoint is registered as the FP32 safetensors folder it de-quantizes to
+        from modelcd_assets.lib.causal_lm.base import prepare_causal_lm_base
+        from modelcd_assets.lib.hashing import file_sha256
+
+        if not path.is_file():
+            raise ModelcdError(f"{path} does not exist; pass a .gguf file, a peft adapter folder or a Hugging Face model folder")
+        path = prepare_causal_lm_base(path, Path(os.environ["MODELCD_HOME"]) / "work" / "gguf" / file_sha256(path)[:24])
+        print(f"{args.path}: de-quantized to FP32 safetensors in {path}")
+    ref = _registry().register(path, args.name, base=args.base, tags=tags, limits=limits, task=args.task)
     print(f"registered {ref.uri} (candidate key {ref.key})")
     return 0
 
@@ -273,13 +282,15 @@ def cmd_faults_run(args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="modelcd", description="Gated continuous delivery for fine-tuned models.")
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("register", help="register a peft adapter folder or a Hugging Face model folder as a new version")
+    r = sub.add_parser("register", help="register a peft adapter folder, a Hugging Face model folder or a GGUF causal LM as a new version")
     r.add_argument("path")
     r.add_argument("--name", required=True, help="registered model name")
     r.add_argument("--base", help="models:/NAME/VERSION of the base, when the adapter does not declare it")
     r.add_argument("--tokenizer-change", action="store_true", help="declare that this version's tokenizer maps text to different ids on purpose")
     r.add_argument("--semver", help="this version's Model SemVer, MAJOR.MINOR.PATCH")
     r.add_argument("--bump", choices=["patch", "minor", "major"], help="or the bump over production's SemVer (default: patch, weights only)")
+    r.add_argument("--task", choices=["classification", "causal-lm"],
+                   help="what kind of model a base or full model is (default: from its config's architecture); an adapter carries its base's")
     r.set_defaults(func=cmd_register)
     g = sub.add_parser("gate", help="run the gated pipeline for one version; exit 0 promoted, 3 blocked or superseded, 2 bad input, 1 the run failed (nothing promoted)")
     g.add_argument("name")

@@ -7,14 +7,17 @@ latest materialization of the asset it guards, and every asset upstream was buil
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dagster as dg
 
 from modelcd_assets.lib.judging.promotion import GateRecord, gate_problems, lineage_problems
+from modelcd_assets.lib.tasks.names import DEFAULT_TASK
 
 PRODUCTION_KEY = dg.AssetKey("production_model")
+CANDIDATE_KEY = dg.AssetKey("candidate")  # its materialization records the candidate's task
 GATE_GRAPH_RESOURCE = "gate_graph"  # the GateGraph resource definitions.py binds
+TASKS_METADATA = "modelcd/tasks"  # on a check's spec: the tasks it judges, comma-separated (absent: every task)
 
 
 @dataclass(frozen=True)
@@ -47,17 +50,21 @@ class GateGraph:
     parents: Mapping[dg.AssetKey, frozenset[dg.AssetKey]]
     partitioned: frozenset[dg.AssetKey]
     blocking: Mapping[dg.AssetCheckKey, bool]
+    tasks: Mapping[dg.AssetCheckKey, frozenset[str]] = field(default_factory=dict)  # a check absent here judges every task
 
     @classmethod
     def of(cls, definitions: dg.Definitions) -> GateGraph:
         parents: dict[dg.AssetKey, frozenset[dg.AssetKey]] = {}
         partitioned: set[dg.AssetKey] = set()
         blocking: dict[dg.AssetCheckKey, bool] = {}
+        tasks: dict[dg.AssetCheckKey, frozenset[str]] = {}
         for d in (*definitions.assets, *definitions.asset_checks):
             if isinstance(d, dg.AssetsDefinition):
                 deps, partitions = d.asset_deps, d.partitions_def
                 for spec in d.check_specs:
                     blocking[spec.key] = spec.blocking
+                    if (declared := (spec.metadata or {}).get(TASKS_METADATA)) is not None:
+                        tasks[spec.key] = frozenset(str(getattr(declared, "value", declared)).split(","))
             elif isinstance(d, dg.AssetSpec):  # an asset declared, not materialized here
                 deps, partitions = {d.key: {dep.asset_key for dep in d.deps}}, d.partitions_def
             elif isinstance(d, dg.SourceAsset):
@@ -68,7 +75,7 @@ class GateGraph:
                 parents[key] = frozenset(upstream)
                 if partitions is not None:
                     partitioned.add(key)
-        return cls(parents, frozenset(partitioned), blocking)
+        return cls(parents, frozenset(partitioned), blocking, tasks)
 
     def ancestors(self, key: dg.AssetKey) -> set[dg.AssetKey]:
         found: set[dg.AssetKey] = set()
@@ -92,11 +99,13 @@ class GateGraph:
         return sorted(keys, key=lambda k: (level(k), k))
 
 
-def required_gates(graph: GateGraph) -> list[dg.AssetCheckKey]:
-    """Every blocking check on an asset upstream of production_model, in pipeline order (the order they run)."""
+def required_gates(graph: GateGraph, task: str | None = None) -> list[dg.AssetCheckKey]:
+    """Every blocking check on an asset upstream of production_model, in pipeline order (the order they run); with a task,
+    those that judge it (a check declares its tasks in its metadata, or judges every task)."""
     upstream = graph.ancestors(PRODUCTION_KEY)
     stage = {key: i for i, key in enumerate(graph.pipeline_order(upstream))}
-    gates = (k for k, blocking in graph.blocking.items() if k.asset_key in upstream and blocking)
+    gates = (k for k, blocking in graph.blocking.items()
+             if k.asset_key in upstream and blocking and (task is None or task in graph.tasks.get(k, frozenset({task}))))
     return sorted(gates, key=lambda k: (stage[k.asset_key], k.name))
 
 
@@ -137,11 +146,20 @@ def _text(evaluation, key: str) -> str:
     return str(getattr(value, "value", value)) if value is not None else ""
 
 
+def candidate_task(instance: dg.DagsterInstance, partition: str) -> str:
+    """The task the candidate's latest fetch recorded (the version's modelcd.task tag); a candidate never fetched, or
+    fetched before tasks were recorded, is a classifier. A wrong answer never promotes: a gate that judges another task
+    reports "not applicable", and a required gate that does is a problem (lib/judging/promotion.gate_problems)."""
+    record = _latest(instance, CANDIDATE_KEY, partition)
+    value = record.asset_materialization.metadata.get("task") if record and record.asset_materialization else None
+    return str(getattr(value, "value", value)) if value is not None else DEFAULT_TASK
+
+
 def read_gates(instance: dg.DagsterInstance, partition: str, graph: GateGraph) -> GateDecision:
-    """The latest result of every required gate for one candidate, judged exactly as promotion judges it.
+    """The latest result of every gate the candidate's task requires, judged exactly as promotion judges it.
 
     graph: inside a run, the `gate_graph` resource; outside one, launch.code_location_graph()."""
-    keys = required_gates(graph)
+    keys = required_gates(graph, candidate_task(instance, partition))
     infos = {i.check_key: i for i in instance.event_log_storage.get_asset_check_partition_info(keys, partition_keys=[partition])}
     evaluations = _evaluations(instance, {i.latest_planned_run_id for i in infos.values() if i.latest_planned_run_id}, partition)
     records = []

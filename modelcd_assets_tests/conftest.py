@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["pytester", "modelcd_assets_tests.process_leaks", "modelcd_assets_tests.postgres_server"]
+pytest_plugins = ["pytester", "modelcd_assets_tests.process_leaks", "modelcd_assets_tests.postgres_server", "modelcd_assets_tests.tiny_lm"]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 
+from modelcd_assets.lib.demo.replies import write_chat_splits  # noqa: E402
 from modelcd_assets.lib.demo.tickets import LABELS, generate, write_splits  # noqa: E402
 from modelcd_assets.lib.model.base_model import build_tiny_base  # noqa: E402
 from modelcd_assets.lib.model.training import Training, train_adapter, train_classifier  # noqa: E402
@@ -90,6 +91,7 @@ def make_env(home: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str = "") -> E
     for key in ("MODELCD_DATA", "MODELCD_POLICY_DIR", "MODELCD_MLFLOW_ARTIFACTS", "DAGSTER_HOME"):
         Path(env[key]).mkdir(parents=True, exist_ok=True)
     write_splits(Path(env["MODELCD_DATA"]))
+    write_chat_splits(Path(env["MODELCD_DATA"]))
     keys = Keys.from_env(env)
     if not keys.private.exists():  # a state folder's own key pair, as 'modelcd keys init' makes it
         init_keys(keys)

@@ -70,6 +70,19 @@ def test_the_gate_graph_reads_the_code_location_as_dagster_does(modelcd_env):
         assert resources.gate_graph == ours
 
 
+def test_each_task_requires_the_gates_that_judge_it(modelcd_env):
+    """A one-task check declares its task in its spec's metadata; the other task's candidates never require it."""
+    from modelcd_assets.gate_results import GateGraph, required_gates
+
+    graph = GateGraph.of(definitions())
+    every, classifier, llm = ({k.name for k in required_gates(graph, t)} for t in (None, "classification", "causal-lm"))
+    assert classifier == every - {"perplexity_within_tolerance", "generation_is_healthy"}
+    assert llm == every - {"accuracy_within_tolerance"}
+    shared = {"artifact_is_safe", "weights_are_finite", "adapter_fits_base", "semver_covers_contract_change", "int8_agrees_with_fp32",
+              "golden_cases_pass", "no_drift_detected", "throughput_within_tolerance", "cost_within_budget"}
+    assert shared <= classifier & llm
+
+
 def test_the_gate_graph_orders_an_asset_below_one_declared_elsewhere_as_dagster_does():
     """A parent declared only as an AssetSpec (or defined nowhere here) is a root at level 0, as in Dagster's graph."""
     import dagster as dg

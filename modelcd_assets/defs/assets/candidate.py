@@ -10,7 +10,8 @@ from modelcd_assets.lib.hashing import folder_hash
 from modelcd_assets.lib.inference.builds import Build
 from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.release.candidate import CandidateRecord, policy_snapshot
-from modelcd_assets.lib.release.registry import BASE, CALIBRATION, CONTENT, PREVIOUS_PRODUCTION, PROMOTION, REVISION_OF, CandidateRef, Registry
+from modelcd_assets.lib.release.registry import BASE, CALIBRATION, CONTENT, PREVIOUS_PRODUCTION, PROMOTION, REVISION_OF, TASK, CandidateRef, Registry
+from modelcd_assets.lib.tasks.names import CLASSIFICATION, DEFAULT_TASK, require_task
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
@@ -90,31 +91,39 @@ def candidate(context: dg.AssetExecutionContext, state: LocalStateResource, regi
             reg.fetch(base_ref, base_path)
         base_dir = str(base_path)
     content = tags[CONTENT]
+    task = require_task(tags.get(TASK, DEFAULT_TASK))
+    if baseline is not None and (baseline_task := reg.tags(baseline).get(TASK, DEFAULT_TASK)) != task:
+        raise ModelcdError(f"{ref.uri} is a {task} model but {ref.name}'s production {baseline.uri} is a {baseline_task} model: one registered "
+                           f"model serves one task, and nothing would compare them; register it under another name")
     # A version is its files plus the calibration set its static INT8 is calibrated with: the model's current set when
     # the version is first gated (the data folder's split when it has none), pinned on the version from then on, so
     # gating it again judges the same INT8. A calibration revision is registered with its set already pinned.
+    # A causal LM's INT8 is weight-only (no activations to calibrate): it has no calibration set.
     calibration = tags.get(CALIBRATION)
-    if calibration is None:
+    if calibration is None and task == CLASSIFICATION:
         calibration = reg.calibration_of(ref.name) or state.default_calibration()
         reg.set_tags(ref, {CALIBRATION: calibration})
-    state.calibration_sets().require(calibration)
+    if calibration is not None:
+        state.calibration_sets().require(calibration)
     effective, source = policy_snapshot(policy.for_model(ref.name), policy.path_for(ref.name))
     record = CandidateRecord(
         name=ref.name, version=ref.version, kind=info.kind, content_hash=content, artifact_dir=str(folder),
         build_dir=str(Build.for_content(state.cache_dir("builds"), base_hash, content).dir), candidate_dir=str(state.files(ref).dir),
         base_uri=base_uri, base_hash=base_hash, base_dir=base_dir, production_version=baseline.version if baseline else None,
         production_content_hash=prod_hash, regated_production=prod == ref, policy=effective, policy_source=source, calibration_sha256=calibration,
+        task=task,
     )
     record.save()
     files = sorted(p.name for p in folder.iterdir())
     return dg.MaterializeResult(
         metadata={
             "kind": info.kind,
+            "task": task,
             "content_sha256": content,
             "base": base_uri or "(full model)",
             "production_baseline": (f"{baseline.version} (sha256 {prod_hash[:12]})" if baseline else "none: first candidate")
                                    + (f" (production {prod.version} itself, judged again against the version it replaced)" if prod == ref else ""),
-            "calibration_sha256": calibration,
+            "calibration_sha256": calibration or "(none: weight-only INT8)",
             "revision_of": tags.get(REVISION_OF, "(not a calibration revision)"),
             "policy_source": source,
             "policy": dg.MetadataValue.json(effective),

@@ -15,11 +15,15 @@ _SEVERITY = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
 
 @dg.asset_check(asset=benchmark_results, blocking=True, partitions_def=candidates)
 def throughput_within_tolerance(context: dg.AssetCheckExecutionContext, state: LocalStateResource) -> dg.AssetCheckResult:
-    """Judged at batch 1 and batch 32; the worse verdict of the two counts."""
+    """Judged at batch 1 and batch 32 (a causal LM: at each concurrency, its p99 on time to first token); the worse verdict counts."""
     ref = CandidateRef.parse(context.partition_key)
     report = read_json(state.files(ref).benchmark)
-    tp = state.record(ref).effective_policy().throughput
-    p99 = report["batches"]["1"]["candidate_p99_ms"]
+    policy = state.record(ref).effective_policy()
+    tp = policy.throughput
+    first = next(iter(report["batches"]))  # batch 1, or a causal LM's first concurrency
+    p99 = report["batches"][first]["candidate_p99_ms"]
+    if report.get("latency_metric") == "ttft":  # a causal LM's latency SLO is on its time to first token
+        tp = tp.model_copy(update={"p99_slo_ms": policy.generation.ttft_p99_slo_ms})
     verdicts = {
         batch: judge_throughput(r["ratio_median"], r["ratio_ci_low"], r["ratio_ci_high"], p99, report["production"] is not None, tp)
         for batch, r in report["batches"].items()

@@ -29,12 +29,16 @@ class AdapterFit:
     targets: list[str]
     scaling: float
     declared_base: str | None
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # every reason it does not fit, as a user reads it
     slots_filled: int = 0
+    missing: list[str] = field(default_factory=list)  # slots with no weight in the adapter
+    extra: list[str] = field(default_factory=list)  # adapter weights that fill no slot
+    mismatched: list[str] = field(default_factory=list)  # weights whose shape is not their slot's
 
     def to_dict(self) -> dict:
         return {"rank": self.rank, "targets": self.targets, "scaling": self.scaling, "declared_base": self.declared_base,
-                "problems": self.problems, "slots_filled": self.slots_filled}
+                "problems": self.problems, "slots_filled": self.slots_filled, "missing": self.missing, "extra": self.extra,
+                "mismatched": self.mismatched}
 
 
 def _targets(config: dict) -> list[str]:
@@ -63,22 +67,26 @@ def adapter_parameters(adapter_dir: Path, slots: AdapterSlots) -> tuple[dict[str
         fit.problems.append(f"it also trains {config['modules_to_save']} in full (modules_to_save), which no slot can carry")
     weights = load_file(str(adapter_dir / ADAPTER_WEIGHTS))
     wanted = {slots.peft_key(slot): slot for slot in slots.shapes}
-    extra = sorted(k for k in weights if k not in wanted)
-    if extra:
-        fit.problems.append(f"{len(extra)} weight(s) that fill no slot, e.g. {extra[0]}")
+    fit.extra = sorted(k for k in weights if k not in wanted)
+    if fit.extra:
+        fit.problems.append(f"{len(fit.extra)} weight(s) that fill no slot, e.g. {fit.extra[0]}")
     params: dict[str, np.ndarray] = {}
     for key, slot in wanted.items():
         if key not in weights:
-            fit.problems.append(f"no weight for slot {slot} ({key})")
+            fit.missing.append(key)
             continue
         value = np.ascontiguousarray(weights[key].astype(np.float32).T)
         if slot.split(".")[-3] == "lora_B":
             value = value * np.float32(scaling)
         if tuple(value.shape) != slots.shapes[slot]:
-            fit.problems.append(f"{key} is {list(weights[key].shape)}: the base's slot takes {list(reversed(slots.shapes[slot]))}, "
-                                "so the adapter was trained for another base (another hidden size)")
+            fit.mismatched.append(f"{key} is {list(weights[key].shape)}, the slot takes {list(reversed(slots.shapes[slot]))}")
             continue
         params[slot] = value
+    if fit.missing:
+        fit.problems.append(f"no weight for {len(fit.missing)} of the base's {len(wanted)} slots, e.g. {fit.missing[0]}")
+    if fit.mismatched:
+        fit.problems.append(f"{fit.mismatched[0]}{f' (and {len(fit.mismatched) - 1} more)' if len(fit.mismatched) > 1 else ''}: "
+                            "the adapter was trained for another base (another hidden size)")
     fit.slots_filled = len(params)
     return ({} if fit.problems else params), fit
 

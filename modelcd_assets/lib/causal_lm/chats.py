@@ -4,8 +4,10 @@ render the same template from the same tokenizer.json, so both see the same ids 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from modelcd_assets.lib.errors import BadCandidate
 
@@ -37,3 +39,35 @@ def chat_ids(encode: Encode, chat: Chat, eos_ids: Sequence[int]) -> tuple[list[i
     if end is None:
         raise BadCandidate(f"the chat template ends an assistant turn with none of the EOS ids {list(eos_ids)}: generation would never stop")
     return prompt + reply[: end + 1], len(prompt)
+
+
+# A causal LM's splits sit beside the classifier's in the data folder, as chats: chats_evaluation.jsonl, ...
+CHAT_SPLIT_PREFIX = "chats_"
+
+
+def chat_split(name: str) -> str:
+    """The data folder's name of a causal LM's split called name (evaluation, traffic_current, ...)."""
+    return name if name.startswith(CHAT_SPLIT_PREFIX) else CHAT_SPLIT_PREFIX + name
+
+
+def read_chats(path: Path) -> list[Chat]:
+    """A JSON-lines file of chats, each {"system", "user", "reply"}."""
+    out = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out.append(Chat(str(row.get("system", "")), str(row["user"]), str(row.get("reply", ""))))
+        except (ValueError, KeyError, TypeError) as e:
+            raise BadCandidate(f"{path}:{n} is not a chat: each line must be a JSON object with \"user\" (and \"system\", \"reply\"): {e}") from e
+    return out
+
+
+def write_chats(path: Path, chats: list[Chat]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(asdict(c)) + "\n" for c in chats))
+    tmp.rename(path)
+    return path

@@ -45,6 +45,7 @@ class Decoder:
         self.tokenizer = og.Tokenizer(self.model)
         genai = json.loads((folder / GENAI_CONFIG).read_text())["model"]
         self.context_length = int(genai["context_length"])
+        self.vocab_size = int(genai["vocab_size"])
         eos = genai["eos_token_id"]
         self.eos_ids = tuple(eos) if isinstance(eos, list) else (int(eos),)
         self.adapters = og.Adapters(self.model)

@@ -7,10 +7,13 @@ where it is used (lib/causal_lm/chats.py).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from modelcd_assets.lib.causal_lm.chats import Chat
+from modelcd_assets.lib.causal_lm.chats import Chat, chat_split, write_chats
 from modelcd_assets.lib.demo.tickets import TOPICS, generate
+from modelcd_assets.lib.splits import split_path
 
 SYSTEM = "You are a support assistant. Answer the ticket in one or two sentences."
 _REPLIES = {
@@ -43,3 +46,23 @@ def chats(n: int, seed: int, shifted: bool = False) -> list[Chat]:
 def corpus(chat_list: list[Chat]) -> list[str]:
     """The texts a tokenizer for these chats is trained on."""
     return [SYSTEM] + [c.user for c in chat_list] + [c.reply for c in chat_list]
+
+
+CHAT_SPLITS = {
+    # name: (size, seed, shifted); seeds are the ticket splits' (lib/demo/tickets.SPLITS), so the chats answer those tickets
+    "train": (600, 1, False),
+    "evaluation": (200, 2, False),
+    "traffic_current": (200, 4, False),
+    "traffic_shifted": (200, 5, True),
+}
+
+
+def write_chat_splits(folder: Path) -> dict[str, Path]:
+    """Write every chat split as JSON lines under folder (chats_NAME.jsonl), once; return name -> path."""
+    paths = {}
+    for name, (size, seed, shifted) in CHAT_SPLITS.items():
+        path = split_path(Path(folder), chat_split(name))
+        if not path.exists():
+            write_chats(path, chats(size, seed, shifted=shifted))
+        paths[name] = path
+    return paths

@@ -111,3 +111,11 @@ def merge_runs(a: PairedRun, b: PairedRun) -> PairedRun:
     """One run of the pairs of both (a second round after an inconclusive first)."""
     return PairedRun(a.batch_size, a.candidate_throughput + b.candidate_throughput, a.production_throughput + b.production_throughput,
                      a.candidate_latency_ms + b.candidate_latency_ms, a.production_latency_ms + b.production_latency_ms)
+
+
+def cost_inputs(unit: str, summary: dict, has_production: bool) -> dict:
+    """What the cost gate prices, from one paired summary: the candidate's units/s, and against production the paired
+    speed ratio's CI (lib/judging/gates.judge_cost)."""
+    return {"unit": unit, "candidate_units_per_s": summary["candidate_items_per_s"],
+            "production_units_per_s": summary["production_items_per_s"] if has_production else None,
+            "speed_ratio": [summary["ratio_median"], summary["ratio_ci_low"], summary["ratio_ci_high"]] if has_production else None}

@@ -59,16 +59,22 @@ class Build:
         (checked against the quantization report's hash), or on the split file whose sha256 is given."""
         return self.dir / (f"predictions_{name}.npy" if split_sha256 is None else f"predictions_{name}_on_{split_sha256[:24]}.npy")
 
-    @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self) -> contextlib.AbstractContextManager[None]:
         """Exclusive use of this build folder: candidates with the same content share it, and may be gated at once."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / ".lock", "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        return folder_lock(self.dir)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, name: str = ".lock") -> Iterator[None]:
+    """Exclusive use of a build folder across processes (an flock on a file beside or in it)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / name, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -24,6 +24,14 @@ TOKENIZER_FILE = "tokenizer.json"
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")  # the ONNX graph's inputs, in export order
 
 
+def check_generation_length(prompt_tokens: int, max_new_tokens: int, context_length: int) -> None:
+    """The one rule for a causal LM's prompt, in the gates and the server alike (the contract records it as "refused"):
+    the prompt and the tokens it may generate must fit the context; a prompt that does not is refused, never cut."""
+    if prompt_tokens < 1 or prompt_tokens + max_new_tokens > context_length:
+        raise BadCandidate(f"a prompt of {prompt_tokens} tokens with up to {max_new_tokens} new tokens does not fit the model's context of "
+                           f"{context_length} tokens; prompts beyond the context are refused, not truncated: shorten it, or ask for fewer tokens")
+
+
 def truncation_length(model_dir: Path) -> int:
     """Where inputs to this model are cut: MAX_LENGTH, or the model's position limit when it is lower."""
     positions = json.loads((Path(model_dir) / "config.json").read_text()).get("max_position_embeddings") or MAX_LENGTH

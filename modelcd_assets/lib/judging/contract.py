@@ -47,6 +47,12 @@ class Change:
 
 def diff_contracts(old: dict, new: dict, token_ids_changed: bool) -> list[Change]:
     """Every difference between two contracts with the bump it requires (none: weights only, a patch)."""
+    if new.get("task") == "causal-lm" or old.get("task") == "causal-lm":
+        from modelcd_assets.lib.causal_lm.contract import diff_lm_contracts
+
+        if old.get("task") != new.get("task"):
+            return [Change("major", f"the task changed: {old.get('task', 'classification')} -> {new.get('task', 'classification')}")]
+        return diff_lm_contracts(old, new)
     changes: list[Change] = []
     for side in ("inputs", "outputs"):
         before = {v["name"]: v for v in old[side]}

@@ -48,3 +48,15 @@ def prediction_drift(production_labels: list[str], candidate_labels: list[str]) 
     if set(production_labels) == set(candidate_labels) and len(set(production_labels)) == 1 and production_labels == candidate_labels:
         return 0.0  # Evidently's histogram needs two categories; identical single-label outputs do not drift
     return _value_drift(ref, cur, [], ["prediction"], "wasserstein", "jensenshannon")["prediction"]
+
+
+def length_drift(production_lengths: list[float], candidate_lengths: list[float]) -> float:
+    """How far the candidate's response lengths moved from production's on the same traffic: the Wasserstein distance of
+    the two length distributions over production's mean length (0.1: responses about 10% longer or shorter). Scaled by
+    the mean, not by the spread as Evidently's normed Wasserstein is: greedy answers of one model vary little in length,
+    so one response a token longer would read as drift."""
+    from scipy.stats import wasserstein_distance
+
+    if not len(production_lengths) or not len(candidate_lengths):
+        return float("nan")
+    return float(wasserstein_distance(production_lengths, candidate_lengths) / max(float(np.mean(production_lengths)), 1.0))

@@ -176,25 +176,32 @@ def cost_per_unit(node_usd_per_hour: float, units_per_s: float, per: float) -> f
     return node_usd_per_hour / (units_per_s * 3600) * per if units_per_s > 0 else float("inf")
 
 
-def judge_cost(candidate_units_per_s: float, production_units_per_s: float | None, policy: CostPolicy, unit: str) -> Verdict:
-    """Cost per 1M tokens (unit "tokens") or per 1,000 requests (unit "requests") at the measured speed, against
-    production's times (1 + tolerance) and an absolute ceiling; a speed that is not a number is not a cost."""
+def judge_cost(cost: dict, policy: CostPolicy) -> Verdict:
+    """Cost per 1M tokens (unit "tokens") or per 1,000 requests (unit "requests") at the measured speed, against an absolute
+    ceiling and production's cost times (1 + tolerance). Against production the paired speed ratio's CI decides: the
+    candidate fails when even the CI's fastest end costs more than allowed. A speed that is not a number is not a cost."""
+    unit, speed = cost["unit"], cost["candidate_units_per_s"]
     per, ceiling = (1e6, policy.max_usd_per_1m_tokens) if unit == "tokens" else (1e3, policy.max_usd_per_1k_requests)
     label = f"USD per {'1M tokens' if unit == 'tokens' else '1,000 requests'}"
-    if not np.isfinite(candidate_units_per_s) or (production_units_per_s is not None and not np.isfinite(production_units_per_s)):
+    ratio = cost.get("speed_ratio")
+    if not np.isfinite(speed) or (ratio is not None and not np.isfinite(ratio).all()):
         return Verdict("cost", INCONCLUSIVE, "speed not measured", f"<= {ceiling:g} {label}",
                        "inconclusive: the speed the cost is computed from is not a number; gate again", {})
-    cand = cost_per_unit(policy.node_usd_per_hour, candidate_units_per_s, per)
-    numbers: dict = {"candidate_usd": cand, "ceiling_usd": ceiling, "node_usd_per_hour": policy.node_usd_per_hour, "unit": unit}
+    cand = cost_per_unit(policy.node_usd_per_hour, speed, per)
+    numbers: dict = {"candidate_usd": cand, "ceiling_usd": ceiling, "node_usd_per_hour": policy.node_usd_per_hour}
     problems = [f"{cand:.4g} {label} is above the ceiling {ceiling:g}"] if cand > ceiling else []
-    threshold = f"<= {ceiling:g}"
-    if production_units_per_s is not None:
-        prod = cost_per_unit(policy.node_usd_per_hour, production_units_per_s, per)
-        numbers |= {"production_usd": prod, "tolerance": policy.tolerance}
-        threshold += f" and <= production {prod:.4g} x {1 + policy.tolerance:g}"
-        if cand > prod * (1 + policy.tolerance):
-            problems.append(f"{cand:.4g} {label} is {cand / prod - 1:+.1%} against production's {prod:.4g}, more than the {policy.tolerance:+.0%} allowed")
-    return _verdict("cost", problems, f"{cand:.4g} {label} at ${policy.node_usd_per_hour:g}/node-hour", f"{cand:.4g} {label}", threshold, numbers)
+    threshold, measured = f"<= {ceiling:g}", f"{cand:.4g} {label} at ${policy.node_usd_per_hour:g}/node-hour"
+    if ratio is not None:
+        median, _, hi = ratio
+        prod = cost_per_unit(policy.node_usd_per_hour, cost["production_units_per_s"], per)
+        least, point = 1 / hi - 1, 1 / median - 1  # cost change at the CI's fastest end, and at the median ratio
+        numbers |= {"production_usd": prod, "cost_change": point, "cost_change_at_best": least, "tolerance": policy.tolerance}
+        threshold += f", <= production x {1 + policy.tolerance:g}"
+        measured += f" ({point:+.1%} vs production, {least:+.1%} at the speed CI's best)"
+        if least > policy.tolerance:
+            problems.append(f"costs {point:+.1%} per unit against production (at least {least:+.1%} by the paired speed CI), more than the "
+                            f"{policy.tolerance:+.0%} allowed")
+    return _verdict("cost", problems, measured, measured, threshold, numbers)
 
 
 def _input_drift(input_drift: dict[str, float], policy: DriftPolicy) -> tuple[list[str], float, bool]:

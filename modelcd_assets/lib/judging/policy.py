@@ -42,8 +42,20 @@ class TokenFidelityPolicy(_Strict):
     max_perplexity_change: float = Field(0.01, ge=0, description="How far INT8's perplexity may rise above FP32's (same adapter, same replies), as a fraction.")
 
 
+class AdapterSlotsPolicy(_Strict):
+    rank: int = Field(8, ge=1, le=256, description="LoRA rank of the base build's adapter slots: every adapter of the base must have it.")
+    targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], min_length=1, description="Modules the slots sit on: every adapter of the base must target exactly these.")
+    accuracy_level: int = Field(4, ge=0, le=4, description="MatMulNBits compute type of the INT8 base: 4 computes in INT8 (fast), 1 in FP32 (closer to FP32, slower).")
+
+
 class GenerationPolicy(_Strict):
     max_new_tokens: int = Field(64, ge=1, le=4096, description="Greedy generation on the golden and probe prompts must reach EOS within this many tokens.")
+    evaluation_replies: int = Field(200, ge=10, le=100_000, description="Evaluation chats whose replies are scored (perplexity, INT8 fidelity).")
+    drift_prompts: int = Field(32, ge=4, le=10_000, description="Traffic prompts generated from by candidate and production for the output drift.")
+    speed_prompts: int = Field(4, ge=1, le=256, description="Evaluation prompts each timed trial generates from.")
+    speed_tokens: int = Field(16, ge=2, le=1024, description="Most tokens each timed generation makes.")
+    concurrency: list[int] = Field(default_factory=lambda: [1, 4], min_length=1, description="Concurrent generations the speed is timed at; each is judged.")
+    ttft_p99_slo_ms: float = Field(1000.0, gt=0, description="p99 time to first token of the timed generations, milliseconds (throughput gate).")
     probe_prompts: int = Field(8, ge=1, le=512, description="Evaluation prompts generated from greedily, besides the golden prompts.")
     min_eos_share: float = Field(1.0, ge=0, le=1, description="Share of those generations that must stop at EOS.")
     ngram: int = Field(3, ge=1, le=16, description="n of the repeated n-gram share.")
@@ -52,7 +64,7 @@ class GenerationPolicy(_Strict):
 
 class CostPolicy(_Strict):
     node_usd_per_hour: float = Field(0.10, gt=0, description="What one serving node costs an hour, USD: cost per token = this / (tokens/s x 3600).")
-    tolerance: float = Field(0.10, ge=0, description="How far the candidate's cost per unit may rise above production's, as a fraction.")
+    tolerance: float = Field(0.15, ge=0, description="How far the candidate's cost per unit may rise above production's, as a fraction, judged at the fast end of the paired speed CI (0.15 matches throughput.min_ratio 0.88: 1/0.88 - 1 = 0.136).")
     max_usd_per_1m_tokens: float = Field(5.0, gt=0, description="Ceiling on a causal LM's cost per 1M generated tokens, USD.")
     max_usd_per_1k_requests: float = Field(0.05, gt=0, description="Ceiling on a classifier's cost per 1,000 requests at batch 1, USD.")
 
@@ -183,6 +195,7 @@ class Policy(_Strict):
     generation: GenerationPolicy = GenerationPolicy()
     cost: CostPolicy = CostPolicy()
     golden_prompts: list[GoldenPrompt] = Field(default_factory=list, description="Causal LMs: prompts whose greedy completion must contain (or equal) the expected answer.")
+    adapter_slots: AdapterSlotsPolicy = AdapterSlotsPolicy()
 
     @model_validator(mode="after")
     def _traffic_log_fits_window(self) -> "Policy":

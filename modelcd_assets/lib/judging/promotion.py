@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 NO_CASES = "no cases declared"  # a gate with nothing to judge (golden cases): passes, and says so instead of "pass"
+# A one-task gate run on another task's candidate: it passes so the run goes on, and is never what promotion counts.
+NOT_APPLICABLE = "not applicable"
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ def gate_problems(records: list[GateRecord], lineage: list[str] = ()) -> list[st
             problems.append(f"{r.gate}: no result recorded")
         elif r.status != "SUCCEEDED" or r.passed is not True:
             problems.append(f"{r.gate}: {r.status.lower()}" + ("" if r.passed is None else f" (passed={r.passed})"))
+        elif r.verdict == NOT_APPLICABLE:  # the gate says it judges another task than the one that requires it
+            problems.append(f"{r.gate}: it did not judge this candidate (it judges another task's models), but the candidate's task requires it")
         elif not r.current:
             problems.append(f"{r.gate}: result is stale, the asset was re-materialized after the check ran")
     problems += list(lineage)

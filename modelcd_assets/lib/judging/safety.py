@@ -24,7 +24,9 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
 CODE_SUFFIXES = (".py", ".pyc", ".so", ".dll", ".dylib")
 TEXT_SUFFIXES = (".md", ".txt")
-TEXT_NAMES = ("license", ".gitattributes")
+# chat_template.jinja: the chat template transformers saves beside the tokenizer (rendered in a sandboxed Jinja environment
+# by transformers and ONNX Runtime GenAI, never imported or run as code); read as plain text like the others.
+TEXT_NAMES = ("license", ".gitattributes", "chat_template.jinja")
 SENTENCEPIECE_NAMES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
 NOT_ALLOWED = ("not an allowed file type (safetensors, JSON/config, tokenizer files, ONNX, text docs); "
                "remove it, or allow the pattern in the policy's safety.allow")

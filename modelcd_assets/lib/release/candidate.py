@@ -11,6 +11,7 @@ from modelcd_assets.lib.inference.builds import Build, read_json, write_json
 from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.layout import CandidateFiles, StateLayout
 from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.tasks.names import DEFAULT_TASK
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class CandidateRecord:
     policy_source: str = "defaults"
     # The calibration set (sha256) its static INT8 is calibrated with: pinned on the version in the registry when first gated.
     calibration_sha256: str | None = None
+    # What kind of model it is (lib/tasks/names.py): every task-dependent step asks lib/tasks/task.task_of(record.task).
+    task: str = DEFAULT_TASK
 
     @property
     def ref(self) -> CandidateRef:

@@ -21,12 +21,14 @@ from modelcd_assets.lib.judging.safety import SafetyLimits, scan_artifact
 from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.operations.failpoints import failpoint
 from modelcd_assets.lib.release.signing import SIGNATURE_FILE, Keys, sign_folder, verify_folder
+from modelcd_assets.lib.tasks.names import DEFAULT_TASK, require_task, task_of_adapter, task_of_folder
 
 PRODUCTION = "production"
 EXPERIMENT = "modelcd-registrations"
 # Tag names on registered models and versions.
 ROLE = "modelcd.role"  # "base" or "candidate" on a registered model
 KIND = "modelcd.kind"  # "adapter", "full" or "base" on a version
+TASK = "modelcd.task"  # "classification" or "causal-lm" on a version: a base declares it, its adapters carry the base's
 BASE = "modelcd.base"  # models:/NAME/VERSION of an adapter's base
 CONTENT = "modelcd.content_sha256"
 TOKENIZER_CHANGE = "modelcd.tokenizer_change"  # "true" when a version declares that its tokenizer maps text to new ids
@@ -158,8 +160,11 @@ class Registry:
             raise ModelcdError(f"registered model {name!r} is a {rm.tags.get(ROLE, 'non-modelcd')} model, not a {role}; pick another --name")
 
     def register(self, folder: Path, name: str, *, role: str = "candidate", base: str | None = None, tags: dict[str, str] | None = None,
-                 limits: SafetyLimits = SafetyLimits()) -> CandidateRef:
-        """Upload folder as a new version of name, with a sha256 manifest of its files; unsafe artifacts are refused first."""
+                 limits: SafetyLimits = SafetyLimits(), task: str | None = None) -> CandidateRef:
+        """Upload folder as a new version of name, with a sha256 manifest of its files; unsafe artifacts are refused first.
+
+        task: what kind of model it is; a base or full model declares it (default: what its config's architecture says),
+        an adapter carries its base's."""
         folder = Path(folder)
         info = inspect_artifact(folder)
         findings = scan_artifact(folder, limits)
@@ -178,6 +183,14 @@ class Registry:
             base_ref = CandidateRef.from_uri(base_uri)
             self.version(base_ref)  # raises when the base is not registered
             version_tags[BASE] = base_ref.uri
+            base_task = self.tags(base_ref).get(TASK, DEFAULT_TASK)
+            for claimed, source in ((task, "--task"), (task_of_adapter(folder), "its adapter_config.json task_type")):
+                if claimed is not None and require_task(claimed) != base_task:
+                    raise BadCandidate(f"the adapter in {folder} is a {claimed} adapter by {source}, but its base {base_ref.uri} is a {base_task} "
+                                       f"model; register it against a {claimed} base")
+            version_tags[TASK] = base_task
+        else:
+            version_tags[TASK] = require_task(task) if task else task_of_folder(folder)
         manifest = folder_manifest(folder)
         version_tags[CONTENT] = manifest_hash(manifest)
         private_key = self.keys.require_private()

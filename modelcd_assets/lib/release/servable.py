@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError, RegistryUnavailable
-from modelcd_assets.lib.hashing import file_sha256
+from modelcd_assets.lib.hashing import file_sha256, folder_hash
 from modelcd_assets.lib.inference.tokens import tokenizer_hash
 from modelcd_assets.lib.release import attestation
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import ROLLED_BACK, CandidateRef, Registry
+from modelcd_assets.lib.tasks.names import CAUSAL_LM
 
 NO_VERDICT = "not servable: no valid verdict"
 
@@ -39,6 +40,15 @@ class Servable:
 def subjects(registry: Registry, ref: CandidateRef, record: CandidateRecord, int8_sha256: str | None = None) -> dict[str, str]:
     """The digests of what would be used for ref, hashed here: registered files (verified against the registry's signature for ref),
     the INT8 model, its tokenizer and the calibration set. int8_sha256: the INT8 bytes' hash when the caller already holds them."""
+    if record.task == CAUSAL_LM:  # the INT8 base build's files, and the candidate's adapter file on it
+        q = record.quantization()
+        base = Path(q["base_build"]) / "int8"
+        return {
+            attestation.REGISTERED_FILES: registry.verify_local(ref, Path(record.artifact_dir)),
+            attestation.INT8_MODEL: int8_sha256 or folder_hash(base),
+            attestation.ADAPTER_FILE: file_sha256(record.build.dir / q["artifact"]),
+            attestation.TOKENIZER: tokenizer_hash(base),
+        }
     int8 = record.chosen_int8()
     return {
         attestation.REGISTERED_FILES: registry.verify_local(ref, Path(record.artifact_dir)),
@@ -77,7 +87,7 @@ def check(registry: Registry, state_root: Path, ref: CandidateRef, *, int8_sha25
     found = attestation.problems(verdict, ref.name, ref.version, actual)
     if found:
         raise NotServable(f"{NO_VERDICT} for {what}: " + "; ".join(found))
-    return Servable(ref, record, verdict, record.chosen_int8())
+    return Servable(ref, record, verdict, Path(record.quantization()["base_build"]) / "int8" if record.task == CAUSAL_LM else record.chosen_int8())
 
 
 def reason(registry: Registry, state_root: Path, ref: CandidateRef) -> str:

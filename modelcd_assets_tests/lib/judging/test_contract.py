@@ -67,8 +67,8 @@ def test_semver_gate_fails_when_the_declared_bump_is_too_small(contract):
 def test_regating_production_keeps_its_semver(contract):
     import json
 
-    from modelcd_assets.defs.assets.onnx_model import semver_report
     from modelcd_assets.lib.release.registry import CONTRACT, SEMVER
+    from modelcd_assets.lib.tasks.semver import semver_report
 
     tags = {SEMVER: "2.1.0", CONTRACT: json.dumps(contract)}
     report = semver_report(contract, tags, tags, False, regating_production=True)

@@ -113,15 +113,22 @@ def test_golden_completions():
     assert none.status == NO_CASES and none.passed
 
 
+def _cost(speed, prod=None, ratio=None, unit="tokens"):
+    return {"unit": unit, "candidate_units_per_s": speed, "production_units_per_s": prod, "speed_ratio": ratio}
+
+
 def test_cost_per_token_and_request():
     assert cost_per_unit(0.36, 100.0, 1e6) == pytest.approx(1.0)  # 0.36 $/h / (100 tok/s x 3600 s) x 1e6
     policy = CostPolicy(node_usd_per_hour=0.36, tolerance=0.1, max_usd_per_1m_tokens=2.0)
-    assert judge_cost(100.0, 105.0, policy, "tokens").status == PASS  # +5% cost
-    slower = judge_cost(80.0, 100.0, policy, "tokens")
-    assert slower.status == FAIL and "+25.0% against production" in slower.reason
-    assert judge_cost(40.0, None, policy, "tokens").status == FAIL  # 2.5 $ per 1M over the 2.0 ceiling
-    first = judge_cost(100.0, None, policy, "tokens")
+    assert judge_cost(_cost(100.0, 105.0, [0.95, 0.93, 0.97]), policy).status == PASS  # +5% cost
+    slower = judge_cost(_cost(80.0, 100.0, [0.8, 0.78, 0.82]), policy)
+    assert slower.status == FAIL and "+25.0% per unit against production" in slower.reason and slower.numbers["cost_change_at_best"] == pytest.approx(1 / 0.82 - 1)
+    # The median ratio says +25%, but the CI reaches a ratio of 0.95 (+5%): not shown to cost more than allowed.
+    assert judge_cost(_cost(80.0, 100.0, [0.8, 0.7, 0.95]), policy).status == PASS
+    assert judge_cost(_cost(40.0), policy).status == FAIL  # 2.5 $ per 1M over the 2.0 ceiling
+    first = judge_cost(_cost(100.0), policy)
     assert first.status == PASS and "production" not in first.threshold
-    per_request = judge_cost(10.0, None, CostPolicy(node_usd_per_hour=0.36, max_usd_per_1k_requests=0.005), "requests")
-    assert per_request.status == FAIL and per_request.numbers["candidate_usd"] == pytest.approx(0.01)
-    assert judge_cost(float("nan"), 100.0, policy, "tokens").status == INCONCLUSIVE
+    per_request = judge_cost(_cost(10.0, unit="requests"), CostPolicy(node_usd_per_hour=0.36, max_usd_per_1k_requests=0.005))
+    assert per_request.status == FAIL and per_request.numbers["candidate_usd"] == pytest.approx(0.01) and "1,000 requests" in per_request.reason
+    assert judge_cost(_cost(float("nan"), 100.0, [1.0, 1.0, 1.0]), policy).status == INCONCLUSIVE
+    assert judge_cost(_cost(100.0, 100.0, [1.0, float("nan"), 1.0]), policy).status == INCONCLUSIVE

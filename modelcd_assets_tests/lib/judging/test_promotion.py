@@ -106,6 +106,16 @@ def test_rematerializing_an_upstream_asset_makes_downstream_results_stale():
         assert any("up was re-materialized after mid was built from it" in p for p in lineage.problems)  # ...but mid is not
 
 
+def test_a_required_gate_that_says_it_does_not_apply_refuses():
+    """A gate that judged another task's candidate passes so the run goes on; when it is the candidate's own task's, it refuses."""
+    from modelcd_assets.lib.judging.promotion import NOT_APPLICABLE
+
+    record = GateRecord("accuracy_within_tolerance", "SUCCEEDED", True, True, NOT_APPLICABLE)
+    assert gate_problems([record]) == ["accuracy_within_tolerance: it did not judge this candidate (it judges another task's models), "
+                                       "but the candidate's task requires it"]
+    assert gate_problems([GateRecord("accuracy_within_tolerance", "SUCCEEDED", True, True, "pass")]) == []
+
+
 def test_a_succeeded_check_that_did_not_pass_refuses():
     assert gate_problems([GateRecord("odd", "SUCCEEDED", False, True)]) == ["odd: succeeded (passed=False)"]
     assert gate_problems([GateRecord("odd", "SUCCEEDED", None, True)]) == ["odd: succeeded"]

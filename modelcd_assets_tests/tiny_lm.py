@@ -1,4 +1,5 @@
-"""A tiny causal LM pre-trained on the demo's chats (seconds), its base build, and adapters trained on it."""
+"""The session fixture `tiny_lm`: a tiny causal LM pre-trained on the demo's chats (seconds), its base build, and an adapter
+trained on it (a pytest plugin of conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,330 @@
+"""The causal LM: a LoRA adapter of a registered base, served as an adapter file on the base's INT8 build (made once per
+base and slot layout), judged on per-reply NLL against production, INT8-vs-FP32 token fidelity, generation, drift of
+what it answers, speed and cost. The gates judge exactly "this INT8 base + this adapter file", whose hashes are recorded."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from modelcd_assets.lib.causal_lm.adapter_file import ADAPTER_FILE, adapter_parameters, write_adapter_file
+from modelcd_assets.lib.causal_lm.benchmark import Side, paired_generation
+from modelcd_assets.lib.causal_lm.build import BaseBuild, BaseBuildOptions, build_base
+from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids, chat_split, read_chats
+from modelcd_assets.lib.causal_lm.contract import lm_contract
+from modelcd_assets.lib.causal_lm.decoder import Decoder
+from modelcd_assets.lib.causal_lm.scoring import position_fidelity, repeated_ngram_share, token_nll
+from modelcd_assets.lib.errors import BadCandidate
+from modelcd_assets.lib.hashing import file_sha256, folder_hash
+from modelcd_assets.lib.inference.benchmark import cost_inputs, merge_runs, summarize
+from modelcd_assets.lib.inference.builds import folder_lock, read_json, save_array, write_json
+from modelcd_assets.lib.inference.tokens import check_generation_length
+from modelcd_assets.lib.judging.drift import input_drift, length_drift, prediction_drift
+from modelcd_assets.lib.judging.gates import Verdict, judge_generation, judge_golden_completions, judge_perplexity, judge_token_fidelity
+from modelcd_assets.lib.judging.policy import Policy
+from modelcd_assets.lib.model.artifact import ADAPTER
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import CONTRACT, SEMVER, Registry
+from modelcd_assets.lib.tasks.names import CAUSAL_LM
+from modelcd_assets.lib.tasks.semver import semver_report
+from modelcd_assets.lib.tasks.task import Json, Md, State, StepResult
+
+BASES_CACHE = "llm_bases"  # the state cache kind base builds live under (lib/layout.StateLayout.cache)
+PARITY_CHATS, PARITY_ATOL = 8, 1e-3  # FP32 twin + adapter vs torch + peft, max |logit diff|, over a 30-layer decoder
+PROBE_TOKENS = 16  # greedy tokens recorded per probe prompt for the server to reproduce
+CANDIDATE, PRODUCTION = "candidate", "production"  # adapter names inside a decoder
+
+
+def build_options(policy: Policy) -> BaseBuildOptions:
+    slots = policy.adapter_slots
+    return BaseBuildOptions(rank=slots.rank, targets=tuple(sorted(slots.targets)), accuracy_level=slots.accuracy_level)
+
+
+def base_build(record: CandidateRecord, state: State) -> BaseBuild:
+    """The base build a candidate runs on: keyed by its base's content and the policy's slot layout."""
+    return BaseBuild.for_content(state.cache_dir(BASES_CACHE), record.base_hash or "", build_options(record.effective_policy()))
+
+
+def adapter_file(record: CandidateRecord) -> Path:
+    """The candidate's own build: its adapter file, in its content-addressed build folder."""
+    return record.build.dir / ADAPTER_FILE
+
+
+def chats(state: State, name: str, limit: int | None = None) -> list[Chat]:
+    found = read_chats(state.split(chat_split(name)))
+    return found[:limit] if limit else found
+
+
+class _Sessions:
+    """The decoders one step needs: each base build's INT8 (or FP32) graph, opened once, with the adapters loaded by name."""
+
+    def __init__(self, precision: str = "int8"):
+        self.precision, self._open = precision, {}
+
+    def of(self, record: CandidateRecord, state: State, name: str) -> Decoder:
+        build = base_build(record, state)
+        folder = build.int8 if self.precision == "int8" else build.fp32
+        decoder = self._open.get(folder)
+        if decoder is None:
+            decoder = self._open[folder] = Decoder(folder)
+        path = adapter_file(record)
+        if not path.is_file():
+            raise FileNotFoundError(f"{record.ref.uri} has no adapter file in its build ({path}); re-gate it with 'modelcd gate {record.ref.name} {record.ref.version}'")
+        decoder.load_adapter(path, name)
+        return decoder
+
+
+def _sequences(decoder: Decoder, items: list[Chat], max_new_tokens: int = 0) -> list[tuple[list[int], int]]:
+    """Each chat's ids and reply start, by the one length rule (lib/inference/tokens.check_generation_length)."""
+    out = []
+    for chat in items:
+        ids, start = chat_ids(decoder.encode_chat, chat, decoder.eos_ids)
+        check_generation_length(len(ids), max_new_tokens, decoder.context_length)
+        out.append((ids, start))
+    return out
+
+
+def _reply_nll(record: CandidateRecord, state: State, sessions: _Sessions, name: str, items: list[Chat], split_sha: str) -> np.ndarray:
+    """[mean NLL, tokens] per evaluation reply with the INT8 base + this version's adapter, kept in its build for later candidates."""
+    path = record.build.predictions(f"reply_nll_{len(items)}", split_sha)
+    with record.build.lock():
+        if not path.is_file():
+            decoder = sessions.of(record, state, name)
+            rows = []
+            for ids, start in _sequences(decoder, items):
+                nll = token_nll(decoder.logits(ids, name), ids, start)
+                rows.append((float(nll.mean()), len(nll)))
+            save_array(path, np.asarray(rows, np.float64))
+        return np.load(path)
+
+
+def _generate(decoder: Decoder, name: str, prompt: str, system: str, max_new_tokens: int, ngram: int) -> dict:
+    ids = decoder.encode_chat(Chat(system, prompt, "").messages())
+    check_generation_length(len(ids), max_new_tokens, decoder.context_length)
+    run = decoder.generate(ids, max_new_tokens, name)
+    return {"prompt": prompt, "completion": decoder.decode(run.tokens), "tokens": len(run.tokens), "stopped_at_eos": run.stopped_at_eos,
+            "finite": run.finite, "repeated_ngram_share": repeated_ngram_share(run.tokens, ngram), "first_token": run.tokens[0] if run.tokens else None}
+
+
+def _describe(texts: list[str], lengths: list[int]):
+    from modelcd_assets.lib.judging.drift import describe
+
+    width = max(lengths, default=1)
+    mask = np.zeros((len(texts), width), np.int64)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    return describe(texts, mask)
+
+
+class CausalLmTask:
+    name = CAUSAL_LM
+
+    def prepare(self, record: CandidateRecord, state: State, registry: Registry) -> StepResult:
+        """The base build (made once per base and slot layout), the adapter file, and the health report."""
+        if record.kind != ADAPTER:
+            raise BadCandidate(f"{record.ref.uri} is a full causal LM; a causal LM is gated as a LoRA adapter of a registered base: register the "
+                               "model itself with 'modelcd register PATH --name NAME-base --task causal-lm', then its fine-tunes as adapters")
+        from modelcd_assets.lib.causal_lm.health import measure
+
+        policy = record.effective_policy()
+        build = base_build(record, state)
+        start = time.perf_counter()
+        with folder_lock(build.dir.parent, f".{build.dir.name}.lock"):
+            made = not build.done
+            build_base(Path(record.base_dir), build, build_options(policy))
+        build_seconds = time.perf_counter() - start
+        slots = build.slots()
+        params, fit = adapter_parameters(Path(record.artifact_dir), slots)
+        path = None
+        if params:
+            with record.build.lock():
+                if not adapter_file(record).is_file():
+                    write_adapter_file(params, adapter_file(record))
+            path = adapter_file(record)
+        prod = record.baseline(state.root)
+        production_params = adapter_parameters(Path(prod.artifact_dir), slots)[0] if prod else None
+        health = measure(Path(record.artifact_dir), Path(record.base_dir), build.int8, build.fp32, path, fit, record.base_uri, params,
+                         production_params, chats(state, "evaluation", 4))
+        write_json(record.files.health, health | {"base_build": str(build.dir)})
+        return StepResult(
+            metadata={"base_build": build.dir.name, "base_built_now": made, "base_build_seconds": round(build_seconds, 2),
+                      "adapter_file_kb": round(path.stat().st_size / 1024, 1) if path else 0.0, "slots": Json(slots.to_dict() | {"shapes": len(slots.shapes)}),
+                      "probe_deterministic": health["probe_deterministic"], "adapter_fit": Json(fit.to_dict())},
+            data_version=record.build.key,
+        )
+
+    def export(self, record: CandidateRecord, state: State, registry: Registry) -> StepResult:
+        """The FP32 twin + the adapter against torch + peft (the adapter unmerged), and the I/O contract."""
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        ref, build = record.ref, base_build(record, state)
+        report_path = record.build.dir / "fp32_parity.json"
+        cached = report_path.is_file()
+        if not cached:
+            fp32 = _Sessions("fp32").of(record, state, CANDIDATE)
+            model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(record.base_dir, dtype=torch.float32), record.artifact_dir).eval()
+            diff = 0.0
+            for ids, _ in _sequences(fp32, chats(state, "evaluation", PARITY_CHATS)):
+                with torch.no_grad():
+                    ref_logits = model(torch.tensor([ids])).logits[0].numpy()
+                diff = max(diff, float(np.abs(fp32.logits(ids, CANDIDATE) - ref_logits).max()))
+            if not np.isfinite(diff) or diff > PARITY_ATOL:
+                raise BadCandidate(f"the FP32 ONNX decoder + adapter disagrees with torch + peft: max |logit diff| {diff:.2e} > {PARITY_ATOL:.0e}; "
+                                   "the base build is not trustworthy for this adapter")
+            write_json(report_path, {"parity_max_abs_diff": diff, "parity_chats": PARITY_CHATS})
+        report = read_json(report_path)
+        prod = record.baseline_ref
+        contract = lm_contract(build.int8, Path(record.base_dir), Path(record.artifact_dir), build.slots())
+        semver = semver_report(contract, registry.tags(ref), registry.tags(prod) if prod else None, False, regating_production=prod == ref)
+        write_json(record.files.contract, semver)
+        registry.set_tags(ref, {CONTRACT: json.dumps(contract, sort_keys=True), SEMVER: semver["semver"]})
+        return StepResult(
+            metadata={"parity_max_abs_logit_diff": float(report["parity_max_abs_diff"]), "reused_from_cache": cached, "semver": semver["semver"],
+                      "contract_changes": Md("\n".join(f"- {c['level'].upper()}: {c['what']}" for c in semver["changes"]) or "none (weights only)"),
+                      "contract": Json(contract)},
+            data_version=record.build.key,
+        )
+
+    def quantize(self, record: CandidateRecord, state: State) -> StepResult:
+        """INT8 base + adapter against the FP32 twin + adapter on teacher-forced evaluation positions, and the probe a server replays."""
+        policy = record.effective_policy()
+        build = base_build(record, state)
+        int8, fp32 = _Sessions("int8").of(record, state, CANDIDATE), _Sessions("fp32").of(record, state, CANDIDATE)
+        q_logits, f_logits, targets = [], [], []
+        for ids, start in _sequences(int8, chats(state, "evaluation", policy.generation.evaluation_replies)):
+            q_logits.append(int8.logits(ids, CANDIDATE)[start - 1 : len(ids) - 1])
+            f_logits.append(fp32.logits(ids, CANDIDATE)[start - 1 : len(ids) - 1])
+            targets.append(np.asarray(ids[start:]))
+        fidelity = position_fidelity(q_logits, f_logits, targets).to_dict()
+        probe = [c.user for c in chats(state, "evaluation", policy.serving.probe_examples)]
+        system = chats(state, "evaluation", 1)[0].system
+        probe_runs = [int8.generate(int8.encode_chat(Chat(system, p, "").messages()), PROBE_TOKENS, CANDIDATE) for p in probe]
+        adapter = adapter_file(record)
+        decision = {"chosen": "int8-weight-only", "artifact_id": ADAPTER_FILE, "artifact": adapter.name, "artifact_sha256": file_sha256(adapter),
+                    "why": f"MatMulNBits 8-bit weights (accuracy_level {build_options(policy).accuracy_level}) with the adapter in float LoRA slots",
+                    "base_build": str(build.dir), "base_sha256": folder_hash(build.int8), "fidelity": fidelity,
+                    "probe": {"system": system, "prompts": probe, "tokens": [r.tokens for r in probe_runs], "max_new_tokens": PROBE_TOKENS}}
+        write_json(record.files.quantization, decision)
+        return StepResult(
+            metadata={"chosen_variant": decision["chosen"], "artifact_sha256": decision["artifact_sha256"], "base_sha256": decision["base_sha256"],
+                      "why": decision["why"], **{k: v for k, v in fidelity.items()}},
+            data_version=f"{record.build.key}-{decision['base_sha256'][:12]}",
+        )
+
+    def evaluate(self, record: CandidateRecord, state: State) -> StepResult:
+        """Per-reply NLL of candidate and production (INT8, paired), the golden prompts' completions, and greedy generations."""
+        policy = record.effective_policy()
+        sessions = _Sessions("int8")
+        split = state.split(chat_split("evaluation"))
+        split_sha = file_sha256(split)
+        items = read_chats(split)[: policy.generation.evaluation_replies]
+        cand = _reply_nll(record, state, sessions, CANDIDATE, items, split_sha)
+        prod_record = record.baseline(state.root)
+        prod = _reply_nll(prod_record, state, sessions, PRODUCTION, items, split_sha) if prod_record else None
+        arrays = {"candidate_nll": cand[:, 0], "tokens": cand[:, 1]} | ({"production_nll": prod[:, 0]} if prod is not None else {})
+        np.savez(record.files.correctness, **arrays)
+        decoder = sessions.of(record, state, CANDIDATE)
+        gen = policy.generation
+        system = items[0].system if items else ""
+        golden = [_generate(decoder, CANDIDATE, g.prompt, system, gen.max_new_tokens, gen.ngram) | {"expect": g.expect, "match": g.match}
+                  for g in policy.golden_prompts]
+        probes = [_generate(decoder, CANDIDATE, c.user, c.system, gen.max_new_tokens, gen.ngram) for c in items[: gen.probe_prompts]]
+        ppl = lambda a: float(np.exp(np.sum(a[:, 0] * a[:, 1]) / np.sum(a[:, 1])))  # noqa: E731
+        report = {"replies": len(items), "tokens": int(cand[:, 1].sum()), "candidate_perplexity": ppl(cand),
+                  "production": prod_record.ref.key if prod_record else None, "production_perplexity": ppl(prod) if prod is not None else None,
+                  "golden": golden, "generations": golden + probes}
+        write_json(record.files.evaluation, report)
+        rows = "\n".join(f"| {g['prompt'][:50]} | {g['completion'][:60]} | {'yes' if g['stopped_at_eos'] else 'no'} |" for g in report["generations"][:6])
+        return StepResult(metadata={
+            "replies": len(items), "candidate_perplexity": report["candidate_perplexity"],
+            **({"production_perplexity": report["production_perplexity"]} if prod is not None else {}),
+            "production_version": prod_record.ref.key if prod_record else "none",
+            "generations": Md("| prompt | completion | EOS |\n|---|---|---|\n" + rows)})
+
+    def drift(self, record: CandidateRecord, state: State, traffic_sample: str, reference_sample: str) -> StepResult:
+        """Traffic prompts against the reference prompts (the classifier's text descriptors), and what candidate and production
+        answer the same traffic prompts: their first generated tokens and response lengths."""
+        policy = record.effective_policy()
+        sessions = _Sessions("int8")
+        traffic = read_chats(state.split(chat_split(traffic_sample)))
+        reference = read_chats(state.split(chat_split(reference_sample)))
+        decoder = sessions.of(record, state, CANDIDATE)
+        lengths = lambda cs: [len(decoder.encode_chat(Chat("", c.user, "").messages(), False)) for c in cs]  # noqa: E731
+        inputs = input_drift(_describe([c.user for c in reference], lengths(reference)), _describe([c.user for c in traffic], lengths(traffic)))
+        sample, gen = traffic[: policy.generation.drift_prompts], policy.generation
+
+        def answers(name: str, rec: CandidateRecord) -> list[dict]:
+            d = sessions.of(rec, state, name)
+            return [_generate(d, name, c.user, c.system, gen.max_new_tokens, gen.ngram) for c in sample]
+
+        cand = answers(CANDIDATE, record)
+        prod_record = record.baseline(state.root)
+        outputs = {}
+        if prod_record:
+            prod = answers(PRODUCTION, prod_record)
+            outputs = {"first_token": prediction_drift([str(a["first_token"]) for a in prod], [str(a["first_token"]) for a in cand]),
+                       "response_length": length_drift([a["tokens"] for a in prod], [a["tokens"] for a in cand])}
+        # The larger of the two, judged by the drift gate's prediction threshold; a distance that is not a number stays one (inconclusive).
+        pred = (float("nan") if any(np.isnan(v) for v in outputs.values()) else max(outputs.values())) if outputs else None
+        report = {"traffic_sample": traffic_sample, "reference_sample": reference_sample, "traffic_examples": len(traffic), "input_drift": inputs,
+                  "prediction_drift": pred, "output_drift": outputs, "generated_from": len(sample), "production": prod_record.ref.key if prod_record else None}
+        write_json(record.files.drift, report)
+        rows = "\n".join(f"| {k} | {v:.3f} |" for k, v in inputs.items())
+        return StepResult(metadata={
+            "traffic_sample": traffic_sample, **({"prediction_drift_js": pred} if pred is not None else {}),
+            **{f"output_drift_{k}_js": v for k, v in outputs.items()}, "max_input_drift": max(inputs.values()),
+            "input_drift": Md(f"normed Wasserstein, {traffic_sample} vs {reference_sample} prompts\n\n| descriptor | distance |\n|---|---|\n{rows}")})
+
+    def benchmark(self, record: CandidateRecord, state: State) -> StepResult:
+        """Generated tokens/s and time to first token, candidate against production interleaved, at each concurrency."""
+        policy = record.effective_policy()
+        tp, gen = policy.throughput, policy.generation
+        sessions = _Sessions("int8")
+        prod_record = record.baseline(state.root)
+        cand = Side(sessions.of(record, state, CANDIDATE), CANDIDATE)
+        prod = Side(sessions.of(prod_record, state, PRODUCTION), PRODUCTION) if prod_record else cand  # self-paired: the noise floor
+        items = chats(state, "evaluation", gen.speed_prompts)
+        prompts = [cand.decoder.encode_chat(c.messages()) for c in items]
+        for p in prompts:
+            check_generation_length(len(p), gen.speed_tokens, cand.decoder.context_length)
+        results = {}
+        for concurrency in gen.concurrency:
+            run = paired_generation(cand, prod, prompts, concurrency, tp.pairs, gen.speed_tokens)
+            summary = summarize(run, tp.confidence)
+            while summary["ratio_ci_low"] < tp.min_ratio <= summary["ratio_ci_high"] and len(run.ratios) < tp.max_pairs:
+                run = merge_runs(run, paired_generation(cand, prod, prompts, concurrency, min(tp.pairs, tp.max_pairs - len(run.ratios)), gen.speed_tokens, warmup=0))
+                summary = summarize(run, tp.confidence)
+            results[str(concurrency)] = summary
+        busiest = results[str(max(gen.concurrency))]
+        report = {"inputs": {"prompts": len(prompts), "max_new_tokens": gen.speed_tokens, "median_prompt_tokens": float(np.median([len(p) for p in prompts]))},
+                  "production": prod_record.ref.key if prod_record else None, "batches": results, "latency_metric": "ttft",
+                  "cost": cost_inputs("tokens", busiest, prod_record is not None)}
+        write_json(record.files.benchmark, report)
+        rows = "\n".join(f"| {c} | {r['pairs']} | {r['candidate_items_per_s']:.1f} | {r['production_items_per_s']:.1f} | {r['ratio_median']:.3f} "
+                         f"[{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}] | {r['candidate_p50_ms']:.1f} / {r['candidate_p99_ms']:.1f} |"
+                         for c, r in results.items())
+        return StepResult(metadata={
+            **{f"tokens_per_s_ratio_c{c}": r["ratio_median"] for c, r in results.items()},
+            "ttft_p99_ms_c1": results[str(gen.concurrency[0])]["candidate_p99_ms"],
+            "production_version": prod_record.ref.key if prod_record else "none (self-paired)",
+            "results": Md("| concurrency | pairs | candidate tokens/s | production tokens/s | ratio median [CI] | TTFT p50 / p99 ms |\n"
+                          "|---|---|---|---|---|---|\n" + rows)})
+
+    def fidelity_verdict(self, record: CandidateRecord, state: State) -> Verdict:
+        return judge_token_fidelity(record.quantization()["fidelity"], record.effective_policy().token_fidelity)
+
+    def quality_verdict(self, record: CandidateRecord, state: State) -> Verdict:
+        with np.load(record.files.correctness) as z:
+            arrays = {k: z[k] for k in z.files}
+        return judge_perplexity(arrays["candidate_nll"], arrays.get("production_nll"), arrays["tokens"], record.effective_policy().perplexity)
+
+    def golden_verdict(self, record: CandidateRecord, state: State) -> Verdict:
+        return judge_golden_completions(read_json(record.files.evaluation)["golden"])
+
+    def generation_verdict(self, record: CandidateRecord, state: State) -> Verdict:
+        return judge_generation(read_json(record.files.evaluation), record.effective_policy().generation)

@@ -1,0 +1,131 @@
+"""The whole gated path for a causal-LM adapter on a tiny pre-trained Llama: the same registry, assets, checks,
+promotion and attestation as the classifier, judged by the causal-LM task's measurements.
+
+One module-scoped state folder: production moves as the scenario goes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, run_gate
+from modelcd_assets.lib.causal_lm.training import LmTraining
+from modelcd_assets.lib.release import servable
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import TASK
+from modelcd_assets_tests.conftest import module_state_fixtures
+
+pytestmark = pytest.mark.slow
+MODEL = "tiny-reply"
+# The tiny base's slots (rank 4), a tiny model's perplexity, and on a loaded 2-core machine an inconclusive speed passes
+# (the inconclusive path is tested in lib/judging/test_gates.py).
+POLICY = """\
+adapter_slots:
+  rank: 4
+perplexity:
+  max_perplexity: 3.0
+generation:
+  max_new_tokens: 80
+  min_eos_share: 0.5
+  evaluation_replies: 60
+  drift_prompts: 12
+throughput:
+  on_inconclusive: pass
+golden_prompts:
+  - prompt: "i was charged twice for my invoice. please advise."
+    expect: "billing"
+"""
+
+env, instance = module_state_fixtures("causal-lm", {MODEL: POLICY})
+
+
+@pytest.fixture(scope="module")
+def base(env, tiny_lm):
+    ref = env.registry.register(tiny_lm.base, "tiny-lm-base", role="base")
+    assert ref.uri == "models:/tiny-lm-base/1" and env.registry.tags(ref)[TASK] == "causal-lm"
+    return ref
+
+
+def statuses(run) -> dict[str, str]:
+    return {r.gate: r.status for r in run.rows}
+
+
+def test_the_first_adapter_is_judged_on_the_ceiling_and_promoted_with_an_attestation_over_base_and_adapter(env, instance, base, tiny_lm):
+    ref = env.registry.register(tiny_lm.adapter, MODEL)
+    assert env.registry.tags(ref)[TASK] == "causal-lm"  # an adapter carries its base's task
+    run = run_gate(ref, instance=instance)
+    got = statuses(run)
+    assert run.outcome == PROMOTED, (run.error, got)
+    assert set(got.values()) == {"pass"}, got
+    # The causal-LM gates, and none of the classifier's own.
+    assert {"perplexity_within_tolerance", "generation_is_healthy", "golden_cases_pass", "int8_agrees_with_fp32", "cost_within_budget"} <= set(got)
+    assert "accuracy_within_tolerance" not in got
+    quality = next(r for r in run.rows if r.gate == "perplexity_within_tolerance")
+    assert "first candidate" in quality.reason and "ceiling only" in quality.threshold
+    assert "top-1 in top-5" in next(r for r in run.rows if r.gate == "int8_agrees_with_fp32").measured
+    assert env.registry.production(MODEL) == ref
+    served = servable.check(env.registry, env.home, ref)
+    assert {"int8-model", "adapter-file", "tokenizer", "registered-files"} == set(served.verdict.subjects)
+    record = CandidateRecord.of(env.home, ref)
+    assert record.task == "causal-lm" and record.calibration_sha256 is None
+    assert json.loads(env.registry.tags(ref)["modelcd.contract"])["chat_template_sha256"]
+
+
+def test_byte_identical_reregistration_passes_against_production(env, instance, base, tiny_lm):
+    ref = env.registry.register(tiny_lm.adapter, MODEL)
+    run = run_gate(ref, instance=instance)
+    got = statuses(run)
+    assert run.outcome == PROMOTED, (run.error, got)
+    quality = next(r for r in run.rows if r.gate == "perplexity_within_tolerance")
+    assert "Δ +0.00%" in quality.measured and "p_worse=1" in quality.measured
+
+
+def scaled(adapter, out, factor: float):
+    """The adapter with every LoRA B times factor: the same modules, a stronger (here: wrong) update."""
+    from safetensors.numpy import load_file, save_file
+
+    out.mkdir()
+    shutil.copy2(adapter / "adapter_config.json", out / "adapter_config.json")
+    weights = load_file(str(adapter / "adapter_model.safetensors"))
+    save_file({k: v * np.float32(factor) if "lora_B" in k else v for k, v in weights.items()}, str(out / "adapter_model.safetensors"))
+    return out
+
+
+def test_an_overdriven_adapter_is_blocked_by_perplexity_and_production_stays(env, instance, base, tiny_lm, tmp_path):
+    """LoRA B x 4: within the weight-scale gate's 10x, but what it answers is worse on every reply."""
+    before = env.registry.production(MODEL)
+    run = run_gate(env.registry.register(scaled(tiny_lm.adapter, tmp_path / "x4", 4.0), MODEL), instance=instance)
+    got = statuses(run)
+    quality = next(r for r in run.rows if r.gate == "perplexity_within_tolerance")
+    assert run.outcome == BLOCKED and got["perplexity_within_tolerance"] == "fail", (quality.measured, quality.reason, got)
+    assert "sign test" in quality.reason
+    assert env.registry.production(MODEL) == before
+
+
+def test_a_noise_level_change_passes(env, instance, base, tiny_lm, tmp_path):
+    """LoRA B x 1.001, a clean control: every reply's NLL moves by less than the sign test's margin."""
+    run = run_gate(env.registry.register(scaled(tiny_lm.adapter, tmp_path / "x1001", 1.001), MODEL), instance=instance)
+    assert run.outcome == PROMOTED, (run.error, statuses(run))
+
+
+def test_an_adapter_of_another_rank_fails_the_fit_and_nothing_runs_on_it(env, instance, base, tiny_lm):
+    before = env.registry.production(MODEL)
+    other = tiny_lm.train("rank8", LmTraining(steps=2, rank=8, alpha=16))
+    run = run_gate(env.registry.register(other, MODEL), instance=instance)
+    got = statuses(run)
+    assert run.outcome == BLOCKED and got["adapter_fits_base"] == "fail", (run.error, got)
+    assert "r=4" in next(r.reason for r in run.rows if r.gate == "adapter_fits_base")
+    assert env.registry.production(MODEL) == before
+
+
+def test_a_classifier_cannot_replace_a_causal_lm_production(env, instance, base, tiny_trained, tiny_adapters):
+    before = env.registry.production(MODEL)
+    env.registry.register(tiny_trained, "tiny-base", role="base")
+    ref = env.registry.register(tiny_adapters["good"], MODEL)
+    assert env.registry.tags(ref)[TASK] == "classification"
+    run = run_gate(ref, instance=instance)
+    assert run.outcome == BAD_INPUT and "one registered model serves one task" in run.error, run.error
+    assert env.registry.production(MODEL) == before
