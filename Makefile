@@ -6,7 +6,7 @@ export MODELCD_HOME ?= $(CURDIR)/.modelcd
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving bench-recalibration docs clean
+.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,11 @@ bench-serving: install
 # A poor and a good calibration set, each gated as a calibration revision of production (tiny model and MiniLM).
 bench-recalibration: install
 	$(BIN)/python bench/bench_recalibration.py
+	$(BIN)/python bench/render_docs.py
+
+# Causal-LM adapters on SmolLM2-135M-Instruct: INT8 base + adapter vs FP32 ONNX vs torch + peft, and the Nth adapter gated.
+bench-llm: install
+	$(BIN)/python bench/bench_llm.py
 	$(BIN)/python bench/render_docs.py
 
 # The tables in docs/ from the JSON the benches wrote under bench/results/.

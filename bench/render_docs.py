@@ -196,6 +196,24 @@ def sensor_tick(d: dict) -> str:
             "|---|---|---|---|---|---|\n" + rows)
 
 
+def llm(d: dict) -> str:
+    r = d["runtimes"]
+    rows = "\n".join(f"| {name} | {x['decode_tokens_per_s']:.1f} | {x['decode_vs_torch']:.2f}× | {x['ttft_ms_p50']:.0f} / {x['ttft_ms_p99']:.0f} | "
+                     f"{x['perplexity']:.3f} | {x['top1_agreement']:.2%} | {x['top1_in_top5']:.2%} |" for name, x in r["rows"].items())
+    gates = "\n".join(f"| {g['adapter']} | {g['seconds']:.1f} | {g['outcome']} |" for g in d["gating"])
+    t, o = d["targets"], d["base_build"]
+    return (f"Measured on {_machine(d['machine'])}; {d['model']}, base build rank {o['rank']} on {', '.join(o['targets'])}, MatMulNBits 8-bit "
+            f"(accuracy_level {o['accuracy_level']}); the adapter trained {d['train_steps']} steps ({d['train_seconds']:.0f} s). "
+            f"{r['prompts']} chat prompts (median {r['median_prompt_tokens']:.0f} tokens), up to {r['new_tokens']} greedy tokens, median of "
+            f"{r['rounds']} interleaved rounds; quality on {r['positions']} teacher-forced positions of {r['replies']} evaluation replies, "
+            "agreement against torch + peft FP32.\n\n"
+            "| runtime | decode tokens/s | vs torch | TTFT p50 / p99 ms | perplexity | top-1 agreement | top-1 in reference top-5 |\n"
+            "|---|---|---|---|---|---|---|\n" + rows +
+            "\n\n| adapter of the base | seconds, registration to verdict | outcome |\n|---|---|---|\n" + gates +
+            f"\n\nThe later adapters over the first: **{d['nth_over_first']:.2f}** (target ≤ {t['nth_over_first']:g}; the first builds the base "
+            f"once); a later adapter's registration to verdict: **{d['later_verdict_seconds']:.0f} s** (target ≤ {t['later_verdict_seconds']:.0f} s).")
+
+
 def mutation(d: dict) -> str:
     return (f"Measured {d['when'][:10]}.\n\n| mutants | killed | survived | timed out | no tests | score (killed / all) |\n|---|---|---|---|---|---|\n"
             f"| {d['total']} | {d['killed']} | {d['survived']} | {d['timeout']} | {d['no_tests']} | **{d['score']:.1%}** |")
@@ -213,6 +231,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "gate_overhead": ("benchmarks.md", "gate_overhead.json", gate_overhead, "python bench/bench_gate_overhead.py --fresh"),
     "run_overhead": ("benchmarks.md", "run_overhead.json", run_overhead, "python bench/bench_run_overhead.py"),
     "sensor_tick": ("benchmarks.md", "sensor_tick.json", sensor_tick, "python bench/bench_sensor_tick.py"),
+    "llm": ("benchmarks.md", "llm.json", llm, "make bench-llm"),
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
 }

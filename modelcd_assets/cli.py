@@ -220,7 +220,7 @@ def cmd_keys_init(args) -> int:
 def cmd_demo(args) -> int:
     from modelcd_assets.demo import main as demo_main
 
-    return demo_main()
+    return demo_main(args.task)
 
 
 def cmd_ui(args) -> int:
@@ -265,12 +265,14 @@ def cmd_up(args) -> int:
 
 def cmd_faults_run(args) -> int:
     from modelcd_assets.faults.runner import run_selftest
-    from modelcd_assets.lib.demo.recipes import GOOD
+    from modelcd_assets.lib.demo.recipes import GOOD, GOOD_LM
 
     if args.controls < 0:
         raise ModelcdError("--controls must be 0 or more")
-    report = run_selftest(args.name, dict(os.environ), only=args.only, identical_controls=args.controls - args.controls // 2,
-                          retrained_controls=args.controls // 2, training=GOOD, under_load=not args.no_load, keep=args.keep, progress=not args.no_progress)
+    name = args.name or ("support-reply" if args.task == "causal-lm" else "ticket-intent")
+    report = run_selftest(name, dict(os.environ), only=args.only, identical_controls=args.controls - args.controls // 2,
+                          retrained_controls=args.controls // 2, training=GOOD, lm_training=GOOD_LM, under_load=not args.no_load, keep=args.keep,
+                          progress=not args.no_progress, task=args.task)
     print()
     print(report.render())
     if args.json:
@@ -325,7 +327,8 @@ def parser() -> argparse.ArgumentParser:
     ki = ksub.add_parser("init", help="make an EC P-256 key pair ($MODELCD_SIGNING_KEY, 0600; $MODELCD_VERIFY_KEY); refuses to replace one")
     ki.add_argument("--force", action="store_true", help="replace an existing pair: every earlier signature and verdict stops verifying")
     ki.set_defaults(func=cmd_keys_init)
-    d = sub.add_parser("demo", help="train two adapters on MiniLM and gate both")
+    d = sub.add_parser("demo", help="train two adapters on MiniLM and two on SmolLM2-135M-Instruct, and gate all four")
+    d.add_argument("--task", choices=["all", "classification", "causal-lm"], default="all", help="which demo to run (default: both)")
     d.set_defaults(func=cmd_demo)
     u = sub.add_parser("ui", help="the Dagster UI on this instance")
     u.add_argument("--port", type=int, default=3000)
@@ -352,7 +355,8 @@ def parser() -> argparse.ArgumentParser:
     f = sub.add_parser("faults", help="the fault sandbox: faulty candidates derived from production, gated in an isolated copy")
     fsub = f.add_subparsers(dest="faults_command", required=True)
     fr = fsub.add_parser("run", help="gate every fault class and clean controls in a sandbox; exit 0 only if each class ends as expected and no control is blocked")
-    fr.add_argument("--name", default="ticket-intent", help="registered model whose production the faults are derived from (default: the demo's)")
+    fr.add_argument("--name", help="registered model whose production the faults are derived from (default: the demo's of the task)")
+    fr.add_argument("--task", choices=["classification", "causal-lm"], help="the fault classes of this task (default: the task of the model's production)")
     fr.add_argument("--only", nargs="+", metavar="CLASS", help="run only these fault classes")
     fr.add_argument("--controls", type=int, default=10, help="clean controls: half byte-identical re-registrations, half retrained with other seeds (default 10)")
     fr.add_argument("--json", metavar="PATH", help="also write the report as JSON")

@@ -1,4 +1,5 @@
-"""`modelcd demo`: MiniLM base, two LoRA adapters, and the gated pipeline judging both."""
+"""`modelcd demo`: for each task a base, a good and a worse LoRA adapter, and the gated pipeline judging them: MiniLM with
+two ticket classifiers, and SmolLM2-135M-Instruct with two support-reply adapters."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import time
 from pathlib import Path
 
 from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun, run_gate
-from modelcd_assets.lib.demo.recipes import GOOD, WORSE, WORSE_TRAIN_EXAMPLES
+from modelcd_assets.lib.causal_lm.base import prepare_causal_lm_base, smollm2_gguf
+from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
+from modelcd_assets.lib.causal_lm.training import train_lm_adapter
+from modelcd_assets.lib.demo.recipes import GOOD, GOOD_LM, WORSE, WORSE_LM, WORSE_TRAIN_EXAMPLES
+from modelcd_assets.lib.demo.replies import write_chat_splits
 from modelcd_assets.lib.demo.tickets import LABELS, write_splits
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.judging.policy import policy_path
@@ -16,7 +21,7 @@ from modelcd_assets.lib.model.training import train_adapter
 from modelcd_assets.lib.presentation.report import table
 from modelcd_assets.lib.release.registry import CONTENT, CandidateRef, Registry
 from modelcd_assets.lib.release.signing import init_keys
-from modelcd_assets.lib.splits import read_split
+from modelcd_assets.lib.splits import read_split, split_path
 
 BASE_NAME = "ticket-intent-base"
 MODEL_NAME = "ticket-intent"
@@ -40,6 +45,35 @@ golden:
     label: billing
   - text: "my parcel is still missing, where is my delivery?"
     label: shipping
+"""
+
+
+LM_BASE_NAME = "support-reply-base"
+LM_MODEL_NAME = "support-reply"
+LM_POLICY = """\
+# Gate policy for support-reply, a causal LM (defaults spelled out where the demo relies on them; see lib/judging/policy.py).
+adapter_slots:
+  rank: 8
+  targets: [q_proj, v_proj]
+perplexity:
+  max_relative_increase: 0.01
+  max_perplexity: 20
+  alpha: 0.05
+token_fidelity:
+  min_top1_in_top5: 0.997
+  max_mean_kl: 0.01
+  max_perplexity_change: 0.01
+generation:
+  max_new_tokens: 64
+  evaluation_replies: 100
+  drift_prompts: 24
+throughput:
+  min_ratio: 0.88
+cost:
+  node_usd_per_hour: 0.10
+golden_prompts:
+  - prompt: "i was charged twice for my subscription fee. thanks."
+    expect: "billing"
 """
 
 
@@ -68,19 +102,22 @@ def print_gate_table(runs: list[tuple[str, GateRun]]) -> None:
         print(f"{label} {run.ref.key}: {verdict}" + (f": {run.error}" if run.error else ""))
 
 
-def main() -> int:
-    started = time.perf_counter()
-    home = Path(os.environ["MODELCD_HOME"])
-    reg = Registry.from_env()
-    print(f"modelcd demo: state in {home}")
+def _write_policy(name: str, text: str) -> None:
+    path = policy_path(Path(os.environ["MODELCD_POLICY_DIR"]), name)
+    if not path.exists():
+        path.write_text(text)
+
+
+def _ensure_keys(reg: Registry) -> None:
     if not reg.keys.private.exists():  # what 'modelcd keys init' does: registrations and verdicts are signed with it
         init_keys(reg.keys)
         print(f"signing key pair created: {reg.keys.private}, {reg.keys.public}")
+
+
+def classifier_demo(reg: Registry, home: Path) -> tuple[list[tuple[str, GateRun]], bool]:
     splits = write_splits(Path(os.environ["MODELCD_DATA"]))
     print(f"data: synthetic support tickets, {', '.join(f'{k} {len(read_split(v))}' for k, v in splits.items())}")
-    policy_file = policy_path(Path(os.environ["MODELCD_POLICY_DIR"]), MODEL_NAME)
-    if not policy_file.exists():
-        policy_file.write_text(POLICY)
+    _write_policy(MODEL_NAME, POLICY)
     base_dir = prepare_minilm_base(home / "work" / "base", list(LABELS))
     base_ref = register_once(reg, base_dir, BASE_NAME, role="base")
     print(f"base model: all-MiniLM-L6-v2 registered as {base_ref.uri}")
@@ -94,11 +131,48 @@ def main() -> int:
         print(f"{label} adapter registered as {adapters[label].uri}")
     runs = [("good", run_gate(adapters["good"], progress=True)), ("worse", run_gate(adapters["worse"], progress=True)),
             ("good on shifted traffic", run_gate(adapters["good"], traffic_sample="traffic_shifted", progress=True))]
-    print()
-    print_gate_table(runs)
     prod = reg.production(MODEL_NAME)
-    print(f"\nproduction alias of {MODEL_NAME}: version {prod.version if prod else 'none'}")
-    print(f"demo finished in {time.perf_counter() - started:.0f} s; see it all with 'make ui'")
     ok = runs[0][1].outcome == PROMOTED and runs[1][1].outcome == BLOCKED and runs[2][1].outcome == BLOCKED
-    good_in_production = prod is not None and reg.tags(prod)[CONTENT] == reg.tags(adapters["good"])[CONTENT]
-    return 0 if ok and good_in_production else 1
+    return runs, ok and prod is not None and reg.tags(prod)[CONTENT] == reg.tags(adapters["good"])[CONTENT]
+
+
+def causal_lm_demo(reg: Registry, home: Path) -> tuple[list[tuple[str, GateRun]], bool]:
+    data = Path(os.environ["MODELCD_DATA"])
+    write_chat_splits(data)
+    train = read_chats(split_path(data, chat_split("train")))
+    print(f"data: {len(train)} support chats to train on (tickets and the replies a support assistant gives), in {data}")
+    _write_policy(LM_MODEL_NAME, LM_POLICY)
+    base_dir = prepare_causal_lm_base(smollm2_gguf(), home / "work" / "smollm2")
+    base_ref = register_once(reg, base_dir, LM_BASE_NAME, role="base", task="causal-lm")
+    print(f"base model: SmolLM2-135M-Instruct (GGUF, de-quantized to FP32) registered as {base_ref.uri}")
+    adapters = {}
+    for label, cfg in (("good", GOOD_LM), ("worse", WORSE_LM)):
+        folder = home / "work" / "lm_adapters" / label
+        if not (folder / "adapter_model.safetensors").is_file():
+            train_lm_adapter(base_dir, train, folder, cfg, base_ref.uri, desc=f"training {label} reply adapter")
+        adapters[label] = register_once(reg, folder, LM_MODEL_NAME)
+        print(f"{label} reply adapter registered as {adapters[label].uri}")
+    runs = [("good replies", run_gate(adapters["good"], progress=True)), ("worse replies", run_gate(adapters["worse"], progress=True))]
+    prod = reg.production(LM_MODEL_NAME)
+    ok = runs[0][1].outcome == PROMOTED and runs[1][1].outcome == BLOCKED
+    return runs, ok and prod is not None and reg.tags(prod)[CONTENT] == reg.tags(adapters["good"])[CONTENT]
+
+
+def main(task: str = "all") -> int:
+    started = time.perf_counter()
+    home = Path(os.environ["MODELCD_HOME"])
+    reg = Registry.from_env()
+    print(f"modelcd demo: state in {home}")
+    _ensure_keys(reg)
+    results = []
+    if task in ("all", "classification"):
+        results.append((MODEL_NAME, *classifier_demo(reg, home)))
+    if task in ("all", "causal-lm"):
+        results.append((LM_MODEL_NAME, *causal_lm_demo(reg, home)))
+    for name, runs, _ in results:
+        print()
+        print_gate_table(runs)
+        prod = reg.production(name)
+        print(f"\nproduction alias of {name}: version {prod.version if prod else 'none'}")
+    print(f"demo finished in {time.perf_counter() - started:.0f} s; see it all with 'make ui'")
+    return 0 if all(ok for _, _, ok in results) else 1

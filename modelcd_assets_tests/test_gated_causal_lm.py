@@ -17,27 +17,11 @@ from modelcd_assets.lib.release import servable
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import TASK
 from modelcd_assets_tests.conftest import module_state_fixtures
+from modelcd_assets_tests.tiny_lm import TINY_LM_POLICY
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny-reply"
-# The tiny base's slots (rank 4), a tiny model's perplexity, and on a loaded 2-core machine an inconclusive speed passes
-# (the inconclusive path is tested in lib/judging/test_gates.py).
-POLICY = """\
-adapter_slots:
-  rank: 4
-perplexity:
-  max_perplexity: 3.0
-generation:
-  max_new_tokens: 80
-  min_eos_share: 0.5
-  evaluation_replies: 60
-  drift_prompts: 12
-throughput:
-  on_inconclusive: pass
-golden_prompts:
-  - prompt: "i was charged twice for my invoice. please advise."
-    expect: "billing"
-"""
+POLICY = TINY_LM_POLICY
 
 env, instance = module_state_fixtures("causal-lm", {MODEL: POLICY})
 
@@ -129,3 +113,33 @@ def test_a_classifier_cannot_replace_a_causal_lm_production(env, instance, base,
     run = run_gate(ref, instance=instance)
     assert run.outcome == BAD_INPUT and "one registered model serves one task" in run.error, run.error
     assert env.registry.production(MODEL) == before
+
+
+def test_the_nightly_recheck_times_the_causal_lm_production_as_its_gate_did(env, instance, base):
+    from modelcd_assets.defs.schedules import PRODUCTION_RECHECK_JOB
+    from modelcd_assets.launch import definitions
+
+    result = definitions().resolve_job_def(PRODUCTION_RECHECK_JOB).execute_in_process(instance=instance, raise_on_error=False)
+    assert result.success
+    (materialization,) = result.asset_materializations_for_node("production_recheck")
+    verdict = materialization.metadata["verdicts"].value[MODEL]
+    # Measured (pass, or a fail that says by how much on a busy machine), never "could not re-measure".
+    assert verdict["status"] in ("pass", "fail") and "b1: " in verdict["measured"] and "b4: " in verdict["measured"], verdict
+
+
+def test_a_calibration_set_for_a_causal_lm_is_refused_with_the_reason(env, instance, base, tmp_path):
+    from modelcd_assets.launch import run_calibration
+
+    texts = tmp_path / "calibration.jsonl"
+    texts.write_text("".join(json.dumps({"text": f"ticket {i}"}) + "\n" for i in range(300)))
+    done = run_calibration(MODEL, texts, instance=instance)
+    assert done.refused and "weight-only" in done.refused and done.revision is None, done
+
+
+def test_the_classifier_server_refuses_a_causal_lm_version_with_the_reason(env, instance, base):
+    from modelcd_assets.lib.judging.policy import ServingPolicy
+    from modelcd_assets.serving.pool import ServingPool, SwapRefused
+
+    pool = ServingPool(MODEL, env.registry, env.home, ServingPolicy())
+    with pytest.raises(SwapRefused, match="is a causal-lm model, and this server serves classifiers"):
+        pool.load(env.registry.production(MODEL).version)

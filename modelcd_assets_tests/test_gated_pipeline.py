@@ -106,7 +106,8 @@ def test_crafted_candidate_fails_only_its_gate_and_alias_stays(env, instance, ba
     assert run.outcome == BLOCKED, (run.error, got)
     assert got[gate] == "fail", got
     # NaN weights also leave their norms not comparable with production's: weights_within_scale refuses to pass them.
-    also = {"nan_weights": {"weights_within_scale"}}.get(candidate, set())
+    # A slower model also costs more per request: the cost gate sees the same slowdown.
+    also = {"nan_weights": {"weights_within_scale"}, "slow": {"cost_within_budget"}}.get(candidate, set())
     others = {g: s for g, s in got.items() if g != gate and g not in also}
     assert "fail" not in others.values(), others
     assert production(env) == before

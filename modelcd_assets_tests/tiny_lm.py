@@ -15,6 +15,24 @@ from modelcd_assets.lib.demo.replies import chats, corpus
 
 TINY_OPTIONS = BaseBuildOptions(rank=4, targets=("q_proj", "v_proj"))
 TINY_ADAPTER = LmTraining(steps=30, rank=4, alpha=8, learning_rate=5e-3)
+# The tiny base's slots (rank 4), a tiny model's perplexity, and on a loaded 2-core machine an inconclusive speed passes
+# (the inconclusive path is tested in lib/judging/test_gates.py).
+TINY_LM_POLICY = """\
+adapter_slots:
+  rank: 4
+perplexity:
+  max_perplexity: 3.0
+generation:
+  max_new_tokens: 80
+  min_eos_share: 0.5
+  evaluation_replies: 60
+  drift_prompts: 12
+throughput:
+  on_inconclusive: pass
+golden_prompts:
+  - prompt: "i was charged twice for my invoice. please advise."
+    expect: "billing"
+"""
 
 
 @dataclass(frozen=True)

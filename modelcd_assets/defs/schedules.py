@@ -21,6 +21,10 @@ gate_selftest_job = dg.define_asset_job(
 # Sunday 03:00, when no one is promoting: the sandbox gates dozens of candidates on this machine.
 gate_selftest_weekly = dg.ScheduleDefinition(name="gate_selftest_weekly", job=gate_selftest_job, cron_schedule="0 3 * * 0",
                                              default_status=dg.DefaultScheduleStatus.RUNNING)
+# The causal-LM demo's model, two hours later: its fault classes are the causal-LM catalog's (the task of its production).
+gate_selftest_weekly_causal_lm = dg.ScheduleDefinition(
+    name="gate_selftest_weekly_support_reply", job=gate_selftest_job, cron_schedule="0 5 * * 0",
+    run_config={"ops": {"gate_selftest": {"config": {"model": "support-reply"}}}}, default_status=dg.DefaultScheduleStatus.RUNNING)
 
 LIVE_TRAFFIC_JOB = "judge_live_traffic"
 

@@ -436,22 +436,21 @@ def adapter_for_another_base(prod: Production, out: Path) -> Candidate:
     return Candidate(folder, base=prod.base_uri)
 
 
-def adapter_shapes_for_another_base(prod: Production, out: Path) -> Candidate:
-    """An adapter trained for a base twice as wide, registered with --base production's base: its LoRA and head shapes do not fit."""
+def widen_lora(w: dict) -> None:
+    """LoRA A and B (and a classifier head) for a base twice as wide: each weight repeated along the hidden dimension."""
     import torch
 
+    for k, v in w.items():
+        if ".lora_A." in k or k.endswith("classifier.weight"):
+            w[k] = torch.cat([v, v], 1)
+        elif ".lora_B." in k:
+            w[k] = torch.cat([v, v], 0)
+
+
+def adapter_shapes_for_another_base(prod: Production, out: Path) -> Candidate:
+    """An adapter trained for a base twice as wide, registered with --base production's base: its LoRA and head shapes do not fit."""
     _require_adapter(prod, "adapter_shapes_for_another_base")
     folder = _copy(prod.artifact, out)
-
-    def widen(w):
-        for k, v in w.items():
-            if ".lora_A." in k:
-                w[k] = torch.cat([v, v], 1)
-            elif ".lora_B." in k:
-                w[k] = torch.cat([v, v], 0)
-            elif k.endswith("classifier.weight"):
-                w[k] = torch.cat([v, v], 1)
-
-    edit_tensors(folder, widen)
+    edit_tensors(folder, widen_lora)
     edit_json(folder / "adapter_config.json", lambda cfg: cfg.__setitem__("base_model_name_or_path", OTHER_BASE))
     return Candidate(folder, base=prod.base_uri)

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from modelcd_assets.faults import builders as b
 from modelcd_assets.faults import bypasses as v
 from modelcd_assets.faults import conditions as c
+from modelcd_assets.faults import llm_builders as lm
 from modelcd_assets.faults.outcomes import BAD_INPUT, MANIFEST, NEVER_SERVED, REFUSED, REJECTED, RUN_FAILED, SKIPPED, SUPERSEDED, Outcome, blocked
 from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class FaultClass:
     reproducible: Callable[..., tuple[bool, str]] | None = None
     traffic: str = "traffic_current"
     adapter_only: bool = False
+    task: str = CLASSIFICATION  # the task of the production it is derived from
 
     @property
     def summary(self) -> str:
@@ -93,14 +96,39 @@ CLASSES: tuple[FaultClass, ...] = (
                probe=v.oversized_requests),
 )
 
-BY_NAME = {fc.name: fc for fc in CLASSES}
+
+def _lm(name: str, group: str, expected: Outcome, build=None, **kw) -> FaultClass:
+    return FaultClass(name, group, expected, build, task=CAUSAL_LM, adapter_only=True, **kw)
 
 
-def select(only: list[str] | None) -> list[FaultClass]:
-    """The classes named (in catalog order), or all of them; an unknown name is an error that lists the known ones."""
+# Causal-LM adapters, derived from a causal LM's production adapter (`modelcd faults run --task causal-lm`).
+LM_CLASSES: tuple[FaultClass, ...] = (
+    _lm("lm_nan_in_lora_b", "weights", blocked("weights_are_finite"), lm.nan_in_lora_b),
+    # Fifty times the update: 50x production's LoRA B norm is out of the weight-scale gate's 10x, before perplexity sees it.
+    _lm("lm_lora_b_x50", "weights", blocked("weights_within_scale", "perplexity_within_tolerance"), lm.lora_b_overdriven),
+    _lm("lm_same_reply_for_everything", "weights", blocked("perplexity_within_tolerance", "no_drift_detected"), lm.same_reply),
+    _lm("lm_slow_adapter", "weights", blocked("throughput_within_tolerance"), reproducible=lm.one_graph_for_every_adapter),
+    _lm("lm_added_special_token", "contract", blocked("tokenizer_fits_model"), lm.added_special_token),
+    # Every adapter of a base is served with the base build's template and EOS: an adapter that ships another is refused
+    # where it is fetched (model_loads_cleanly, before export), and its contract's template or EOS differs from production's
+    # (a MAJOR change, declared as a PATCH), which the SemVer gate would judge next.
+    _lm("lm_chat_template_as_patch", "contract", blocked("model_loads_cleanly", "semver_covers_contract_change"), lm.chat_template_as_patch),
+    _lm("lm_eos_changed", "contract", blocked("model_loads_cleanly", "semver_covers_contract_change"), lm.eos_changed),
+    _lm("lm_adapter_of_another_base", "contract", blocked("adapter_fits_base"), lm.adapter_of_another_base),
+    _lm("lm_other_rank", "contract", blocked("adapter_fits_base"), lm.other_rank),
+    _lm("lm_other_targets", "contract", blocked("adapter_fits_base"), lm.other_targets),
+    _lm("lm_prompt_beyond_context", "data", Outcome(BAD_INPUT, detail="does not fit the model's context"), b.identical, during=lm.golden_prompt_beyond_context),
+)
+
+BY_NAME = {fc.name: fc for fc in (*CLASSES, *LM_CLASSES)}
+
+
+def select(only: list[str] | None, task: str = CLASSIFICATION) -> list[FaultClass]:
+    """The classes named (in catalog order), or all of a task's; an unknown name, or one of another task, is an error that lists the known ones."""
+    catalog = LM_CLASSES if task == CAUSAL_LM else CLASSES
     if not only:
-        return list(CLASSES)
-    unknown = [n for n in only if n not in BY_NAME]
+        return list(catalog)
+    unknown = [n for n in only if n not in {fc.name for fc in catalog}]
     if unknown:
-        raise ModelcdError(f"unknown fault class(es) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
-    return [fc for fc in CLASSES if fc.name in only]
+        raise ModelcdError(f"unknown fault class(es) {', '.join(unknown)} for a {task} production; known: {', '.join(fc.name for fc in catalog)}")
+    return [fc for fc in catalog if fc.name in only]

@@ -15,10 +15,12 @@ from modelcd_assets.faults.catalog import FaultClass, select
 from modelcd_assets.faults.outcomes import CODE_RAN, ERROR, NOT_REPRODUCIBLE, REFUSED, Outcome
 from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport
 from modelcd_assets.faults.sandbox import Sandbox, open_sandbox
-from modelcd_assets.lib.errors import BadCandidate
+from modelcd_assets.lib.causal_lm.training import LmTraining
+from modelcd_assets.lib.errors import BadCandidate, ModelcdError
 from modelcd_assets.lib.model.training import Training
-from modelcd_assets.lib.release.registry import Registry
+from modelcd_assets.lib.release.registry import TASK, Registry
 from modelcd_assets.lib.splits import read_split, split_path
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, DEFAULT_TASK
 
 CONTROL_SEEDS = 100  # retrained control i trains with seed CONTROL_SEEDS + i (the demo's production used seed 0)
 LOAD_TEXTS = 256
@@ -69,22 +71,42 @@ def run_classes(sb: Sandbox, classes: list[FaultClass], echo: Callable[[str], No
     return results
 
 
-def _control_candidates(sb: Sandbox, identical_n: int, retrained_n: int, training: Training, notes: list[str]) -> list[tuple[str, str, Path]]:
+def _identical_controls(sb: Sandbox, n: int) -> list[tuple[str, str, Path]]:
+    return [(f"identical-{i}", "byte-identical", identical(sb.prod, sb.work / f"identical-{i}").folder) for i in range(1, n + 1)]
+
+
+def _retrained_controls(sb: Sandbox, n: int, train: Callable[[Path, int], Path]) -> list[tuple[str, str, Path]]:
+    """n adapters retrained from production's base, control i with seed CONTROL_SEEDS + i; train(folder, seed) writes one."""
+    return [(f"retrained-{i}", f"retrained, seed {CONTROL_SEEDS + i}", train(sb.work / f"retrained-{i}", CONTROL_SEEDS + i)) for i in range(1, n + 1)]
+
+
+def _lm_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: LmTraining) -> list[tuple[str, str, Path]]:
+    """A causal LM's clean controls: byte-identical copies, LoRA B x 1.001, and adapters retrained with other seeds."""
+    from modelcd_assets.faults.llm_builders import lora_b_noise
+    from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
+    from modelcd_assets.lib.causal_lm.training import train_lm_adapter
+
+    chats = read_chats(split_path(sb.data, chat_split("train"))) if retrained_n else []
+    return [*_identical_controls(sb, identical_n),
+            ("lora-b-x1.001", "LoRA B x 1.001", lora_b_noise(sb.prod, sb.work / "lora-b-x1.001").folder),
+            *_retrained_controls(sb, retrained_n, lambda folder, seed: train_lm_adapter(
+                sb.prod.base, chats, folder, replace(training, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"))]
+
+
+def _control_candidates(sb: Sandbox, identical_n: int, retrained_n: int, training: Training, notes: list[str],
+                        lm_training: LmTraining | None = None) -> list[tuple[str, str, Path]]:
     """(label, kind, folder) of every clean control; the retrained ones are trained here, before any of them is gated."""
+    if sb.task == CAUSAL_LM:
+        return _lm_controls(sb, identical_n, retrained_n, lm_training or LmTraining())
     if retrained_n and not sb.prod.is_adapter:
         notes.append(f"production is a full model: its base is unknown, so {retrained_n} byte-identical controls replace the retrained ones")
         identical_n, retrained_n = identical_n + retrained_n, 0
-    controls = [(f"identical-{i}", "byte-identical", identical(sb.prod, sb.work / f"identical-{i}").folder) for i in range(1, identical_n + 1)]
-    if retrained_n:
-        from modelcd_assets.lib.model.training import train_adapter
+    from modelcd_assets.lib.model.training import train_adapter
 
-        train = read_split(split_path(sb.data, "train"))
-        for i in range(1, retrained_n + 1):
-            seed = CONTROL_SEEDS + i
-            folder = train_adapter(sb.prod.base, train, sb.work / f"retrained-{i}", replace(training, seed=seed), sb.prod.base_uri,
-                                   desc=f"training control retrained-{i}")
-            controls.append((f"retrained-{i}", f"retrained, seed {seed}", folder))
-    return controls
+    train = read_split(split_path(sb.data, "train")) if retrained_n else []
+    return [*_identical_controls(sb, identical_n),
+            *_retrained_controls(sb, retrained_n, lambda folder, seed: train_adapter(
+                sb.prod.base, train, folder, replace(training, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"))]
 
 
 def _gate_control(sb: Sandbox, label: str, kind: str, folder: Path, under_load: bool) -> ControlResult:
@@ -100,9 +122,12 @@ def _gate_control(sb: Sandbox, label: str, kind: str, folder: Path, under_load: 
 
 
 def run_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: Training, under_load: bool, echo: Callable[[str], None],
-                 notes: list[str]) -> tuple[list[ControlResult], dict]:
+                 notes: list[str], lm_training: LmTraining | None = None) -> tuple[list[ControlResult], dict]:
     """Clean candidates that must all be promoted; half of each kind (rounded up) gated beside a server under load."""
-    controls = _control_candidates(sb, identical_n, retrained_n, training, notes)
+    controls = _control_candidates(sb, identical_n, retrained_n, training, notes, lm_training)
+    if under_load and sb.task == CAUSAL_LM:
+        notes.append("causal LM: the controls were gated without a server under load beside them (modelcd serves classifiers only so far)")
+        under_load = False
     by_kind: dict[str, list[str]] = {}
     for label, kind, _ in controls:
         by_kind.setdefault(kind.split(",")[0], []).append(label)
@@ -129,11 +154,17 @@ def run_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: Trai
 
 def run_selftest(name: str, source_env: Mapping[str, str], *, only: list[str] | None = None, identical_controls: int = 5,
                  retrained_controls: int = 5, training: Training | None = None, under_load: bool = True, root: Path | None = None,
-                 keep: bool = False, progress: bool = False, echo: Callable[[str], None] = print) -> SelftestReport:
-    """Gate every selected fault class and the clean controls in a sandbox copy of name's production; the user's registry is only read."""
-    classes = select(only)
+                 keep: bool = False, progress: bool = False, echo: Callable[[str], None] = print, task: str | None = None,
+                 lm_training: LmTraining | None = None) -> SelftestReport:
+    """Gate every selected fault class of the production's task and the clean controls in a sandbox copy of name's production;
+    the user's registry is only read."""
     source = Registry.from_env(source_env)
     user_prod = source.production(name)
+    prod_task = source.tags(user_prod).get(TASK, DEFAULT_TASK) if user_prod else (task or DEFAULT_TASK)
+    if task is not None and task != prod_task:
+        raise ModelcdError(f"{name}'s production is a {prod_task} model: its faults are the {prod_task} classes, not {task}'s; pass --task {prod_task} "
+                           f"or the --name of a {task} model")
+    classes = select(only, prod_task)
     root = Path(root) if root else Path(tempfile.mkdtemp(prefix="modelcd-faults-"))
     report = SelftestReport(name, user_prod.uri if user_prod else "none", "")
     try:
@@ -145,7 +176,7 @@ def run_selftest(name: str, source_env: Mapping[str, str], *, only: list[str] | 
             report.classes = run_classes(sb, [fc for fc in classes if fc.name not in skipped], echo)
             if identical_controls or retrained_controls:
                 report.controls, report.load = run_controls(sb, identical_controls, retrained_controls, training or Training(),
-                                                            under_load, echo, report.notes)
+                                                            under_load, echo, report.notes, lm_training)
     finally:
         if keep:
             echo(f"sandbox kept in {root}")

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -28,9 +28,10 @@ from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.judging.policy import policy_for, policy_path
 from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.operations.settings import apply_local_defaults, local_defaults
-from modelcd_assets.lib.release.registry import BASE, CONTENT, EXPERIMENT, KIND, PROMOTION, SEMVER, SEMVER_DECLARED, TOKENIZER_CHANGE, CandidateRef, Registry
+from modelcd_assets.lib.release.registry import BASE, CONTENT, EXPERIMENT, KIND, PROMOTION, SEMVER, SEMVER_DECLARED, TASK, TOKENIZER_CHANGE, CandidateRef, Registry
 from modelcd_assets.lib.release.signing import SIGNATURE_FILE, Keys, init_keys, sign_folder
 from modelcd_assets.lib.splits import split_path
+from modelcd_assets.lib.tasks.names import DEFAULT_TASK
 
 SANDBOX_REASON = {"fault_sandbox": "production restored after a fault class"}
 # Gate statuses that are no failure: a pass, nothing to judge, or never reached because an earlier gate blocked.
@@ -84,6 +85,7 @@ class Sandbox:
     prod: Production
     production: CandidateRef
     progress: bool = False
+    task: str = DEFAULT_TASK
     _blocked: CandidateRef | None = field(default=None, repr=False)
 
     @property
@@ -203,14 +205,21 @@ class Sandbox:
         finally:
             path.write_bytes(saved)
 
-    @contextlib.contextmanager
-    def policy(self, overrides: dict) -> Iterator[None]:
+    def policy(self, overrides: dict) -> contextlib.AbstractContextManager[None]:
         """The sandbox's policy for the model with sections overridden while the block runs."""
+        def override(policy: dict) -> None:
+            for section, values in overrides.items():
+                policy[section] = {**(policy.get(section) or {}), **values}
+
+        return self.policy_edited(override)
+
+    @contextlib.contextmanager
+    def policy_edited(self, edit: Callable[[dict], None]) -> Iterator[None]:
+        """The sandbox's policy for the model as edit(policy) leaves it, while the block runs; restored afterwards."""
         path = self.policy_path
         saved = path.read_text() if path.is_file() else None
         policy = (yaml.safe_load(saved) if saved else None) or {}
-        for section, values in overrides.items():
-            policy[section] = {**(policy.get(section) or {}), **values}
+        edit(policy)
         path.write_text(yaml.safe_dump(policy, sort_keys=False))
         try:
             yield
@@ -260,7 +269,7 @@ def open_sandbox(name: str, source_env: Mapping[str, str], root: Path, progress:
         instance = dg.DagsterInstance.get()
     try:
         ref = registry.register(prod.artifact, name, base=prod.base_uri, tags=carried, limits=_limits(env, name))
-        sandbox = Sandbox(name, root, env, registry, instance, prod, ref, progress)
+        sandbox = Sandbox(name, root, env, registry, instance, prod, ref, progress, tags.get(TASK, DEFAULT_TASK))
         run = sandbox.gate(ref)
         if run.outcome != launch.PROMOTED:
             failing = "; ".join(f"{r.gate}: {r.reason or r.status}" for r in run.rows if r.status not in _PASSING) or run.error

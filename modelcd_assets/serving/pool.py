@@ -26,6 +26,7 @@ from modelcd_assets.lib.judging.safety import SafetyLimits, scan_artifact
 from modelcd_assets.lib.release import attestation, servable
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import ROLLED_BACK, CandidateRef, Registry
+from modelcd_assets.lib.tasks.names import CLASSIFICATION
 from modelcd_assets.serving.consistency import Consistency, SwapRefused, compare
 from modelcd_assets.serving.engine import Engine, Served
 
@@ -114,6 +115,9 @@ class ServingPool:
             gated = record.quantization()
         except FileNotFoundError as e:
             raise servable.NotServable(f"{servable.NO_VERDICT} for {what}: it has no gated build in {self.state_root}; {rerun} first") from e
+        if record.task != CLASSIFICATION:
+            raise SwapRefused(f"{what} is a {record.task} model, and this server serves classifiers (POST /v1/classify); a causal LM is gated "
+                              "and promoted like one, but not served by modelcd yet")
         if "artifact_sha256" not in gated or "probe" not in gated:
             raise SwapRefused(f"{what} was gated by an older modelcd that recorded neither the served artifact's hash nor its probe outputs; {rerun}")
         return record, gated

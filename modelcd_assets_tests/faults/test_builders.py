@@ -3,7 +3,7 @@
 import pytest
 
 from modelcd_assets.faults.builders import Production
-from modelcd_assets.faults.catalog import BY_NAME, CLASSES, select
+from modelcd_assets.faults.catalog import BY_NAME, CLASSES, LM_CLASSES, select
 from modelcd_assets.faults.outcomes import REFUSED, blocked
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest
@@ -48,3 +48,27 @@ def test_each_builder_leaves_production_alone_and_only_file_faults_fail_the_scan
         inspect_artifact(cand.folder)
     if cand.marker is not None:
         assert not cand.marker.exists()
+
+
+LM_BUILT = [fc for fc in LM_CLASSES if fc.build is not None]
+
+
+@pytest.fixture(scope="module")
+def lm_production(tiny_lm, tmp_path_factory):
+    return Production(tiny_lm.adapter, ADAPTER, tmp_path_factory.mktemp("lm-faults-work"), tiny_lm.base, "models:/tiny-lm-base/1")
+
+
+def test_the_causal_lm_catalog_is_its_own_and_selected_by_task():
+    assert {fc.task for fc in LM_CLASSES} == {"causal-lm"} and {fc.task for fc in CLASSES} == {"classification"}
+    assert [fc.name for fc in select(None, "causal-lm")] == [fc.name for fc in LM_CLASSES] and len(LM_CLASSES) >= 10
+    with pytest.raises(ModelcdError, match="nan_weights.*for a causal-lm production"):
+        select(["nan_weights"], "causal-lm")
+
+
+@pytest.mark.parametrize("fc", LM_BUILT, ids=[fc.name for fc in LM_BUILT])
+def test_each_causal_lm_builder_leaves_production_alone_and_passes_the_scan(fc, lm_production, tmp_path):
+    before = folder_manifest(lm_production.artifact)
+    cand = fc.build(lm_production, tmp_path / fc.name)
+    assert folder_manifest(lm_production.artifact) == before
+    assert scan_artifact(cand.folder) == []  # every causal-LM fault must reach the gate it is meant for
+    assert inspect_artifact(cand.folder).kind == ADAPTER

@@ -133,3 +133,30 @@ def test_gate_selftest_asset_reports_the_table_and_interception_rate(tmp_path, m
     assert "| static_calibration_collapse | blocked by gate int8_agrees_with_fp32 | not reproducible on this model | not reproducible |" in meta["classes"]
     assert re.search(r"not reproducible on this model, counted apart .*static_calibration_collapse", meta["summary"])
     assert env.registry.production(MODEL) == prod
+
+
+# The causal-LM classes that take seconds on the tiny LM (same_reply trains an adapter; its builder is tested in test_builders.py).
+LM_FAST = ["lm_nan_in_lora_b", "lm_lora_b_x50", "lm_added_special_token", "lm_chat_template_as_patch", "lm_eos_changed", "lm_other_rank",
+           "lm_adapter_of_another_base", "lm_prompt_beyond_context", "lm_slow_adapter"]
+
+
+def test_causal_lm_classes_end_as_expected_and_the_clean_controls_pass(tmp_path, monkeypatch, tiny_lm):
+    from modelcd_assets.faults.outcomes import NOT_REPRODUCIBLE
+    from modelcd_assets_tests.tiny_lm import TINY_LM_POLICY
+
+    env = make_env(tmp_path / "home", monkeypatch)
+    env.policy("tiny-reply", TINY_LM_POLICY)
+    env.registry.register(tiny_lm.base, "tiny-lm-base", role="base")
+    prod = env.registry.register(tiny_lm.adapter, "tiny-reply")
+    env.registry.move_production(prod, {"test": "production before the sandbox"}, expected=None)
+
+    with pytest.raises(Exception, match="its faults are the causal-lm classes"):
+        run_selftest("tiny-reply", env.env, task="classification", identical_controls=0, retrained_controls=0, root=tmp_path / "wrong")
+    report = run_selftest("tiny-reply", env.env, only=LM_FAST, identical_controls=1, retrained_controls=0, under_load=True, root=tmp_path / "sandbox")
+    print(report.render())
+    assert {r.name: f"{r.actual}: {r.actual.detail}" for r in report.classes if not r.ok and r.actual.kind != NOT_REPRODUCIBLE} == {}
+    assert [r.name for r in report.classes if r.actual.kind == NOT_REPRODUCIBLE] == ["lm_slow_adapter"]
+    assert [(c.label, c.outcome.kind) for c in report.controls] == [("identical-1", PROMOTED), ("lora-b-x1.001", PROMOTED)], \
+        [c.outcome.detail for c in report.controls]
+    assert any("without a server under load" in n for n in report.notes)
+    assert report.exit_code == 0 and env.registry.production("tiny-reply") == prod

@@ -5,49 +5,37 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.inference.benchmark import SAMPLE_TEXTS, paired_throughput
-from modelcd_assets.lib.inference.builds import read_json
-from modelcd_assets.lib.inference.runtime import OnnxModel
-from modelcd_assets.lib.inference.tokens import encode
-from modelcd_assets.lib.judging.gates import Verdict, judge_production_recheck
+from modelcd_assets.lib.inference.benchmark import SAMPLE_TEXTS
+from modelcd_assets.lib.judging.gates import Verdict
 from modelcd_assets.lib.judging.monitoring import judge_each, recorded
 from modelcd_assets.lib.release.registry import CandidateRef
-from modelcd_assets.lib.splits import read_split
+from modelcd_assets.lib.tasks.task import task_of
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
-BATCHES = ("1", "32")  # the batch sizes the throughput gate recorded
-METHOD = ("production's chosen INT8 model, two sessions of it timed in interleaved trials (as the throughput gate times a first candidate), "
-          "on the gate's evaluation texts; the median of all trials is compared with the median the gate recorded. A recorded figure from another "
+BATCHES = ("1", "32")  # the batch sizes the classifier's throughput gate recorded (a causal LM's: its concurrencies)
+METHOD = ("production's chosen INT8 model (a causal LM: its INT8 base with its adapter), timed against itself in interleaved trials (as the "
+          "throughput gate times a first candidate), on the gate's evaluation texts; the median of all trials is compared with the median the gate recorded. A recorded figure from another "
           "time is not an interleaved pair, so there is no paired CI: only a fall below throughput.min_ratio x recorded, or a p99 over the SLO, fails.")
 
 
-def _measure(prod: CandidateRef, state: LocalStateResource, policy: PolicyResource, texts: list[str]) -> Verdict:
-    tp = policy.for_model(prod.name).throughput
+def _measure(prod: CandidateRef, state: LocalStateResource, policy: PolicyResource) -> Verdict:
     record = state.record(prod)
-    report_file = state.files(prod).benchmark
-    if not report_file.is_file():
-        raise FileNotFoundError(f"{report_file} is missing: {prod.uri} has no recorded throughput to compare with; run 'modelcd gate {prod.name} {prod.version}'")
-    recorded = read_json(report_file).get("batches") or {}
-    feeds = encode(record.build.merged, texts, state.cache_dir("tokens"))
-    path = record.chosen_int8()
-    a, b = OnnxModel(path), OnnxModel(path)
-    trials, latency_b1 = {}, []
-    for batch in BATCHES:
-        run = paired_throughput(a, b, feeds, int(batch), tp.pairs)
-        trials[batch] = run.candidate_throughput + run.production_throughput
-        if batch == "1":
-            latency_b1 = run.candidate_latency_ms + run.production_latency_ms
-    return judge_production_recheck(trials, latency_b1, {k: recorded.get(k) for k in BATCHES}, tp)
+    if not state.files(prod).benchmark.is_file():
+        raise FileNotFoundError(f"{state.files(prod).benchmark} is missing: {prod.uri} has no recorded throughput to compare with; "
+                                f"run 'modelcd gate {prod.name} {prod.version}'")
+    return task_of(record.task).recheck(record, state, policy.for_model(prod.name))
 
 
 def _cells(v: Verdict) -> str:
+    """The table's cells: each recorded batch (a causal LM: concurrency) in order, then p99; n/a where nothing was measured."""
     n = v.numbers
     if "p99_ms" not in n:
         return " | ".join("n/a" for _ in (*BATCHES, "p99"))
-    speed = [f"{n[f'b{b}_items_per_s']:.0f} / {n[f'b{b}_recorded_items_per_s']:.0f} ({n[f'b{b}_ratio']:.2f}x)" for b in BATCHES]
-    return " | ".join([*speed, f"{n['p99_ms']:.1f}"])
+    keys = sorted((k[1:-len("_items_per_s")] for k in n if k.startswith("b") and k.endswith("_items_per_s") and "recorded" not in k), key=int)
+    speed = [f"{n[f'b{b}_items_per_s']:.0f} / {n[f'b{b}_recorded_items_per_s']:.0f} ({n[f'b{b}_ratio']:.2f}x)" for b in keys]
+    return " | ".join([*speed, *(["n/a"] * (len(BATCHES) - len(speed))), f"{n['p99_ms']:.1f}"])
 
 
 @dg.asset(group_name="monitoring", kinds={"onnx"})
@@ -55,8 +43,7 @@ def production_recheck(context: dg.AssetExecutionContext, registry: MlflowRegist
                        state: LocalStateResource) -> dg.MaterializeResult:
     """Each production model's INT8 artifact timed as its gate timed it: a slower node or library shows as a fall from the recorded figures."""
     productions = registry.registry().productions()
-    texts = [ex.text for ex in read_split(state.split("evaluation"))[:SAMPLE_TEXTS]] if productions else []
-    verdicts = judge_each(productions, lambda model, prod: _measure(prod, state, policy, texts), gate="production_recheck", not_done="not measured",
+    verdicts = judge_each(productions, lambda model, prod: _measure(prod, state, policy), gate="production_recheck", not_done="not measured",
                           unable="could not re-measure", errors=(ModelcdError, FileNotFoundError, ValueError), log=context.log.info)
     rows = "\n".join(f"| {m} | {productions[m].version} | {v.status} | {_cells(v)} |" for m, v in verdicts.items())
     table = ("| model | production | status | b1 items/s now / recorded | b32 items/s now / recorded | p99 b1 ms |\n|---|---|---|---|---|---|\n" + rows
@@ -66,7 +53,7 @@ def production_recheck(context: dg.AssetExecutionContext, registry: MlflowRegist
             "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "models": len(verdicts),
             "method": METHOD,
-            "texts": len(texts),
+            "texts": SAMPLE_TEXTS,
             "results": dg.MetadataValue.md(table),
             "reasons": dg.MetadataValue.md("\n".join(f"- **{m}**: {v.reason}" for m, v in verdicts.items()) or "none"),
             # What production_still_meets_its_gate judges, exactly as decided here.

@@ -59,7 +59,9 @@ def lm_contract(build_dir: Path, base_dir: Path, adapter_dir: Path | None, slots
     generation = json.loads(generation_file.read_text()) if generation_file else {}
     generation.pop("transformers_version", None)
     graph = onnx.load(str(Path(build_dir) / MODEL_FILE), load_external_data=False)
-    eos = genai["eos_token_id"]
+    # What the version says generation stops at: its own generation config's EOS when it ships one (the base build stops at
+    # the base's, so an adapter that declares another one is flagged by the health report and changes the contract).
+    eos = generation.get("eos_token_id", genai["eos_token_id"]) if adapter_dir is not None and (Path(adapter_dir) / GENERATION_FILE).is_file() else genai["eos_token_id"]
     return {
         "task": CAUSAL_LM,
         "inputs": [_value_info(v) for v in graph.graph.input if v.name not in slots.shapes],

@@ -10,7 +10,7 @@ import numpy as np
 
 from modelcd_assets.lib.causal_lm.adapter_file import ADAPTER_WEIGHTS, AdapterFit
 from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids
-from modelcd_assets.lib.causal_lm.contract import TOKENIZER_FILES, shipped_files
+from modelcd_assets.lib.causal_lm.contract import GENERATION_FILE, shipped_files
 from modelcd_assets.lib.causal_lm.decoder import Decoder
 from modelcd_assets.lib.hashing import file_sha256
 
@@ -20,10 +20,13 @@ def weight_scale(candidate: dict[str, np.ndarray], production: dict[str, np.ndar
     return {k: float(np.linalg.norm(v) / (np.linalg.norm(production[k]) + 1e-12)) for k, v in sorted(candidate.items()) if k in production}
 
 
-def _differing_tokenizer_files(adapter_dir: Path, build_dir: Path) -> list[str]:
-    """Tokenizer files the adapter ships that differ from its base build's: every adapter of a shared base is served with the base's."""
-    return [n for n in shipped_files(adapter_dir) if n in TOKENIZER_FILES
-            and (not (Path(build_dir) / n).is_file() or file_sha256(Path(adapter_dir) / n) != file_sha256(Path(build_dir) / n))]
+def _differing_files(adapter_dir: Path, build_dir: Path, base_dir: Path) -> list[str]:
+    """Tokenizer and generation files the adapter ships that differ from its base's: every adapter of a shared base is
+    served with the base build's tokenizer, template and EOS."""
+    def reference(name: str) -> Path:
+        return Path(base_dir if name == GENERATION_FILE else build_dir) / name
+
+    return [n for n in shipped_files(adapter_dir) if not reference(n).is_file() or file_sha256(Path(adapter_dir) / n) != file_sha256(reference(n))]
 
 
 def _gradients(base_dir: Path, adapter_dir: Path, chats: list[Chat]) -> dict:
@@ -58,7 +61,7 @@ def measure(adapter_dir: Path, base_dir: Path, build_dir: Path, fp32_dir: Path, 
     if production_params is not None:
         report["weight_scale_vs_production"] = weight_scale(params, production_params)
     report["merged_loading"] = {"missing_keys": fit.missing, "unexpected_keys": fit.extra, "mismatched_keys": fit.mismatched,
-                                "tokenizer_files_unlike_the_base": _differing_tokenizer_files(adapter_dir, build_dir)}
+                                "files_unlike_the_base": _differing_files(adapter_dir, build_dir, base_dir)}
     report["adapter"] = {"shape_problems": fit.problems, "declared_base": fit.declared_base, "registered_base": registered_base,
                          "modules_matched": fit.slots_filled // 2 if not fit.problems else 0, "rank": fit.rank, "head_not_provided": [],
                          "max_output_change": 0.0}

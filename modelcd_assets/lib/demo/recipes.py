@@ -1,8 +1,16 @@
-"""The demo's fine-tuning recipes: the good adapter (also what the fault sandbox retrains its clean controls with) and the worse one."""
+"""The demo's fine-tuning recipes: the good adapter (also what the fault sandbox retrains its clean controls with) and the
+worse one, for the classifier and for the causal LM."""
 
+from modelcd_assets.lib.causal_lm.training import LmTraining
 from modelcd_assets.lib.model.training import Training
 
 GOOD = Training(steps=200, learning_rate=1e-3, seed=0)
 # A plausible but worse fine-tune the gates must block: a tenth of the data, a fifth of it mislabelled.
 WORSE = Training(steps=150, learning_rate=2e-3, seed=1, label_noise=0.15)
 WORSE_TRAIN_EXAMPLES = 300
+
+# The causal-LM demo's adapters of SmolLM2-135M-Instruct: rank 8 on the attention's q and v projections (the policy's
+# adapter_slots), batch 8. The worse one is the same recipe stopped after a quarter of the steps: it has not learnt
+# the replies as well, which the perplexity gate sees against the good one in production.
+GOOD_LM = LmTraining(steps=60, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=0)
+WORSE_LM = LmTraining(steps=15, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=1)

@@ -24,9 +24,10 @@ PREDICATE_TYPE = "https://modelcd.dev/attestation/verdict/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 # Subject names, each a sha256: what a reader hashes itself and compares.
 REGISTERED_FILES, INT8_MODEL, TOKENIZER, CALIBRATION_SET = "registered-files", "int8-model", "tokenizer", "calibration-set"
-ADAPTER_FILE = "adapter-file"  # a causal LM's own build, served on the INT8 base (int8-model); it has no calibration set
-SUBJECTS = (REGISTERED_FILES, INT8_MODEL, TOKENIZER, CALIBRATION_SET, ADAPTER_FILE)  # in the order a statement lists them
-REQUIRED_SUBJECTS = (REGISTERED_FILES, INT8_MODEL, TOKENIZER)  # every verdict's; which others a version has, its reader hashes too
+ADAPTER_FILE = "adapter-file"  # a causal LM's own build, served on the INT8 base (int8-model)
+SUBJECTS = (REGISTERED_FILES, INT8_MODEL, TOKENIZER, CALIBRATION_SET)  # a classifier's
+CAUSAL_LM_SUBJECTS = (REGISTERED_FILES, INT8_MODEL, ADAPTER_FILE, TOKENIZER)  # a causal LM's: weight-only INT8 has no calibration set
+_ORDER = (*SUBJECTS, ADAPTER_FILE)  # the order a statement lists them in
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,13 @@ def statement(verdict: Verdict) -> dict:
     from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
     from in_toto_attestation.v1.statement import Statement
 
-    missing = [s for s in REQUIRED_SUBJECTS if not verdict.subjects.get(s)]
-    unknown = sorted(set(verdict.subjects) - set(SUBJECTS))
-    empty = [s for s in SUBJECTS if s in verdict.subjects and not verdict.subjects[s]]
-    if missing or unknown or empty:
-        raise ValueError(f"a verdict on {verdict.model}/{verdict.version} needs a digest for each of its subjects: missing {missing}, unknown {unknown}, empty {empty}")
-    subjects = [ResourceDescriptor(name=name, digest={"sha256": verdict.subjects[name]}).pb for name in SUBJECTS if name in verdict.subjects]
+    required = CAUSAL_LM_SUBJECTS if ADAPTER_FILE in verdict.subjects else SUBJECTS
+    missing = [s for s in required if not verdict.subjects.get(s)]
+    if missing:
+        raise ValueError(f"a verdict on {verdict.model}/{verdict.version} needs every subject's digest; missing: {', '.join(missing)}")
+    if unknown := sorted(set(verdict.subjects) - set(required)):
+        raise ValueError(f"a verdict on {verdict.model}/{verdict.version} names subjects no reader hashes: {', '.join(unknown)}")
+    subjects = [ResourceDescriptor(name=name, digest={"sha256": verdict.subjects[name]}).pb for name in _ORDER if name in verdict.subjects]
     stmt = Statement(subjects, PREDICATE_TYPE, verdict.predicate())
     stmt.validate()
     return json_format.MessageToDict(stmt.pb)

@@ -23,7 +23,7 @@ from modelcd_assets.lib.inference.benchmark import cost_inputs, merge_runs, summ
 from modelcd_assets.lib.inference.builds import folder_lock, read_json, save_array, write_json
 from modelcd_assets.lib.inference.tokens import check_generation_length
 from modelcd_assets.lib.judging.drift import input_drift, length_drift, prediction_drift
-from modelcd_assets.lib.judging.gates import Verdict, judge_generation, judge_golden_completions, judge_perplexity, judge_token_fidelity
+from modelcd_assets.lib.judging.gates import Verdict, judge_generation, judge_golden_completions, judge_perplexity, judge_production_recheck, judge_token_fidelity
 from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.model.artifact import ADAPTER
 from modelcd_assets.lib.release.candidate import CandidateRecord
@@ -328,3 +328,18 @@ class CausalLmTask:
 
     def generation_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         return judge_generation(read_json(record.files.evaluation), record.effective_policy().generation)
+
+    def recheck(self, record: CandidateRecord, state: State, policy: Policy) -> Verdict:
+        """Production's INT8 base with its adapter, timed against itself at each concurrency, against what its gate recorded,
+        by the model's current policy."""
+        gen = policy.generation
+        tp = policy.throughput.model_copy(update={"p99_slo_ms": gen.ttft_p99_slo_ms})
+        recorded = read_json(record.files.benchmark).get("batches") or {}
+        side = Side(_Sessions("int8").of(record, state, CANDIDATE), CANDIDATE)
+        prompts = [side.decoder.encode_chat(c.messages()) for c in chats(state, "evaluation", gen.speed_prompts)]
+        trials, latency = {}, []
+        for concurrency in gen.concurrency:
+            run = paired_generation(side, side, prompts, concurrency, tp.pairs, gen.speed_tokens)
+            trials[str(concurrency)] = run.candidate_throughput + run.production_throughput
+            latency = latency or run.candidate_latency_ms + run.production_latency_ms
+        return judge_production_recheck(trials, latency, {k: recorded.get(k) for k in trials}, tp)

@@ -17,7 +17,8 @@ from modelcd_assets.lib.inference.runtime import OnnxModel, logits, session
 from modelcd_assets.lib.inference.tokens import BATCH, encode, tokenizer_hash
 from modelcd_assets.lib.judging.contract import extract_contract
 from modelcd_assets.lib.judging.drift import describe, input_drift, prediction_drift
-from modelcd_assets.lib.judging.gates import Verdict, judge_accuracy, judge_fidelity, judge_golden
+from modelcd_assets.lib.judging.gates import Verdict, judge_accuracy, judge_fidelity, judge_golden, judge_production_recheck
+from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.model.artifact import ADAPTER
 from modelcd_assets.lib.model.config import labels_of
 from modelcd_assets.lib.model.export import OPSET, check_parity, export_onnx, torch_logits
@@ -413,3 +414,20 @@ class ClassificationTask:
         report, _ = load_evaluation(record.files)
         cases = report["golden"]
         return judge_golden([c["predicted"] for c in cases], [c["expected"] for c in cases], [c["text"] for c in cases])
+
+    def recheck(self, record: CandidateRecord, state: State, policy: Policy) -> Verdict:
+        """Production's chosen INT8 model, two sessions of it timed in interleaved trials on the gate's evaluation texts,
+        against the throughput its gate recorded, by the model's current policy."""
+        tp = policy.throughput
+        recorded = read_json(record.files.benchmark).get("batches") or {}
+        texts = [ex.text for ex in read_split(state.split("evaluation"))[:SAMPLE_TEXTS]]
+        feeds = encode(record.build.merged, texts, state.cache_dir("tokens"))
+        path = record.chosen_int8()
+        a, b = OnnxModel(path), OnnxModel(path)
+        trials, latency_b1 = {}, []
+        for batch in ("1", "32"):
+            run = paired_throughput(a, b, feeds, int(batch), tp.pairs)
+            trials[batch] = run.candidate_throughput + run.production_throughput
+            if batch == "1":
+                latency_b1 = run.candidate_latency_ms + run.production_latency_ms
+        return judge_production_recheck(trials, latency_b1, {k: recorded.get(k) for k in trials}, tp)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from modelcd_assets.lib.judging.gates import Verdict
+from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.layout import CandidateFiles
 from modelcd_assets.lib.release.calibration import CalibrationStore
 from modelcd_assets.lib.release.candidate import CandidateRecord
@@ -90,6 +91,9 @@ class Task(Protocol):
 
     def golden_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         """The policy's golden cases."""
+
+    def recheck(self, record: CandidateRecord, state: State, policy: Policy) -> Verdict:
+        """production_recheck: production's speed timed again, against what its throughput gate recorded."""
 
 
 def task_of(name: str) -> Task:

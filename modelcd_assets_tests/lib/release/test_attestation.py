@@ -53,6 +53,25 @@ def test_a_verdict_needs_every_subject(keys):
         attestation.sign(verdict(subjects={k: v for k, v in DIGESTS.items() if k != attestation.TOKENIZER}), keys.private)
 
 
+LM_DIGESTS = {attestation.REGISTERED_FILES: "11" * 32, attestation.INT8_MODEL: "22" * 32, attestation.ADAPTER_FILE: "33" * 32,
+              attestation.TOKENIZER: "44" * 32}
+
+
+def test_a_causal_lm_verdict_is_over_the_int8_base_and_the_adapter_file_without_a_calibration_set(keys):
+    envelope = attestation.sign(verdict(subjects=dict(LM_DIGESTS)), keys.private)
+    stmt = json.loads(base64.b64decode(envelope["payload"]))
+    assert [s["name"] for s in stmt["subject"]] == ["registered-files", "int8-model", "tokenizer", "adapter-file"]
+    assert attestation.verify(envelope, keys.public, "m/3").subjects == LM_DIGESTS
+    with pytest.raises(ValueError, match="missing: tokenizer"):
+        attestation.sign(verdict(subjects={k: v for k, v in LM_DIGESTS.items() if k != attestation.TOKENIZER}), keys.private)
+    with pytest.raises(ValueError, match="missing: int8-model"):
+        attestation.sign(verdict(subjects={**LM_DIGESTS, attestation.INT8_MODEL: ""}), keys.private)
+    with pytest.raises(ValueError, match="names subjects no reader hashes: calibration-set"):
+        attestation.sign(verdict(subjects={**LM_DIGESTS, attestation.CALIBRATION_SET: "55" * 32}), keys.private)
+    with pytest.raises(ValueError, match="names subjects no reader hashes: extra"):
+        attestation.sign(verdict(subjects={**DIGESTS, "extra": "66" * 32}), keys.private)
+
+
 def test_an_envelope_signed_with_another_key_or_altered_is_refused(keys, other):
     forged = attestation.sign(verdict(), other.private)
     with pytest.raises(BadSignature, match="does not verify with the public key"):

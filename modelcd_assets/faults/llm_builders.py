@@ -1,0 +1,149 @@
+"""Fault builders for causal-LM adapters: each takes production's adapter (and its base's files) and writes one faulty
+adapter of the same base. Plain Python on folders, like faults/builders.py; nothing here registers or gates."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from pathlib import Path
+
+from modelcd_assets.faults.builders import Candidate, Production, _copy, _require_adapter, edit_json, edit_tensors, widen_lora
+from modelcd_assets.lib.causal_lm.contract import GENERATION_FILE, chat_template
+from modelcd_assets.lib.release.registry import BUMP_DECLARED
+
+B_OVERDRIVE = 50.0  # LoRA B times this: the update fifty times as strong
+B_NOISE = 1.001  # LoRA B times this: a clean control, a change below any gate's resolution
+SAME_REPLY = "thank you for contacting us."  # what the same-text adapter answers to everything
+LONG_PROMPT_WORDS = 6000  # a golden prompt no small model's context holds
+
+
+def _lora_b(prod: Production, out: Path, factor: float) -> Candidate:
+    _require_adapter(prod, "a LoRA B fault")
+
+    def scale(w):
+        for k, v in w.items():
+            if ".lora_B." in k:
+                w[k] = v * factor
+
+    return Candidate(edit_tensors(_copy(prod.artifact, out), scale))
+
+
+def lora_b_overdriven(prod: Production, out: Path) -> Candidate:
+    """Every LoRA B times 50: the same modules, an update fifty times too strong (perplexity blows up)."""
+    return _lora_b(prod, out, B_OVERDRIVE)
+
+
+def lora_b_noise(prod: Production, out: Path) -> Candidate:
+    """Every LoRA B times 1.001: a clean control."""
+    return _lora_b(prod, out, B_NOISE)
+
+
+def nan_in_lora_b(prod: Production, out: Path) -> Candidate:
+    """One NaN in one LoRA B."""
+    _require_adapter(prod, "nan_in_lora_b")
+
+    def poison(w):
+        key = sorted(k for k in w if ".lora_B." in k)[0]
+        w[key].view(-1)[0] = float("nan")
+
+    return Candidate(edit_tensors(_copy(prod.artifact, out), poison))
+
+
+def added_special_token(prod: Production, out: Path) -> Candidate:
+    """The base's tokenizer with one more special token, shipped with the adapter: a vocabulary larger than the embedding table."""
+    _require_adapter(prod, "added_special_token")
+    folder = _copy(prod.artifact, out)
+    tokenizer = json.loads((prod.base / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    new_id = 1 + max([*vocab.values(), *(t["id"] for t in tokenizer.get("added_tokens", []))])
+    tokenizer.setdefault("added_tokens", []).append({"id": new_id, "content": "<|tool|>", "single_word": False, "lstrip": False, "rstrip": False,
+                                                     "normalized": False, "special": True})
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return Candidate(folder)
+
+
+def chat_template_as_patch(prod: Production, out: Path) -> Candidate:
+    """The base's chat template with its role headers changed, shipped with the adapter and declared a PATCH."""
+    _require_adapter(prod, "chat_template_as_patch")
+    folder = _copy(prod.artifact, out)
+    template = chat_template(prod.base)
+    (folder / "chat_template.jinja").write_text(template.replace("<|im_start|>", "<|im_start|>### ") if "<|im_start|>" in template else "### " + template)
+    return Candidate(folder, tags={BUMP_DECLARED: "patch"})
+
+
+def eos_changed(prod: Production, out: Path) -> Candidate:
+    """A generation config whose EOS is another token than the base's, shipped with the adapter: it would never stop where the base does."""
+    _require_adapter(prod, "eos_changed")
+    folder = _copy(prod.artifact, out)
+    config = json.loads((prod.base / GENERATION_FILE).read_text()) if (prod.base / GENERATION_FILE).is_file() else {}
+    eos = config.get("eos_token_id", 2)
+    config["eos_token_id"] = (eos[0] if isinstance(eos, list) else int(eos)) + 7
+    (folder / GENERATION_FILE).write_text(json.dumps(config))
+    return Candidate(folder)
+
+
+def adapter_of_another_base(prod: Production, out: Path) -> Candidate:
+    """An adapter trained for a base twice as wide (LoRA A and B on another hidden size), registered against production's base."""
+    _require_adapter(prod, "adapter_of_another_base")
+    return Candidate(edit_tensors(_copy(prod.artifact, out), widen_lora), base=prod.base_uri)
+
+
+def other_rank(prod: Production, out: Path) -> Candidate:
+    """The adapter cut to half its rank: it no longer fills the base's fixed-rank slots."""
+    _require_adapter(prod, "other_rank")
+    folder = _copy(prod.artifact, out)
+    rank = json.loads((folder / "adapter_config.json").read_text())["r"]
+
+    def halve(w):
+        for k, v in w.items():
+            if ".lora_A." in k:
+                w[k] = v[: rank // 2].contiguous()
+            elif ".lora_B." in k:
+                w[k] = v[:, : rank // 2].contiguous()
+
+    edit_tensors(folder, halve)
+    edit_json(folder / "adapter_config.json", lambda cfg: cfg.update(r=rank // 2, lora_alpha=cfg["lora_alpha"] / 2))
+    return Candidate(folder)
+
+
+def other_targets(prod: Production, out: Path) -> Candidate:
+    """The adapter's q_proj weights moved to k_proj: another set of target modules than the base's slots."""
+    _require_adapter(prod, "other_targets")
+    folder = _copy(prod.artifact, out)
+    edit_tensors(folder, lambda w: {k.replace(".q_proj.", ".k_proj."): v for k, v in w.items()})
+    edit_json(folder / "adapter_config.json", lambda cfg: cfg.__setitem__("target_modules", sorted(
+        {"k_proj" if t == "q_proj" else t for t in (cfg["target_modules"] if isinstance(cfg["target_modules"], list) else [cfg["target_modules"]])})))
+    return Candidate(folder)
+
+
+def same_reply(prod: Production, out: Path) -> Candidate:
+    """An adapter trained to answer every ticket with the same sentence."""
+    from modelcd_assets.lib.causal_lm.chats import Chat
+    from modelcd_assets.lib.causal_lm.training import LmTraining, train_lm_adapter
+    from modelcd_assets.lib.demo.replies import chats as demo_chats
+
+    _require_adapter(prod, "same_reply")
+    config = json.loads((prod.artifact / "adapter_config.json").read_text())
+    chats = [Chat(c.system, c.user, SAME_REPLY) for c in demo_chats(200, 11)]
+    train = LmTraining(steps=30, batch_size=8, learning_rate=5e-3, rank=int(config["r"]), alpha=int(config["lora_alpha"]),
+                       targets=tuple(sorted(config["target_modules"])), seed=7)
+    if out.exists():
+        shutil.rmtree(out)
+    return Candidate(train_lm_adapter(prod.base, chats, out, train, prod.base_uri, desc="training the same-reply adapter"))
+
+
+def golden_prompt_beyond_context(sb, ref) -> contextlib.AbstractContextManager[None]:
+    """A golden prompt longer than the model's context in the policy while the candidate is gated: refused by the one length rule."""
+    def add(policy: dict) -> None:
+        policy["golden_prompts"] = [*(policy.get("golden_prompts") or []), {"prompt": " ".join(["refund"] * LONG_PROMPT_WORDS), "expect": "billing"}]
+
+    return sb.policy_edited(add)
+
+
+def one_graph_for_every_adapter(sb) -> tuple[bool, str]:
+    """A slower adapter cannot be made: every adapter of a base runs the base build's graph, whose LoRA slots have a fixed rank and targets."""
+    return False, ("every adapter of a base runs one graph: the base build's LoRA slots fix the rank and target modules, so an adapter "
+                   "changes the slots' values, never the work per token; an adapter that asks for more (another rank or targets) "
+                   "is refused by adapter_fits_base (classes other_rank, other_targets)")
+
