@@ -69,11 +69,16 @@ generation:
   drift_prompts: 24
 throughput:
   min_ratio: 0.88
+  pairs: 8
+  max_pairs: 16
 cost:
   node_usd_per_hour: 0.10
 golden_prompts:
+  # The reply must address what the ticket is about.
   - prompt: "i was charged twice for my subscription fee. thanks."
-    expect: "billing"
+    expect: "subscription fee"
+  - prompt: "hello team, the export button keeps crashing in the app."
+    expect: "export button"
 """
 
 

@@ -143,3 +143,11 @@ def test_the_classifier_server_refuses_a_causal_lm_version_with_the_reason(env, 
     pool = ServingPool(MODEL, env.registry, env.home, ServingPolicy())
     with pytest.raises(SwapRefused, match="is a causal-lm model, and this server serves classifiers"):
         pool.load(env.registry.production(MODEL).version)
+
+
+def test_a_classifier_adapter_is_refused_against_a_causal_lm_base(env, base, tiny_adapters):
+    from modelcd_assets.lib.errors import BadCandidate
+
+    with pytest.raises(BadCandidate, match="is a classification adapter by its adapter_config.json task_type, but its base models:/tiny-lm-base/1 "
+                                           "is a causal-lm model"):
+        env.registry.register(tiny_adapters["good"], "tiny-reply-mixed", base="models:/tiny-lm-base/1")

@@ -10,7 +10,8 @@ WORSE = Training(steps=150, learning_rate=2e-3, seed=1, label_noise=0.15)
 WORSE_TRAIN_EXAMPLES = 300
 
 # The causal-LM demo's adapters of SmolLM2-135M-Instruct: rank 8 on the attention's q and v projections (the policy's
-# adapter_slots), batch 8. The worse one is the same recipe stopped after a quarter of the steps: it has not learnt
-# the replies as well, which the perplexity gate sees against the good one in production.
-GOOD_LM = LmTraining(steps=60, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=0)
-WORSE_LM = LmTraining(steps=15, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=1)
+# adapter_slots), batch 8. The worse one trains on replies half of which answer another ticket: plausible replies, the
+# wrong ones half the time, which the perplexity gate sees against the good one in production (on this machine INT8
+# still keeps its perplexity within 1% of FP32's, so it is not the fidelity gate that stops it).
+GOOD_LM = LmTraining(steps=40, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=0)
+WORSE_LM = LmTraining(steps=24, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=1, wrong_reply_share=0.5)

@@ -1,0 +1,34 @@
+"""How a folder declares its task, and the error for a task modelcd does not know."""
+
+import json
+
+import pytest
+
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, require_task, task_of_adapter, task_of_folder
+from modelcd_assets.lib.tasks.task import task_of
+
+
+def test_a_config_declares_its_task_by_architecture(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    assert task_of_folder(tmp_path) == CAUSAL_LM
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertForSequenceClassification"]}))
+    assert task_of_folder(tmp_path) == CLASSIFICATION
+    (tmp_path / "config.json").unlink()
+    assert task_of_folder(tmp_path) == CLASSIFICATION
+
+
+def test_an_adapter_declares_its_task_by_peft_task_type(tmp_path):
+    assert task_of_adapter(tmp_path) is None
+    for task_type, task in (("CAUSAL_LM", CAUSAL_LM), ("SEQ_CLS", CLASSIFICATION), ("TOKEN_CLS", None)):
+        (tmp_path / "adapter_config.json").write_text(json.dumps({"task_type": task_type}))
+        assert task_of_adapter(tmp_path) == task
+
+
+def test_an_unknown_task_is_refused_with_the_known_ones():
+    assert require_task(CAUSAL_LM) == CAUSAL_LM
+    with pytest.raises(ModelcdError, match="unknown task 'seq2seq'; modelcd gates classification and causal-lm models"):
+        require_task("seq2seq")
+    with pytest.raises(ModelcdError, match="unknown task"):
+        task_of("seq2seq")
+    assert task_of(CAUSAL_LM).name == CAUSAL_LM and task_of(CLASSIFICATION).name == CLASSIFICATION
