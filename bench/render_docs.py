@@ -200,7 +200,8 @@ def llm(d: dict) -> str:
     r = d["runtimes"]
     rows = "\n".join(f"| {name} | {x['decode_tokens_per_s']:.1f} | {x['decode_vs_torch']:.2f}× | {x['ttft_ms_p50']:.0f} / {x['ttft_ms_p99']:.0f} | "
                      f"{x['perplexity']:.3f} | {x['top1_agreement']:.2%} | {x['top1_in_top5']:.2%} |" for name, x in r["rows"].items())
-    gates = "\n".join(f"| {g['adapter']} | {g['seconds']:.1f} | {g['outcome']} |" for g in d["gating"])
+    assets = [a for a in ("merged_model", "onnx_model", "quantized_model", "evaluation", "drift_report", "benchmark_results") if a in d["gating"][0].get("asset_seconds", {})]
+    gates = "\n".join(f"| {g['adapter']} | {g['seconds']:.1f} | {g['outcome']} | " + " | ".join(f"{g['asset_seconds'][a]:.1f}" for a in assets) + " |" for g in d["gating"])
     t, o = d["targets"], d["base_build"]
     return (f"Measured on {_machine(d['machine'])}; {d['model']}, base build rank {o['rank']} on {', '.join(o['targets'])}, MatMulNBits 8-bit "
             f"(accuracy_level {o['accuracy_level']}); the adapter trained {d['train_steps']} steps ({d['train_seconds']:.0f} s). "
@@ -209,7 +210,8 @@ def llm(d: dict) -> str:
             "agreement against torch + peft FP32.\n\n"
             "| runtime | decode tokens/s | vs torch | TTFT p50 / p99 ms | perplexity | top-1 agreement | top-1 in reference top-5 |\n"
             "|---|---|---|---|---|---|---|\n" + rows +
-            "\n\n| adapter of the base | seconds, registration to verdict | outcome |\n|---|---|---|\n" + gates +
+            "\n\n| adapter of the base | seconds, registration to verdict | outcome | " + " | ".join(f"{a} s" for a in assets) + " |\n|---|---|---|"
+            + "---|" * len(assets) + "\n" + gates +
             f"\n\nThe later adapters over the first: **{d['nth_over_first']:.2f}** (target ≤ {t['nth_over_first']:g}; the first builds the base "
             f"once); a later adapter's registration to verdict: **{d['later_verdict_seconds']:.0f} s** (target ≤ {t['later_verdict_seconds']:.0f} s).")
 
