@@ -157,8 +157,10 @@ def main() -> int:
     from modelcd_assets.lib.demo.recipes import GOOD_LM
     from modelcd_assets.lib.demo.replies import write_chat_splits
     from modelcd_assets.lib.demo.tickets import write_splits
+    from modelcd_assets.lib.layout import StateLayout
     from modelcd_assets.lib.operations.settings import apply_local_defaults, local_defaults
     from modelcd_assets.lib.splits import split_path
+    from modelcd_assets.lib.tasks.causal_lm import BASES_CACHE
 
     with tempfile.TemporaryDirectory(prefix="bench-llm-") as tmp:
         tmp = Path(tmp)
@@ -188,7 +190,7 @@ def main() -> int:
             later.append(folder)
         runs = gating(tmp / "home", base_dir, [adapter, *later])
         # The runtimes on the base build the gates made (the cache's only one).
-        build_dir = next(d for d in (tmp / "home" / "cache" / "llm_bases").iterdir() if (d / "build.json").is_file())
+        build_dir = next(d for d in StateLayout(Path(env["MODELCD_HOME"])).cache(BASES_CACHE).iterdir() if (d / "build.json").is_file())
         build = BaseBuild(build_dir)
         params, _ = adapter_parameters(adapter, build.slots())
         adapter_file = write_adapter_file(params, tmp / "a.onnx_adapter")

@@ -15,8 +15,8 @@ from modelcd_assets.lib.demo.replies import chats, corpus
 
 TINY_OPTIONS = BaseBuildOptions(rank=4, targets=("q_proj", "v_proj"))
 TINY_ADAPTER = LmTraining(steps=30, rank=4, alpha=8, learning_rate=5e-3)
-# The tiny base's slots (rank 4), a tiny model's perplexity, and on a loaded 2-core machine an inconclusive speed passes
-# (the inconclusive path is tested in lib/judging/test_gates.py).
+# The tiny base's slots (rank 4), a tiny model's perplexity, short timing rounds, and on a loaded 2-core machine an
+# inconclusive speed passes (the inconclusive path is tested in lib/judging/test_gates.py).
 TINY_LM_POLICY = """\
 adapter_slots:
   rank: 4
@@ -25,9 +25,12 @@ perplexity:
 generation:
   max_new_tokens: 80
   min_eos_share: 0.5
-  evaluation_replies: 60
+  evaluation_replies: 40
   drift_prompts: 12
+  speed_prompts: 2
 throughput:
+  pairs: 6
+  max_pairs: 6
   on_inconclusive: pass
 golden_prompts:
   - prompt: "i was charged twice for my invoice. please advise."

@@ -132,3 +132,66 @@ def test_cost_per_token_and_request():
     assert per_request.status == FAIL and per_request.numbers["candidate_usd"] == pytest.approx(0.01) and "1,000 requests" in per_request.reason
     assert judge_cost(_cost(float("nan"), 100.0, [1.0, 1.0, 1.0]), policy).status == INCONCLUSIVE
     assert judge_cost(_cost(100.0, 100.0, [1.0, float("nan"), 1.0]), policy).status == INCONCLUSIVE
+
+
+# What each causal-LM verdict says, word for word and number for number (a user reads these on the gate report): one
+# snapshot per case, failing and passing alike.
+SNAPSHOT_CASES = {
+    "perplexity_first_pass": lambda: judge_perplexity(PROD, None, TOKENS, PerplexityPolicy(max_perplexity=10)),
+    "perplexity_first_over_ceiling": lambda: judge_perplexity(PROD, None, TOKENS, PerplexityPolicy(max_perplexity=2)),
+    "perplexity_same": lambda: judge_perplexity(PROD, PROD, TOKENS, PerplexityPolicy()),
+    "perplexity_worse": lambda: judge_perplexity(PROD + 0.05, PROD, TOKENS, PerplexityPolicy(max_perplexity=4)),
+    "perplexity_slightly_worse_everywhere": lambda: judge_perplexity(PROD + 0.004, PROD, TOKENS, PerplexityPolicy()),
+    "perplexity_better": lambda: judge_perplexity(PROD - 0.05, PROD, TOKENS, PerplexityPolicy(bootstrap_samples=500)),
+    "perplexity_worse_on_few_replies": lambda: judge_perplexity(np.r_[PROD[:190], PROD[190:] + 0.5], PROD, TOKENS, PerplexityPolicy(alpha=0.01)),
+    "fidelity_pass": lambda: judge_token_fidelity(FIDELITY, TokenFidelityPolicy()),
+    "fidelity_every_problem": lambda: judge_token_fidelity(FIDELITY | {"top1_in_top5": 0.9, "mean_kl": 0.5, "perplexity_change": 0.2}, TokenFidelityPolicy()),
+    "fidelity_at_the_thresholds": lambda: judge_token_fidelity(FIDELITY | {"top1_in_top5": 0.997, "mean_kl": 0.01, "perplexity_change": 0.01},
+                                                               TokenFidelityPolicy()),
+    "generation_pass": lambda: judge_generation({"generations": [_run(), _run(repeated_ngram_share=0.25)]}, GenerationPolicy()),
+    "generation_every_problem": lambda: judge_generation({"generations": [
+        _run(), _run(stopped_at_eos=False, prompt="where is my parcel"), _run(finite=False, prompt="refund please"),
+        _run(repeated_ngram_share=0.75, completion="the the the the")]}, GenerationPolicy(max_new_tokens=32, ngram=2)),
+    "generation_at_the_thresholds": lambda: judge_generation({"generations": [_run(repeated_ngram_share=0.5)] * 3 + [_run(stopped_at_eos=False)]},
+                                                             GenerationPolicy(min_eos_share=0.75)),
+    "generation_nothing": lambda: judge_generation({"generations": []}, GenerationPolicy()),
+    "golden_pass": lambda: judge_golden_completions([{"prompt": "capital of France?", "expect": "Paris", "match": "contains", "completion": "Paris."},
+                                                     {"prompt": "say ok", "expect": "OK", "match": "equals", "completion": " ok "}]),
+    "golden_missed": lambda: judge_golden_completions([{"prompt": "capital of France?", "expect": "Paris", "match": "contains", "completion": "Lyon."},
+                                                       {"prompt": "say ok", "expect": "OK", "match": "equals", "completion": "ok then"}]),
+    "golden_missed_equals": lambda: judge_golden_completions([{"prompt": "say ok", "expect": "OK", "match": "equals", "completion": "ok then"}]),
+    "golden_none": lambda: judge_golden_completions([]),
+    "cost_pass_against_production": lambda: judge_cost(_cost(100.0, 105.0, [0.95, 0.93, 0.97]), CostPolicy(node_usd_per_hour=0.36, tolerance=0.1)),
+    "cost_more_than_allowed": lambda: judge_cost(_cost(80.0, 100.0, [0.8, 0.78, 0.82]), CostPolicy(node_usd_per_hour=0.36, tolerance=0.1,
+                                                                                                   max_usd_per_1m_tokens=1.1)),
+    "cost_within_tolerance_at_the_speed_cis_best": lambda: judge_cost(_cost(80.0, 100.0, [0.8, 0.7, 0.91]), CostPolicy(node_usd_per_hour=0.36, tolerance=0.1)),
+    "cost_first_over_ceiling": lambda: judge_cost(_cost(40.0), CostPolicy(node_usd_per_hour=0.36, max_usd_per_1m_tokens=2.0)),
+    "cost_first_at_ceiling": lambda: judge_cost(_cost(50.0), CostPolicy(node_usd_per_hour=0.36, max_usd_per_1m_tokens=2.0)),
+    "cost_requests": lambda: judge_cost(_cost(10.0, unit="requests"), CostPolicy(node_usd_per_hour=0.36, max_usd_per_1k_requests=0.005)),
+    "cost_not_measured": lambda: judge_cost(_cost(float("nan"), 100.0, [1.0, 1.0, 1.0]), CostPolicy()),
+    "cost_ratio_not_measured": lambda: judge_cost(_cost(100.0, 100.0, [1.0, float("nan"), 1.0], unit="requests"), CostPolicy()),
+}
+
+
+@pytest.mark.parametrize("case", list(SNAPSHOT_CASES))
+def test_each_causal_lm_verdict_says_exactly_what_it_measured(case, snapshot):
+    assert SNAPSHOT_CASES[case]().to_dict() == snapshot
+
+
+def test_the_perplexity_statistics_exactly():
+    w = np.array([1, 3, 2])
+    cand, prod = np.array([1.0, 2.0, 1.5]), np.array([1.0, 1.0, 1.0])
+    assert perplexity_change(cand, prod, w) == pytest.approx(np.expm1((0 * 1 + 1 * 3 + 0.5 * 2) / 6))
+    assert perplexity_change(prod, cand, w) == pytest.approx(np.expm1(-(0 * 1 + 1 * 3 + 0.5 * 2) / 6))
+    lo, hi = paired_perplexity_ci(cand, prod, w, 400, confidence=0.9, seed=3)
+    rng = np.random.default_rng(3)
+    idx = rng.integers(0, 3, size=(400, 3))
+    changes = np.expm1(((cand - prod) * w)[idx].sum(axis=1) / w[idx].sum(axis=1))
+    assert (lo, hi) == (pytest.approx(np.quantile(changes, 0.05)), pytest.approx(np.quantile(changes, 0.95)))
+    # A sign test counts only differences beyond the margin, each way.
+    diff = np.array([0.5, 0.5, 0.5, -0.5, 0.0005, -0.0005])
+    assert sign_test_worse_pvalue(diff, np.zeros(6), 1e-3) == pytest.approx(0.3125)  # 3 worse, 1 better: P(X >= 3 | n=4)
+    assert sign_test_worse_pvalue(-diff, np.zeros(6), 1e-3) == pytest.approx(0.9375)  # 1 worse, 3 better
+    assert sign_test_worse_pvalue(np.array([1e-3, -1e-3]), np.zeros(2), 1e-3) == 1.0  # exactly at the margin: ties
+    assert sign_test_worse_pvalue(np.array([0.01]), np.zeros(1), 0.0) == pytest.approx(0.5)
+    assert cost_per_unit(0.36, 0.0, 1e6) == float("inf") and cost_per_unit(0.36, 200.0, 1e3) == pytest.approx(0.0005)
