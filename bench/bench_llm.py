@@ -147,8 +147,7 @@ def gating(home: Path, base_dir: Path, adapters: list[Path]) -> list[dict]:
 
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from safetensors.numpy import load_file, save_file
-
+    from modelcd_assets.faults.llm_builders import scaled_lora_b
     from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
     from modelcd_assets.lib.causal_lm.base import prepare_causal_lm_base, smollm2_gguf
     from modelcd_assets.lib.causal_lm.build import BaseBuild
@@ -180,14 +179,8 @@ def main() -> int:
         adapter = train_lm_adapter(base_dir, read_chats(split_path(data, chat_split("train"))), tmp / "adapter-1", GOOD_LM,
                                    f"models:/{LM_BASE_NAME}/1", "training the adapter")
         train_s = time.perf_counter() - t
-        later = []
-        for k in range(1, LATER_ADAPTERS + 1):  # later adapters of the base: LoRA B scaled by 1 + 0.001 k (the same slots, other bytes, no change a gate resolves)
-            folder = tmp / f"adapter-{k + 1}"
-            folder.mkdir()
-            (folder / "adapter_config.json").write_text((adapter / "adapter_config.json").read_text())
-            w = load_file(str(adapter / "adapter_model.safetensors"))
-            save_file({n: v * np.float32(1 + 0.001 * k) if "lora_B" in n else v for n, v in w.items()}, str(folder / "adapter_model.safetensors"))
-            later.append(folder)
+        # Later adapters of the base: LoRA B scaled by 1 + 0.001 k (the same slots, other bytes, no change a gate resolves).
+        later = [scaled_lora_b(adapter, tmp / f"adapter-{k + 1}", 1 + 0.001 * k) for k in range(1, LATER_ADAPTERS + 1)]
         runs = gating(tmp / "home", base_dir, [adapter, *later])
         # The runtimes on the base build the gates made (the cache's only one).
         build_dir = next(d for d in StateLayout(Path(env["MODELCD_HOME"])).cache(BASES_CACHE).iterdir() if (d / "build.json").is_file())

@@ -6,11 +6,10 @@ One module-scoped state folder: production moves as the scenario goes."""
 from __future__ import annotations
 
 import json
-import shutil
 
-import numpy as np
 import pytest
 
+from modelcd_assets.faults.llm_builders import scaled_lora_b
 from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, run_gate
 from modelcd_assets.lib.causal_lm.training import LmTraining
 from modelcd_assets.lib.release import servable
@@ -67,21 +66,10 @@ def test_byte_identical_reregistration_passes_against_production(env, instance, 
     assert "Δ +0.00%" in quality.measured and "p_worse=1" in quality.measured
 
 
-def scaled(adapter, out, factor: float):
-    """The adapter with every LoRA B times factor: the same modules, a stronger (here: wrong) update."""
-    from safetensors.numpy import load_file, save_file
-
-    out.mkdir()
-    shutil.copy2(adapter / "adapter_config.json", out / "adapter_config.json")
-    weights = load_file(str(adapter / "adapter_model.safetensors"))
-    save_file({k: v * np.float32(factor) if "lora_B" in k else v for k, v in weights.items()}, str(out / "adapter_model.safetensors"))
-    return out
-
-
 def test_an_overdriven_adapter_is_blocked_by_perplexity_and_production_stays(env, instance, base, tiny_lm, tmp_path):
     """LoRA B x 4: within the weight-scale gate's 10x, but what it answers is worse on every reply."""
     before = env.registry.production(MODEL)
-    run = run_gate(env.registry.register(scaled(tiny_lm.adapter, tmp_path / "x4", 4.0), MODEL), instance=instance)
+    run = run_gate(env.registry.register(scaled_lora_b(tiny_lm.adapter, tmp_path / "x4", 4.0), MODEL), instance=instance)
     got = statuses(run)
     quality = next(r for r in run.rows if r.gate == "perplexity_within_tolerance")
     assert run.outcome == BLOCKED and got["perplexity_within_tolerance"] == "fail", (quality.measured, quality.reason, got)
@@ -91,7 +79,7 @@ def test_an_overdriven_adapter_is_blocked_by_perplexity_and_production_stays(env
 
 def test_a_noise_level_change_passes(env, instance, base, tiny_lm, tmp_path):
     """LoRA B x 1.001, a clean control: every reply's NLL moves by less than the sign test's margin."""
-    run = run_gate(env.registry.register(scaled(tiny_lm.adapter, tmp_path / "x1001", 1.001), MODEL), instance=instance)
+    run = run_gate(env.registry.register(scaled_lora_b(tiny_lm.adapter, tmp_path / "x1001", 1.001), MODEL), instance=instance)
     assert run.outcome == PROMOTED, (run.error, statuses(run))
 
 

@@ -18,15 +18,19 @@ SAME_REPLY = "thank you for contacting us."  # what the same-text adapter answer
 LONG_PROMPT_WORDS = 6000  # a golden prompt no small model's context holds
 
 
-def _lora_b(prod: Production, out: Path, factor: float) -> Candidate:
-    _require_adapter(prod, "a LoRA B fault")
-
+def scaled_lora_b(adapter: Path, out: Path, factor: float) -> Path:
+    """A copy of the adapter folder with every LoRA B times factor: the same modules and slots, another update."""
     def scale(w):
         for k, v in w.items():
             if ".lora_B." in k:
                 w[k] = v * factor
 
-    return Candidate(edit_tensors(_copy(prod.artifact, out), scale))
+    return edit_tensors(_copy(adapter, out), scale)
+
+
+def _lora_b(prod: Production, out: Path, factor: float) -> Candidate:
+    _require_adapter(prod, "a LoRA B fault")
+    return Candidate(scaled_lora_b(prod.artifact, out, factor))
 
 
 def lora_b_overdriven(prod: Production, out: Path) -> Candidate:

@@ -87,9 +87,14 @@ def _sequences(decoder: Decoder, items: list[Chat], max_new_tokens: int = 0) -> 
     return out
 
 
+def _reply_nll_path(record: CandidateRecord, replies: int, split_sha: str) -> Path:
+    return record.build.predictions(f"reply_nll_{replies}", split_sha)
+
+
 def _reply_nll(record: CandidateRecord, state: State, sessions: _Sessions, name: str, items: list[Chat], split_sha: str) -> np.ndarray:
-    """[mean NLL, tokens] per evaluation reply with the INT8 base + this version's adapter, kept in its build for later candidates."""
-    path = record.build.predictions(f"reply_nll_{len(items)}", split_sha)
+    """[mean NLL, tokens] per evaluation reply with the INT8 base + this version's adapter, kept in its build for later
+    candidates (quantized_model writes it from the logits of its fidelity pass)."""
+    path = _reply_nll_path(record, len(items), split_sha)
     with record.build.lock():
         if not path.is_file():
             decoder = sessions.of(record, state, name)
@@ -195,12 +200,21 @@ class CausalLmTask:
         policy = record.effective_policy()
         build = base_build(record, state)
         int8, fp32 = _Sessions("int8").of(record, state, CANDIDATE), _Sessions("fp32").of(record, state, CANDIDATE)
-        q_logits, f_logits, targets = [], [], []
-        for ids, start in _sequences(int8, chats(state, "evaluation", policy.generation.evaluation_replies)):
-            q_logits.append(int8.logits(ids, CANDIDATE)[start - 1 : len(ids) - 1])
+        split = state.split(chat_split("evaluation"))
+        items = read_chats(split)[: policy.generation.evaluation_replies]
+        q_logits, f_logits, targets, nll = [], [], [], []
+        for ids, start in _sequences(int8, items):
+            q = int8.logits(ids, CANDIDATE)
+            q_logits.append(q[start - 1 : len(ids) - 1])
             f_logits.append(fp32.logits(ids, CANDIDATE)[start - 1 : len(ids) - 1])
             targets.append(np.asarray(ids[start:]))
+            reply = token_nll(q, ids, start)
+            nll.append((float(reply.mean()), len(reply)))
         fidelity = position_fidelity(q_logits, f_logits, targets).to_dict()
+        with record.build.lock():  # evaluation's INT8 reply NLL: the same logits, not computed twice
+            path = _reply_nll_path(record, len(items), file_sha256(split))
+            if not path.is_file():
+                save_array(path, np.asarray(nll, np.float64))
         probe = [c.user for c in chats(state, "evaluation", policy.serving.probe_examples)]
         system = chats(state, "evaluation", 1)[0].system
         probe_runs = [int8.generate(int8.encode_chat(Chat(system, p, "").messages()), PROBE_TOKENS, CANDIDATE) for p in probe]
