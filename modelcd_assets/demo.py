@@ -65,11 +65,11 @@ token_fidelity:
   max_perplexity_change: 0.01
 generation:
   max_new_tokens: 64
-  evaluation_replies: 100
+  evaluation_replies: 64  # 1,700 reply tokens: enough for the paired test at +1% and for 99.7% top-1-in-top-5
   drift_prompts: 24
 throughput:
   min_ratio: 0.88
-  pairs: 8
+  pairs: 6  # the fewest a 95% CI on the median needs; more pairs are added only while the CI straddles min_ratio
   max_pairs: 16
 cost:
   node_usd_per_hour: 0.10

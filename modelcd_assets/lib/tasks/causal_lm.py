@@ -16,7 +16,7 @@ from modelcd_assets.lib.causal_lm.build import BaseBuild, BaseBuildOptions, buil
 from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids, chat_split, read_chats
 from modelcd_assets.lib.causal_lm.contract import lm_contract
 from modelcd_assets.lib.causal_lm.decoder import Decoder
-from modelcd_assets.lib.causal_lm.scoring import position_fidelity, repeated_ngram_share, token_nll
+from modelcd_assets.lib.causal_lm.scoring import FidelityTally, repeated_ngram_share, target_nll
 from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.hashing import file_sha256, folder_hash
 from modelcd_assets.lib.inference.benchmark import cost_inputs, merge_runs, summarize
@@ -87,23 +87,31 @@ def _sequences(decoder: Decoder, items: list[Chat], max_new_tokens: int = 0) -> 
     return out
 
 
-def _reply_nll_path(record: CandidateRecord, replies: int, split_sha: str) -> Path:
-    return record.build.predictions(f"reply_nll_{replies}", split_sha)
+def _kept(record: CandidateRecord, state: State, what: str, split_sha: str) -> Path:
+    """Where a version's build keeps what it computed on a split with its base build, for later candidates to pair with."""
+    return record.build.predictions(f"{what}_{base_build(record, state).dir.name[:16]}", split_sha)
+
+
+def _reply_nll_path(record: CandidateRecord, state: State, replies: int, split_sha: str) -> Path:
+    return _kept(record, state, f"reply_nll_{replies}", split_sha)
 
 
 def _reply_nll(record: CandidateRecord, state: State, sessions: _Sessions, name: str, items: list[Chat], split_sha: str) -> np.ndarray:
     """[mean NLL, tokens] per evaluation reply with the INT8 base + this version's adapter, kept in its build for later
     candidates (quantized_model writes it from the logits of its fidelity pass)."""
-    path = _reply_nll_path(record, len(items), split_sha)
+    path = _reply_nll_path(record, state, len(items), split_sha)
     with record.build.lock():
         if not path.is_file():
             decoder = sessions.of(record, state, name)
-            rows = []
-            for ids, start in _sequences(decoder, items):
-                nll = token_nll(decoder.logits(ids, name), ids, start)
-                rows.append((float(nll.mean()), len(nll)))
+            sequences = _sequences(decoder, items)
+            rows = [_mean_nll(scored, ids[start:]) for scored, (ids, start) in zip(decoder.reply_logits(sequences, name), sequences)]
             save_array(path, np.asarray(rows, np.float64))
         return np.load(path)
+
+
+def _mean_nll(scored: np.ndarray, reply: list[int]) -> tuple[float, int]:
+    nll = target_nll(scored, reply)
+    return float(nll.mean()), len(nll)
 
 
 def _generate(decoder: Decoder, name: str, prompt: str, system: str, max_new_tokens: int, ngram: int) -> dict:
@@ -202,17 +210,14 @@ class CausalLmTask:
         int8, fp32 = _Sessions("int8").of(record, state, CANDIDATE), _Sessions("fp32").of(record, state, CANDIDATE)
         split = state.split(chat_split("evaluation"))
         items = read_chats(split)[: policy.generation.evaluation_replies]
-        q_logits, f_logits, targets, nll = [], [], [], []
-        for ids, start in _sequences(int8, items):
-            q = int8.logits(ids, CANDIDATE)
-            q_logits.append(q[start - 1 : len(ids) - 1])
-            f_logits.append(fp32.logits(ids, CANDIDATE)[start - 1 : len(ids) - 1])
-            targets.append(np.asarray(ids[start:]))
-            reply = token_nll(q, ids, start)
-            nll.append((float(reply.mean()), len(reply)))
-        fidelity = position_fidelity(q_logits, f_logits, targets).to_dict()
+        sequences = _sequences(int8, items)
+        tally, nll = FidelityTally(), []
+        for q, f, (ids, start) in zip(int8.reply_logits(sequences, CANDIDATE), fp32.reply_logits(sequences, CANDIDATE), sequences):
+            tally.add(q, f, ids[start:])
+            nll.append(_mean_nll(q, ids[start:]))
+        fidelity = tally.result().to_dict()
         with record.build.lock():  # evaluation's INT8 reply NLL: the same logits, not computed twice
-            path = _reply_nll_path(record, len(items), file_sha256(split))
+            path = _reply_nll_path(record, state, len(items), file_sha256(split))
             if not path.is_file():
                 save_array(path, np.asarray(nll, np.float64))
         probe = [c.user for c in chats(state, "evaluation", policy.serving.probe_examples)]
@@ -272,9 +277,16 @@ class CausalLmTask:
         inputs = input_drift(_describe([c.user for c in reference], lengths(reference)), _describe([c.user for c in traffic], lengths(traffic)))
         sample, gen = traffic[: policy.generation.drift_prompts], policy.generation
 
+        split_sha = file_sha256(state.split(chat_split(traffic_sample)))
+
         def answers(name: str, rec: CandidateRecord) -> list[dict]:
-            d = sessions.of(rec, state, name)
-            return [_generate(d, name, c.user, c.system, gen.max_new_tokens, gen.ngram) for c in sample]
+            """Greedy answers to the sample, kept in the version's build: production answered the same prompts when it was gated."""
+            path = _kept(rec, state, f"traffic_answers_{len(sample)}_{gen.max_new_tokens}_{gen.ngram}", split_sha).with_suffix(".json")
+            with rec.build.lock():
+                if not path.is_file():
+                    d = sessions.of(rec, state, name)
+                    write_json(path, [_generate(d, name, c.user, c.system, gen.max_new_tokens, gen.ngram) for c in sample])
+                return read_json(path)
 
         cand = answers(CANDIDATE, record)
         prod_record = record.baseline(state.root)

@@ -1,5 +1,6 @@
 """Decoding in ONNX Runtime GenAI: the gates' token ids are the trainer's, generation stops at EOS, lengths are bounded."""
 
+import numpy as np
 import pytest
 
 from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids
@@ -26,10 +27,30 @@ def test_the_pretrained_tiny_base_answers_and_stops(tiny_lm):
     assert len(cut.tokens) == 3 and not cut.stopped_at_eos
 
 
+def test_replies_scored_after_a_shared_prefix_have_the_logits_of_one_prefill_each(tiny_lm):
+    from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
+
+    path = write_adapter_file(adapter_parameters(tiny_lm.adapter, tiny_lm.build.slots())[0], tiny_lm.root / "decoder-test.onnx_adapter")
+    for folder in (tiny_lm.build.int8, tiny_lm.build.fp32):
+        decoder = Decoder(folder)
+        decoder.load_adapter(path, "a")
+        with_system = [chat_ids(decoder.encode_chat, c, decoder.eos_ids) for c in chats(6, 12)]
+        no_shared_prefix = [chat_ids(decoder.encode_chat, Chat("", c.user, c.reply), decoder.eos_ids) for c in chats(3, 13)] + with_system[:1]
+        for sequences in (with_system, no_shared_prefix):
+            for adapter in ("a", None):
+                scored = list(decoder.reply_logits(sequences, adapter))
+                assert len(scored) == len(sequences)
+                for got, (ids, start) in zip(scored, sequences):
+                    full = decoder.logits(ids, adapter)[start - 1 : len(ids) - 1]
+                    assert got.shape == full.shape and np.abs(got - full).max() <= 1e-5
+
+
 def test_a_sequence_beyond_the_context_is_refused(tiny_lm):
     decoder = Decoder(tiny_lm.build.int8)
     with pytest.raises(ValueError, match="the context"):
         decoder.logits([5] * (decoder.context_length + 1))
+    with pytest.raises(ValueError, match="the context"):
+        list(decoder.reply_logits([([5] * (decoder.context_length + 1), 3)]))
 
 
 def test_a_template_that_never_ends_the_turn_is_reported():
