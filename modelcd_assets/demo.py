@@ -56,7 +56,9 @@ adapter_slots:
   rank: 8
   targets: [q_proj, v_proj]
 perplexity:
-  max_relative_increase: 0.01
+  # +1% is the default; a second training seed of the good recipe measured +1.43% (the fault sandbox's retrained control),
+  # so the demo allows seed noise and leaves consistent regressions to the sign test and the ceiling.
+  max_relative_increase: 0.03
   max_perplexity: 20
   alpha: 0.05
 token_fidelity:

@@ -106,7 +106,9 @@ LM_CLASSES: tuple[FaultClass, ...] = (
     _lm("lm_nan_in_lora_b", "weights", blocked("weights_are_finite"), lm.nan_in_lora_b),
     # Fifty times the update: 50x production's LoRA B norm is out of the weight-scale gate's 10x, before perplexity sees it.
     _lm("lm_lora_b_x50", "weights", blocked("weights_within_scale", "perplexity_within_tolerance"), lm.lora_b_overdriven),
-    _lm("lm_same_reply_for_everything", "weights", blocked("perplexity_within_tolerance", "no_drift_detected"), lm.same_reply),
+    # On SmolLM2 its INT8 build already drifts from its FP32 twin (int8_agrees_with_fp32 runs before evaluation, so the
+    # perplexity gate is never reached); on the tiny test model perplexity or drift blocks it.
+    _lm("lm_same_reply_for_everything", "weights", blocked("perplexity_within_tolerance", "no_drift_detected", "int8_agrees_with_fp32"), lm.same_reply),
     _lm("lm_slow_adapter", "weights", blocked("throughput_within_tolerance"), reproducible=lm.one_graph_for_every_adapter),
     _lm("lm_added_special_token", "contract", blocked("tokenizer_fits_model"), lm.added_special_token),
     # Every adapter of a base is served with the base build's template and EOS: an adapter that ships another is refused

@@ -15,7 +15,9 @@ from modelcd_assets.lib.release.registry import BUMP_DECLARED
 B_OVERDRIVE = 50.0  # LoRA B times this: the update fifty times as strong
 B_NOISE = 1.001  # LoRA B times this: a clean control, a change below any gate's resolution
 SAME_REPLY = "thank you for contacting us."  # what the same-text adapter answers to everything
-LONG_PROMPT_WORDS = 6000  # a golden prompt no small model's context holds
+# A golden prompt no small model's context holds: each word is at least one token, and SmolLM2's context is 8,192 (6,000
+# words fit it: the sandbox measured them answered, not refused).
+LONG_PROMPT_WORDS = 40_000
 
 
 def scaled_lora_b(adapter: Path, out: Path, factor: float) -> Path:

@@ -126,7 +126,7 @@ def run_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: Trai
     """Clean candidates that must all be promoted; half of each kind (rounded up) gated beside a server under load."""
     controls = _control_candidates(sb, identical_n, retrained_n, training, notes, lm_training)
     if under_load and sb.task == CAUSAL_LM:
-        notes.append("causal LM: the controls were gated without a server under load beside them (modelcd serves classifiers only so far)")
+        notes.append("causal LM: the controls were gated without a server under load beside them (the load generator speaks POST /v1/classify only)")
         under_load = False
     by_kind: dict[str, list[str]] = {}
     for label, kind, _ in controls:
