@@ -6,7 +6,7 @@ export MODELCD_HOME ?= $(CURDIR)/.modelcd
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm docs clean
+.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,11 @@ bench-recalibration: install
 # Causal-LM adapters on SmolLM2-135M-Instruct: INT8 base + adapter vs FP32 ONNX vs torch + peft, and the Nth adapter gated.
 bench-llm: install
 	$(BIN)/python bench/bench_llm.py
+	$(BIN)/python bench/render_docs.py
+
+# A causal LM's server against a hand-written one, many adapters on one base, and the roofline (bench/bench_llm_serving.py).
+bench-llm-serving: install
+	$(BIN)/python bench/bench_llm_serving.py
 	$(BIN)/python bench/render_docs.py
 
 # The tables in docs/ from the JSON the benches wrote under bench/results/.

@@ -22,9 +22,11 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from machine import machine
 from run_steps import step_seconds
 
@@ -145,40 +147,58 @@ def gating(home: Path, base_dir: Path, adapters: list[Path]) -> list[dict]:
     return runs
 
 
-def main() -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from modelcd_assets.faults.llm_builders import scaled_lora_b
-    from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
+@dataclass(frozen=True)
+class Setup:
+    env: dict
+    chats: list  # the evaluation chats
+    base_dir: Path
+    adapter: Path
+    prepare_seconds: float
+    train_seconds: float
+
+
+def smollm2_with_adapter(tmp: Path) -> Setup:
+    """A state folder of its own under tmp (exported to this process), the demo's chat splits, SmolLM2 de-quantized, and
+    the demo's good reply adapter trained on it: what both causal-LM benches start from."""
+    from modelcd_assets.demo import LM_BASE_NAME
     from modelcd_assets.lib.causal_lm.base import prepare_causal_lm_base, smollm2_gguf
-    from modelcd_assets.lib.causal_lm.build import BaseBuild
     from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
     from modelcd_assets.lib.causal_lm.training import train_lm_adapter
     from modelcd_assets.lib.demo.recipes import GOOD_LM
     from modelcd_assets.lib.demo.replies import write_chat_splits
     from modelcd_assets.lib.demo.tickets import write_splits
-    from modelcd_assets.lib.layout import StateLayout
     from modelcd_assets.lib.operations.settings import apply_local_defaults, local_defaults
     from modelcd_assets.lib.splits import split_path
+
+    env = local_defaults(tmp / "home")
+    os.environ.update(env)
+    apply_local_defaults(env)
+    data = Path(env["MODELCD_DATA"])
+    write_splits(data)
+    write_chat_splits(data)
+    t = time.perf_counter()
+    base_dir = prepare_causal_lm_base(smollm2_gguf(), tmp / "smollm2")
+    prepare_s = time.perf_counter() - t
+    t = time.perf_counter()
+    adapter = train_lm_adapter(base_dir, read_chats(split_path(data, chat_split("train"))), tmp / "adapter-1", GOOD_LM,
+                               f"models:/{LM_BASE_NAME}/1", "training the adapter")
+    return Setup(env, read_chats(split_path(data, chat_split("evaluation"))), base_dir, adapter, prepare_s, time.perf_counter() - t)
+
+
+def main() -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from modelcd_assets.faults.llm_builders import scaled_lora_b
+    from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
+    from modelcd_assets.lib.causal_lm.build import BaseBuild
+    from modelcd_assets.lib.demo.recipes import GOOD_LM
+    from modelcd_assets.lib.layout import StateLayout
     from modelcd_assets.lib.tasks.causal_lm import BASES_CACHE
 
     with tempfile.TemporaryDirectory(prefix="bench-llm-") as tmp:
         tmp = Path(tmp)
-        env = local_defaults(tmp / "home")
-        os.environ.update(env)
-        apply_local_defaults(env)
-        data = Path(env["MODELCD_DATA"])
-        write_splits(data)
-        write_chat_splits(data)
-        chats = read_chats(split_path(data, chat_split("evaluation")))
-        t = time.perf_counter()
-        base_dir = prepare_causal_lm_base(smollm2_gguf(), tmp / "smollm2")
-        prepare_s = time.perf_counter() - t
-        from modelcd_assets.demo import LM_BASE_NAME
-
-        t = time.perf_counter()
-        adapter = train_lm_adapter(base_dir, read_chats(split_path(data, chat_split("train"))), tmp / "adapter-1", GOOD_LM,
-                                   f"models:/{LM_BASE_NAME}/1", "training the adapter")
-        train_s = time.perf_counter() - t
+        setup = smollm2_with_adapter(tmp)
+        env, chats, base_dir, adapter = setup.env, setup.chats, setup.base_dir, setup.adapter
+        prepare_s, train_s = setup.prepare_seconds, setup.train_seconds
         # Later adapters of the base: LoRA B scaled by 1 + 0.001 k (the same slots, other bytes, no change a gate resolves).
         later = [scaled_lora_b(adapter, tmp / f"adapter-{k + 1}", 1 + 0.001 * k) for k in range(1, LATER_ADAPTERS + 1)]
         runs = gating(tmp / "home", base_dir, [adapter, *later])

@@ -100,8 +100,8 @@ def faults(d: dict) -> str:
     measured = "".join(f"\n\nNot reproducible on this model, counted apart: {c['name']}: {cell(c['detail'])}." for c in apart)
     return (f"**{ok} of {len(d['classes']) - len(apart)} classes ended in their expected outcome"
             f"{f', {len(apart)} not reproducible on this model' if apart else ''}; {d['false_blocks']} of {d['controls']} clean controls were blocked** "
-            f"(95% upper bound {d['false_block_upper_95']:.1%}; {under_load} gated beside a server that answered {d['load']['requests']:,} requests "
-            f"with {d['load']['errors']} failures); production before and after: {d['production']} → {d['user_production_after']}.\n\n"
+            f"(95% upper bound {d['false_block_upper_95']:.1%}; {under_load} gated beside a server that answered {d['load'].get('requests', 0):,} requests "
+            f"with {d['load'].get('errors', 0)} failures); production before and after: {d['production']} → {d['user_production_after']}.\n\n"
             "| class | group | expected | actual | ok |\n|---|---|---|---|---|\n" + rows + measured)
 
 
@@ -216,6 +216,28 @@ def llm(d: dict) -> str:
             f"once); a later adapter's registration to verdict: **{d['later_verdict_seconds']:.0f} s** (target ≤ {t['later_verdict_seconds']:.0f} s).")
 
 
+def llm_serving(d: dict) -> str:
+    s, m, r, t = d["servers"], d["many_adapters"], d["roofline"], d["targets"]
+    names = list(s["rows"])
+    rows = "\n".join(f"| {name} | {c} | {x['aggregate_tokens_per_s']:.1f} | {x['decode_tokens_per_s']:.1f} | {x['ttft_ms_p50']:.0f} / {x['ttft_ms_p99']:.0f} |"
+                     for name in names for c, x in s["rows"][name].items())
+    q = s["ratios"]
+    many = "\n".join(f"| {k} | {x['aggregate_tokens_per_s']:.1f} | {x['rss_mb']:.0f} |" for k, x in m["by_count"].items())
+    return (f"Measured on {_machine(d['machine'])}; {d['model']}. {s['prompts']} chat prompts, {s['new_tokens']} greedy tokens, streamed over HTTP, "
+            f"median of {s['rounds']} interleaved rounds.\n\n"
+            "| server | concurrency | aggregate tokens/s | decode tokens/s per request | TTFT p50 / p99 ms |\n|---|---|---|---|---|\n" + rows +
+            f"\n\nmodelcd over the hand-written server: decode at concurrency 1 **{q['decode_ratio_c1']:.2f}×** (target ≥ {t['decode_ratio_c1']:g}×), "
+            f"aggregate at concurrency 8 **{q['aggregate_ratio_c8']:.2f}×** (target ≥ {t['aggregate_ratio_c8']:g}×), TTFT p99 at concurrency 1 "
+            f"**{q['ttft_p99_ratio']:.2f}×** (target ≤ {t['ttft_p99_ratio']:g}×).\n\n"
+            "| adapters loaded on one base | aggregate tokens/s (16 requests, 4 at a time) | resident MB |\n|---|---|---|\n" + many +
+            f"\n\n32 adapters over 1: **{m['adapters_32_over_1']:.2f}** (target ≥ {t['adapters_32_over_1']:g}); resident memory per further adapter "
+            f"**{m['mb_per_further_adapter']:.2f} MB** (target ≤ {t['mb_per_adapter']:g}); loading one adapter file: median {m['load_ms_median']:.1f} ms, "
+            f"at most {m['load_ms_max']:.1f} ms (the runtime's load; the server's verification adds its probe, timed in each load report).\n\n"
+            f"Roofline: {r['weight_bytes'] / 1e6:.0f} MB of weights read per decoded token at {r['decode_tokens_per_s']:.1f} tokens/s is "
+            f"**{r['weight_gb_per_s']:.2f} GB/s**, {r['share_of_triad']:.0%} of the {r['triad_gb_per_s']:.1f} GB/s a STREAM-like triad reaches on the same cores. "
+            f"llama.cpp: {d['llama_cpp']}.")
+
+
 def mutation(d: dict) -> str:
     return (f"Measured {d['when'][:10]}.\n\n| mutants | killed | survived | timed out | no tests | score (killed / all) |\n|---|---|---|---|---|---|\n"
             f"| {d['total']} | {d['killed']} | {d['survived']} | {d['timeout']} | {d['no_tests']} | **{d['score']:.1%}** |")
@@ -234,8 +256,10 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "run_overhead": ("benchmarks.md", "run_overhead.json", run_overhead, "python bench/bench_run_overhead.py"),
     "sensor_tick": ("benchmarks.md", "sensor_tick.json", sensor_tick, "python bench/bench_sensor_tick.py"),
     "llm": ("benchmarks.md", "llm.json", llm, "make bench-llm"),
+    "llm_serving": ("benchmarks.md", "llm_serving.json", llm_serving, "make bench-llm-serving"),
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
+    "faults_llm": ("reliability.md", "faults_llm.json", faults, "modelcd faults run --task causal-lm --controls 2 --json bench/results/faults_llm.json"),
 }
 
 

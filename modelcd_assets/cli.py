@@ -11,6 +11,8 @@ from pathlib import Path
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
 from modelcd_assets.lib.operations.settings import apply_local_defaults
 
+DEMO_MODELS = ("ticket-intent", "support-reply")  # demo.MODEL_NAME and demo.LM_MODEL_NAME, without importing the demo
+
 EXIT_PROMOTED, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BLOCKED = 0, 1, 2, 3
 
 
@@ -260,7 +262,8 @@ def cmd_rollback(args) -> int:
 def cmd_up(args) -> int:
     from modelcd_assets.stack import run_stack
 
-    return run_stack(args.name, serve_port=args.port, prometheus_port=args.prometheus_port, ui_port=args.ui_port)
+    return run_stack(args.names or list(DEMO_MODELS), serve_port=args.port, prometheus_port=args.prometheus_port, ui_port=args.ui_port,
+                     required=bool(args.names))
 
 
 def cmd_faults_run(args) -> int:
@@ -347,8 +350,9 @@ def parser() -> argparse.ArgumentParser:
     rb.add_argument("--reason", default="rolled back by hand", help="why, recorded on the versions and the rollback materialization")
     rb.set_defaults(func=cmd_rollback)
     up = sub.add_parser("up", help="serving, Prometheus and the Dagster UI and daemon together, on loopback")
-    up.add_argument("name", nargs="?", default="ticket-intent", help="registered model to serve (default: the demo's)")
-    up.add_argument("--port", type=int, default=8080, help="serving port")
+    up.add_argument("names", nargs="*", metavar="NAME", help="registered models to serve, a server each (default: the demo's two, "
+                    f"{' and '.join(DEMO_MODELS)}, those registered)")
+    up.add_argument("--port", type=int, default=8080, help="the first server's port; the i-th serves on PORT + 2i, its admin API on the port after")
     up.add_argument("--prometheus-port", type=int, default=9090)
     up.add_argument("--ui-port", type=int, default=3000)
     up.set_defaults(func=cmd_up)

@@ -13,9 +13,10 @@ from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
 from modelcd_assets.lib.causal_lm.training import train_lm_adapter
 from modelcd_assets.lib.demo.recipes import GOOD, GOOD_LM, WORSE, WORSE_LM, WORSE_TRAIN_EXAMPLES
 from modelcd_assets.lib.demo.replies import write_chat_splits
+from modelcd_assets.lib.demo.serving_smoke import ask_server
 from modelcd_assets.lib.demo.tickets import LABELS, write_splits
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
-from modelcd_assets.lib.judging.policy import policy_path
+from modelcd_assets.lib.judging.policy import policy_for, policy_path
 from modelcd_assets.lib.model.base_model import prepare_minilm_base
 from modelcd_assets.lib.model.training import train_adapter
 from modelcd_assets.lib.presentation.report import table
@@ -162,7 +163,14 @@ def causal_lm_demo(reg: Registry, home: Path) -> tuple[list[tuple[str, GateRun]]
     runs = [("good replies", run_gate(adapters["good"], progress=True)), ("worse replies", run_gate(adapters["worse"], progress=True))]
     prod = reg.production(LM_MODEL_NAME)
     ok = runs[0][1].outcome == PROMOTED and runs[1][1].outcome == BLOCKED
-    return runs, ok and prod is not None and reg.tags(prod)[CONTENT] == reg.tags(adapters["good"])[CONTENT]
+    ok = ok and prod is not None and reg.tags(prod)[CONTENT] == reg.tags(adapters["good"])[CONTENT]
+    if prod is not None:  # the closing smoke call: production answers through the OpenAI API, from the bytes that hold its verdict
+        prompt = policy_for(Path(os.environ["MODELCD_POLICY_DIR"]), LM_MODEL_NAME).golden_prompts[0].prompt
+        got = ask_server(LM_MODEL_NAME, train[0].system, prompt, home / "serve-smoke.log")
+        body = got["answer"]
+        print(f"\nmodelcd serve {LM_MODEL_NAME}: ready in {got['ready_seconds']:.1f} s; POST /v1/chat/completions answered by {body['model']} "
+              f"in {got['answer_seconds']:.2f} s ({body['usage']['completion_tokens']} tokens)\n  user: {prompt}\n  assistant: {body['choices'][0]['message']['content']}")
+    return runs, ok
 
 
 def main(task: str = "all") -> int:

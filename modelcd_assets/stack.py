@@ -17,12 +17,25 @@ from modelcd_assets.lib.release.registry import Registry
 STOP_TIMEOUT = 10.0  # then SIGKILL: `up` is gone within 20 s of a stop signal, even on a loaded machine
 
 
-def run_stack(model: str, serve_port: int, prometheus_port: int, ui_port: int) -> int:
-    """Runs until SIGINT, SIGTERM or SIGHUP, or until one part exits; then stops them all, their children included."""
+def run_stack(models: list[str], serve_port: int, prometheus_port: int, ui_port: int, required: bool = True) -> int:
+    """Runs until SIGINT, SIGTERM or SIGHUP, or until one part exits; then stops them all, their children included.
+
+    One `modelcd serve` process per model (a classifier's or a causal LM's server, by the task its versions record), the
+    i-th on serve_port + 2i with its admin API on the port after it. required=False: models not registered are skipped."""
     workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
     if not workspace.is_file():
         raise ModelcdError(f"{workspace} not found; run 'modelcd up' from an editable install of the repository (make install)")
-    Registry.from_env().require_candidate_model(model)  # before anything starts
+    registry = Registry.from_env()
+    if not required:
+        known = set(registry.candidate_models())
+        for model in [m for m in models if m not in known]:
+            print(f"modelcd up: {model} is not registered; not served ('make demo' registers the demo's models)", file=sys.stderr, flush=True)
+        models = [m for m in models if m in known]
+    if not models:
+        raise ModelcdError("no model to serve: none of the demo's models is registered; run 'make demo', or name the models to serve")
+    for model in models:
+        registry.require_candidate_model(model)  # before anything starts
+    ports = {model: serve_port + 2 * i for i, model in enumerate(models)}
     env = dict(os.environ, MODELCD_PROMETHEUS_URL=f"http://127.0.0.1:{prometheus_port}")
     stopping = False
 
@@ -37,20 +50,21 @@ def run_stack(model: str, serve_port: int, prometheus_port: int, ui_port: int) -
     # session of its own, out of reach of the terminal's Ctrl-C: this process stops them all.
     stop_signals = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else [])
     previous = {sig: signal.signal(sig, on_signal) for sig in stop_signals}
-    prometheus = PrometheusServer(Path(env["MODELCD_HOME"]) / "prometheus", prometheus_port, [f"127.0.0.1:{serve_port}"])
+    prometheus = PrometheusServer(Path(env["MODELCD_HOME"]) / "prometheus", prometheus_port, [f"127.0.0.1:{port}" for port in ports.values()])
     children: dict[str, subprocess.Popen] = {}
     code = 0
     try:
         prometheus.start()
         # die_with_parent, so that a SIGKILLed `up` leaves nothing behind: it reaches only these direct children,
         # and dagster dev, on that SIGTERM, stops the webserver, daemon and code server it started.
-        children["serve"] = start_process([sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(serve_port)],
-                                          die_with_parent=True, env=env)
+        for model, port in ports.items():
+            children[f"serve {model}"] = start_process([sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port),
+                                                        "--admin-port", str(port + 1)], die_with_parent=True, env=env)
         children["dagster"] = start_process([str(Path(sys.executable).with_name("dagster")), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(ui_port)],
                                             die_with_parent=True, env=env)
         children["prometheus"] = prometheus.process
-        print(f"serving {model} on http://127.0.0.1:{serve_port} (POST /v1/classify, /metrics, /readyz)\n"
-              f"Prometheus on {prometheus.url}\nDagster UI and daemon on http://127.0.0.1:{ui_port} (registry_sensor, slo_sensor)\nCtrl-C stops everything.",
+        served = "\n".join(f"serving {model} on http://127.0.0.1:{port} ({_api(registry, model)}, /metrics, /readyz)" for model, port in ports.items())
+        print(f"{served}\nPrometheus on {prometheus.url}\nDagster UI and daemon on http://127.0.0.1:{ui_port} (registry_sensor, slo_sensor)\nCtrl-C stops everything.",
               flush=True)
         while not stopping:
             for name, proc in children.items():
@@ -73,3 +87,10 @@ def run_stack(model: str, serve_port: int, prometheus_port: int, ui_port: int) -
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return code
+
+
+def _api(registry: Registry, model: str) -> str:
+    from modelcd_assets.lib.tasks.names import CAUSAL_LM
+    from modelcd_assets.serving.server import task_of_model
+
+    return "the OpenAI API: POST /v1/chat/completions, /v1/completions" if task_of_model(registry, model) == CAUSAL_LM else "POST /v1/classify"

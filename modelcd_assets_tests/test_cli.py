@@ -27,6 +27,7 @@ def test_register_prints_the_version(modelcd_env, tiny_base, capsys):
         (["gate", "nobody", "3"], "models:/nobody/3 is not in the registry"),
         (["serve", "nobody"], "'nobody' is not a registered candidate model"),
         (["up", "nobody"], "'nobody' is not a registered candidate model; run 'make demo'"),
+        (["up"], "none of the demo's models is registered; run 'make demo'"),
         (["rollback", "nobody"], "nobody has no production version"),
     ],
 )
@@ -129,3 +130,9 @@ def test_calibrate_exits_2_only_when_the_set_is_refused(modelcd_env, tiny_base, 
     err = capsys.readouterr().err
     assert any(e.startswith(line) for e in err.splitlines()) and not any(e.startswith("refused:") for e in err.splitlines()), err
     assert str(fault) in err, err
+
+
+def test_up_serves_the_demo_models_by_default():
+    from modelcd_assets import cli, demo
+
+    assert cli.DEMO_MODELS == (demo.MODEL_NAME, demo.LM_MODEL_NAME)

@@ -7,6 +7,7 @@ from pydantic import Field
 
 from modelcd_assets.lib.judging.policy import SloPolicy
 from modelcd_assets.lib.judging.slo import SloVerdict, evaluate_slo
+from modelcd_assets.lib.tasks.names import CLASSIFICATION
 
 
 class PrometheusResource(dg.ConfigurableResource):
@@ -14,5 +15,5 @@ class PrometheusResource(dg.ConfigurableResource):
 
     url: str = Field(description="Base URL of the Prometheus HTTP API")
 
-    def evaluate(self, model: str, version: str, policy: SloPolicy) -> SloVerdict:
-        return evaluate_slo(self.url, model, version, policy)
+    def evaluate(self, model: str, version: str, policy: SloPolicy, task: str = CLASSIFICATION) -> SloVerdict:
+        return evaluate_slo(self.url, model, version, policy, task)

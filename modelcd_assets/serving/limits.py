@@ -41,12 +41,9 @@ class Rejected(Exception):
         return JSONResponse(body, status_code=self.status)
 
 
-async def read_classify(request: Request, policy: ServingPolicy) -> ClassifyRequest:
-    """The classify body, refused (Rejected) beyond the serving limits before any JSON model or tokenizer sees it.
-
-    The body is refused on its Content-Length before a byte is read, and a body without one is cut off while it streams.
-    """
-    limit = policy.max_body_bytes
+async def read_json(request: Request, limit: int) -> object:
+    """The request's JSON body, refused (Rejected) beyond limit bytes: on its Content-Length before a byte is read, and
+    while it streams for a body without one."""
 
     def too_large(size: str) -> Rejected:
         return Rejected(413, BODY_TOO_LARGE, f"the request body{size} is larger than serving.max_body_bytes ({limit} bytes)", "serving.max_body_bytes", limit)
@@ -64,9 +61,14 @@ async def read_classify(request: Request, policy: ServingPolicy) -> ClassifyRequ
             raise too_large("")
         chunks.append(chunk)
     try:
-        raw = json.loads(b"".join(chunks))
+        return json.loads(b"".join(chunks))
     except (ValueError, RecursionError) as e:
         raise Rejected(422, BAD_REQUEST, f"the request body is not JSON: {e}") from None
+
+
+async def read_classify(request: Request, policy: ServingPolicy) -> ClassifyRequest:
+    """The classify body, refused (Rejected) beyond the serving limits before any JSON model or tokenizer sees it."""
+    raw = await read_json(request, policy.max_body_bytes)
     texts = raw.get("texts") if isinstance(raw, dict) else None
     if isinstance(texts, list):
         if len(texts) > policy.max_texts:

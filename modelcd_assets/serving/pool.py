@@ -52,7 +52,7 @@ class LoadReport:
                 "evicted": list(self.evicted)}
 
 
-class _Steps:
+class Steps:
     """Seconds spent in each step of a load, for the admin API's report and the swap bench."""
 
     def __init__(self):
@@ -74,6 +74,8 @@ def _scan(folder: Path, what: str, limits: SafetyLimits) -> None:
 class ServingPool:
     """Loaded versions of one registered model, keyed by registry version."""
 
+    task = CLASSIFICATION
+
     def __init__(self, model: str, registry: Registry, state_root: Path, policy: ServingPolicy, limits: SafetyLimits = SafetyLimits(),
                  threads: int = 1):
         self.model, self.registry, self.state_root, self.policy, self.limits = model, registry, Path(state_root), policy, limits
@@ -87,6 +89,11 @@ class ServingPool:
     @property
     def active(self) -> Served | None:
         return self._active
+
+    @property
+    def withdrawn(self) -> frozenset[str]:
+        """Versions production was rolled back from, as last read from the registry: never answered from again."""
+        return frozenset(self._withdrawn)
 
     def loaded(self) -> list[Served]:
         return sorted(self._loaded.values(), key=lambda s: int(s.version))
@@ -115,9 +122,9 @@ class ServingPool:
             gated = record.quantization()
         except FileNotFoundError as e:
             raise servable.NotServable(f"{servable.NO_VERDICT} for {what}: it has no gated build in {self.state_root}; {rerun} first") from e
-        if record.task != CLASSIFICATION:
-            raise SwapRefused(f"{what} is a {record.task} model, and this server serves classifiers (POST /v1/classify); a causal LM is gated "
-                              "and promoted like one, but not served by modelcd yet")
+        if record.task != self.task:
+            raise SwapRefused(f"{what} is a {record.task} model, and this server serves {self.task} models; serve it with a server of its own "
+                              f"('modelcd serve {ref.name}' picks the server by the task its production records)")
         if "artifact_sha256" not in gated or "probe" not in gated:
             raise SwapRefused(f"{what} was gated by an older modelcd that recorded neither the served artifact's hash nor its probe outputs; {rerun}")
         return record, gated
@@ -125,38 +132,11 @@ class ServingPool:
     def load(self, version: str) -> LoadReport:
         """Load, verify and probe a version; it serves nothing until activate()."""
         with self._load_lock:
-            step = _Steps()
+            step = Steps()
             ref = CandidateRef(self.model, str(version))
-            what = ref.uri
             record, gated = self._gated(ref)
             step("records")
-            artifact = record.build.int8(gated.get("artifact_id", gated["chosen"]))
-            if not artifact.is_file():
-                raise SwapRefused(f"{what}: the INT8 model its gates judged is missing ({artifact}); run 'modelcd gate {ref.name} {ref.version}'")
-            # Hashed and opened from the same bytes: a file replaced after the check is never what serves.
-            artifact_bytes = artifact.read_bytes()
-            artifact_sha256 = bytes_sha256(artifact_bytes)
-            try:
-                checked = servable.check(self.registry, self.state_root, ref, int8_sha256=artifact_sha256)
-            except RegistryUnavailable as e:
-                raise SwapRefused(f"{what} could not be checked: {e}") from e
-            self._withdrawn.discard(ref.version)
-            step("verdict verified over the registered files, INT8 model and tokenizer")
-            _scan(Path(record.artifact_dir), what, self.limits)
-            step("registered files scanned")
-            try:
-                # Gated builds record whether the graph is batch-dependent; older records make the engine read the graph.
-                engine = Engine(artifact, record.build.merged, threads=self.threads, batch_dependent=gated.get("batch_dependent"),
-                                artifact_bytes=artifact_bytes)
-            except ModelcdError as e:
-                raise SwapRefused(f"{what}: {e}") from e
-            attested = checked.verdict.subjects
-            served = Served(self.model, ref.version, attested[attestation.REGISTERED_FILES], attested[attestation.INT8_MODEL], gated["chosen"], engine)
-            step("session opened")
-            probe = gated["probe"]
-            consistency = compare(served.logits(probe["texts"], int(probe["batch"])), np.asarray(probe["logits"], dtype=np.float32),
-                                  self.policy.max_abs_logit_diff, self.policy.min_top1_agreement, what)
-            step("probed against the gated outputs")
+            served, consistency = self._open(ref, record, gated, step)
             self._loaded[ref.version] = served
             self._loaded.move_to_end(ref.version)
             evicted = self._evict(keep=ref.version)
@@ -164,6 +144,41 @@ class ServingPool:
                                 evicted, tuple(step.done))
             self.reports[ref.version] = report
             return report
+
+    def _check(self, ref: CandidateRef, int8_sha256: str) -> servable.Servable:
+        try:
+            checked = servable.check(self.registry, self.state_root, ref, int8_sha256=int8_sha256)
+        except RegistryUnavailable as e:
+            raise SwapRefused(f"{ref.uri} could not be checked: {e}") from e
+        self._withdrawn.discard(ref.version)
+        return checked
+
+    def _open(self, ref: CandidateRef, record: CandidateRecord, gated: dict, step: Steps) -> tuple[Served, Consistency]:
+        """The classifier's INT8 artifact, verified, opened from the bytes that were hashed, and probed."""
+        what = ref.uri
+        artifact = record.build.int8(gated.get("artifact_id", gated["chosen"]))
+        if not artifact.is_file():
+            raise SwapRefused(f"{what}: the INT8 model its gates judged is missing ({artifact}); run 'modelcd gate {ref.name} {ref.version}'")
+        # Hashed and opened from the same bytes: a file replaced after the check is never what serves.
+        artifact_bytes = artifact.read_bytes()
+        checked = self._check(ref, bytes_sha256(artifact_bytes))
+        step("verdict verified over the registered files, INT8 model and tokenizer")
+        _scan(Path(record.artifact_dir), what, self.limits)
+        step("registered files scanned")
+        try:
+            # Gated builds record whether the graph is batch-dependent; older records make the engine read the graph.
+            engine = Engine(artifact, record.build.merged, threads=self.threads, batch_dependent=gated.get("batch_dependent"),
+                            artifact_bytes=artifact_bytes)
+        except ModelcdError as e:
+            raise SwapRefused(f"{what}: {e}") from e
+        attested = checked.verdict.subjects
+        served = Served(self.model, ref.version, attested[attestation.REGISTERED_FILES], attested[attestation.INT8_MODEL], gated["chosen"], engine)
+        step("session opened")
+        probe = gated["probe"]
+        consistency = compare(served.logits(probe["texts"], int(probe["batch"])), np.asarray(probe["logits"], dtype=np.float32),
+                              self.policy.max_abs_logit_diff, self.policy.min_top1_agreement, what)
+        step("probed against the gated outputs")
+        return served, consistency
 
     def refresh_withdrawn(self) -> set[str]:
         """Ask the registry which loaded versions production was rolled back from; they are answered from no more."""
@@ -180,10 +195,13 @@ class ServingPool:
                 break
             if version == keep or (self._active is not None and self._active.version == version):
                 continue
-            del self._loaded[version]
+            self._forget(self._loaded.pop(version))
             self.reports.pop(version, None)
             evicted.append(version)
         return tuple(evicted)
+
+    def _forget(self, served: Served) -> None:
+        """A version no longer loaded: its session goes with the last request holding it."""
 
     def activate(self, version: str) -> Served:
         """Make a loaded version the default; one reference assignment, so no request sees a mix."""
@@ -197,5 +215,5 @@ class ServingPool:
             served = self.resolve(str(version))
             if self._active is not None and self._active.version == served.version:
                 raise ModelcdError(f"version {version} of {self.model} is the default being served; activate another version before unloading it")
-            del self._loaded[served.version]
+            self._forget(self._loaded.pop(served.version))
             self.reports.pop(served.version, None)

@@ -15,8 +15,10 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.judging.policy import policy_for
-from modelcd_assets.lib.release.registry import Registry
+from modelcd_assets.lib.release.registry import TASK, Registry
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, DEFAULT_TASK
 from modelcd_assets.serving.app import create_app
 from modelcd_assets.serving.pool import ServingPool
 
@@ -34,10 +36,29 @@ def app_from_env(model: str, workers: int = 2, environ: dict | None = None, *, c
     registry.require_candidate_model(model)
     # One intra-op thread per model call; concurrency comes from `workers` calls at once, so a swap's probe
     # on the loader thread does not steal every core from requests in flight.
+    if task_of_model(registry, model) == CAUSAL_LM:
+        from modelcd_assets.serving.lm_app import create_lm_app
+        from modelcd_assets.serving.lm_pool import LmPool
+
+        if chaos:
+            raise ModelcdError(f"--chaos injects faults into classify requests; {model} is a causal LM, served through the OpenAI API without it")
+        # One session per base build, its intra-op threads over all cores: a decode step is one small matmul per layer.
+        lm_pool = LmPool(model, registry, Path(env["MODELCD_HOME"]), policy.serving, policy.safety.limits(), threads=None)
+        return create_lm_app(lm_pool, admin_token=env.get(ADMIN_TOKEN_ENV) or None, poll_seconds=policy.serving.poll_seconds,
+                             node_usd_per_hour=policy.cost.node_usd_per_hour)
     pool = ServingPool(model, registry, Path(env["MODELCD_HOME"]), policy.serving, policy.safety.limits(), threads=1)
     if chaos:
         log.warning("--chaos: POST /v1/admin/faults can make any loaded version slow, failing or NaN-producing")
     return create_app(pool, admin_token=env.get(ADMIN_TOKEN_ENV) or None, poll_seconds=policy.serving.poll_seconds, chaos=chaos, workers=workers)
+
+
+def task_of_model(registry: Registry, model: str) -> str:
+    """The task a registered model's versions record (its production's, else its newest version's): which server it gets."""
+    ref = registry.production(model)
+    if ref is None:
+        versions = registry.versions(model)
+        ref = max(versions, key=lambda r: int(r.version)) if versions else None
+    return registry.tags(ref).get(TASK, DEFAULT_TASK) if ref is not None else DEFAULT_TASK
 
 
 def serve(model: str, host: str, port: int, workers: int, chaos: bool = False,

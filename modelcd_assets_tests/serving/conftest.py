@@ -86,6 +86,16 @@ def gate_blocked(served: Served, adapter: Path) -> CandidateRef:
     return ref
 
 
+def wait_for(predicate, what: str, timeout: float = 60) -> None:
+    """Poll predicate until it holds; AssertionError naming what did not happen within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} within {timeout} s")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,7 +105,7 @@ def free_port() -> int:
 class ServerProcess:
     """`modelcd serve` as a real process on a free loopback port, its admin API on another; flags such as --chaos are passed on."""
 
-    def __init__(self, env: Env, log: Path, *flags: str, admin_port: int | None = None):
+    def __init__(self, env: Env, log: Path, *flags: str, admin_port: int | None = None, model: str = MODEL):
         self.port = free_port()
         self.admin_port = admin_port or self.port
         while self.admin_port == self.port:
@@ -103,7 +113,7 @@ class ServerProcess:
         self.url, self.admin_url = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.admin_port}"
         environ = dict(os.environ, **env.env, MODELCD_ADMIN_TOKEN=ADMIN_TOKEN)
         self.log = open(log, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "serve", MODEL, "--port", str(self.port),
+        self.proc = subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(self.port),
                                       "--admin-port", str(self.admin_port), *flags],
                                      env=environ, stdout=self.log, stderr=subprocess.STDOUT)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from modelcd_assets.lib.release.registry import PRODUCTION, ROLLED_BACK, Candida
 from modelcd_assets.lib.release.signing import Keys, init_keys
 from modelcd_assets.serving.pool import ServingPool
 from modelcd_assets.serving.server import app_from_env
-from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY, gate_blocked, gated_state
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY, gate_blocked, gated_state, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +45,6 @@ def _serving():
 
 def check(served, ref):
     return servable.check(served.env.registry, served.env.home, ref)
-
-
-def wait_for(predicate, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} within {timeout} s")
 
 
 def test_promoted_versions_hold_a_verdict_over_their_bytes_and_blocked_ones_none(served, blocked):

@@ -126,7 +126,7 @@ def test_the_log_and_its_folder_are_readable_by_the_server_user_only(env, client
 
 def test_samples_beyond_the_writers_queue_are_dropped_and_counted_never_waited_for(env, client):
     """The sampler's queue was unbounded: a slow disk let every sampled body pile up in memory."""
-    from modelcd_assets.serving.app import SAMPLE_QUEUE
+    from modelcd_assets.serving.sampler import SAMPLE_QUEUE
 
     traffic = client.app.state.traffic
     release = threading.Event()

@@ -24,7 +24,6 @@ from modelcd_assets.lib.hashing import text_hash
 # Bump when the way base builds are made changes, so stale cached builds are not reused.
 BASE_BUILD_RECIPE = "modelcd-llm-base-1"
 MODEL_FILE = "model.onnx"
-GENAI_CONFIG = "genai_config.json"
 
 
 @dataclass(frozen=True)

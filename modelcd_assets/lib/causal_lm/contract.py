@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from modelcd_assets.lib.causal_lm.build import GENAI_CONFIG, MODEL_FILE
+from modelcd_assets.lib.causal_lm.build import MODEL_FILE
+from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG
 from modelcd_assets.lib.causal_lm.slots import AdapterSlots
 from modelcd_assets.lib.hashing import file_sha256, text_hash
 from modelcd_assets.lib.judging.contract import Change

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from modelcd_assets.lib.causal_lm.build import GENAI_CONFIG
 from modelcd_assets.lib.errors import BadCandidate
+
+GENAI_CONFIG = "genai_config.json"  # what makes a folder an ONNX Runtime GenAI model (lib/causal_lm/build.py writes it)
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,31 @@ class Generation:
     first_token_s: float  # time to first token: the prompt's prefill and one token
     decode_s: float  # time for the tokens after the first
     finite: bool  # every step's logits were finite
+    first_logits: np.ndarray | None = None  # the logits the first token was chosen from, [vocab]
 
     @property
     def decode_tokens_per_s(self) -> float:
         return (len(self.tokens) - 1) / self.decode_s if len(self.tokens) > 1 and self.decode_s > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen: temperature 0 is greedy search; otherwise sampling from the top_p nucleus, seeded."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+GREEDY = Sampling()
+
+
+class NonFinite(Exception):
+    """A generation step's logits held NaN or Inf: nothing more is generated from it."""
 
 
 class Decoder:
@@ -44,7 +66,7 @@ class Decoder:
             config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": int(threads)}}}}))
         self.model = og.Model(config)
         self.tokenizer = og.Tokenizer(self.model)
-        genai = json.loads((folder / GENAI_CONFIG).read_text())["model"]
+        self._genai = genai = json.loads((folder / GENAI_CONFIG).read_text())["model"]
         self.context_length = int(genai["context_length"])
         self.vocab_size = int(genai["vocab_size"])
         eos = genai["eos_token_id"]
@@ -62,9 +84,14 @@ class Decoder:
             self.adapters.unload(name)
             self._loaded.discard(name)
 
-    def _generator(self, max_length: int, adapter: str | None):
+    def _generator(self, max_length: int, adapter: str | None, sampling: Sampling = GREEDY):
         params = self._og.GeneratorParams(self.model)
-        params.set_search_options(max_length=int(max_length), do_sample=False, batch_size=1)
+        options = {"max_length": int(max_length), "batch_size": 1, "do_sample": not sampling.greedy}
+        if not sampling.greedy:
+            options.update(temperature=float(sampling.temperature), top_p=float(sampling.top_p), top_k=0)
+            if sampling.seed is not None:
+                options["random_seed"] = int(sampling.seed)
+        params.set_search_options(**options)
         generator = self._og.Generator(self.model, params)
         if adapter is not None:
             generator.set_active_adapter(self.adapters, adapter)
@@ -102,29 +129,66 @@ class Decoder:
             yield out[start - 1 - shared : len(ids) - 1 - shared]
             generator.rewind_to(shared)
 
+    def _steps(self, generator, max_new_tokens: int) -> Iterator[tuple[int, np.ndarray]]:
+        """(token, the logits it was chosen from) for each generated token, the EOS token included, up to max_new_tokens."""
+        for _ in range(max_new_tokens):
+            if generator.is_done():
+                return
+            generator.generate_next_token()
+            logits = generator.get_logits()
+            token = int(generator.get_next_tokens()[0])
+            yield token, logits
+            if token in self.eos_ids:
+                return
+
     def generate(self, prompt: list[int], max_new_tokens: int, adapter: str | None = None) -> Generation:
         """Greedy tokens after prompt, up to EOS or max_new_tokens; the caller has checked the length (lib/inference/tokens)."""
         generator = self._generator(len(prompt) + max_new_tokens, adapter)
         start = time.perf_counter()
         generator.append_tokens(np.asarray(prompt, np.int32))
         tokens: list[int] = []
-        finite, stopped, first = True, False, 0.0
-        while not generator.is_done() and len(tokens) < max_new_tokens:
-            generator.generate_next_token()
-            finite = finite and bool(np.isfinite(generator.get_logits()).all())
-            token = int(generator.get_next_tokens()[0])
-            if not tokens and not first:
+        finite, stopped, first, first_logits = True, False, 0.0, None
+        for token, logits in self._steps(generator, max_new_tokens):
+            finite = finite and bool(np.isfinite(logits).all())
+            if not first:
                 first = time.perf_counter() - start
+                first_logits = np.array(logits, np.float32, copy=True).reshape(-1)
             if token in self.eos_ids:
                 stopped = True
                 break
             tokens.append(token)
         end = time.perf_counter()
-        return Generation(tokens, stopped, first or end - start, end - start - (first or end - start), finite)
+        return Generation(tokens, stopped, first or end - start, end - start - (first or end - start), finite, first_logits)
+
+    def stream(self, prompt: list[int], max_new_tokens: int, adapter: str | None = None, sampling: Sampling = GREEDY) -> Iterator[int]:
+        """The tokens after prompt as they are made (EOS not included), by greedy search or by sampling; NonFinite when a
+        step's logits are not all finite. The KV cache is allocated for prompt + max_new_tokens and freed with the iterator."""
+        generator = self._generator(len(prompt) + max_new_tokens, adapter, sampling)
+        generator.append_tokens(np.asarray(prompt, np.int32))
+        for token, logits in self._steps(generator, max_new_tokens):
+            if not np.isfinite(logits).all():
+                raise NonFinite(f"the model's logits held NaN or Inf at generated token {token}")
+            if token in self.eos_ids:
+                return
+            yield token
+
+    def text_stream(self):
+        """Incremental detokenizing of one generation: .decode(token) gives the text that token adds."""
+        return self.tokenizer.create_stream()
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of KV cache one token of context holds: keys and values of every layer (float32 on CPU)."""
+        d = self._genai["decoder"]
+        return 2 * int(d["num_hidden_layers"]) * int(d["num_key_value_heads"]) * int(d["head_size"]) * 4
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
         """Token ids of messages in the model's own chat template."""
         text = self.tokenizer.apply_chat_template(json.dumps(messages), add_generation_prompt=add_generation_prompt)
+        return [int(i) for i in self.tokenizer.encode(text)]
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of plain text (a completion prompt), no template."""
         return [int(i) for i in self.tokenizer.encode(text)]
 
     def decode(self, ids: list[int]) -> str:

@@ -154,6 +154,14 @@ class ServingPolicy(_Strict):
     max_body_bytes: int = Field(2**20, ge=1024, le=256 * 2**20, description="Largest classify request body, bytes; beyond it the request is refused with 413 unread.")
     max_text_chars: int = Field(20_000, ge=1, le=10**6, description="Most characters (code points) in one text of a classify request; beyond it 422.")
     max_texts: int = Field(64, ge=1, le=4096, description="Most texts in one classify request; beyond it 422.")
+    # A causal LM's server (the OpenAI API): every bound is checked before a token is generated.
+    probe_prompts: int = Field(2, ge=1, le=64, description="Causal LM: probe prompts every load regenerates greedily, tokens and first logits against those recorded at gating.")
+    max_prompt_tokens: int = Field(4096, ge=1, description="Causal LM: most prompt tokens of one request (and never beyond the model's context); beyond it 400.")
+    max_completion_tokens: int = Field(1024, ge=1, description="Causal LM: the largest max_tokens a request may ask for; beyond it 400.")
+    default_max_tokens: int = Field(256, ge=1, description="Causal LM: max_tokens of a request that names none (cut to the context left after the prompt).")
+    max_kv_cache_mb: float = Field(512.0, gt=0, description="Causal LM: most KV cache one request may hold, (prompt + max_tokens) x bytes per token, MiB; beyond it 413.")
+    max_generations: int = Field(4, ge=1, le=1024, description="Causal LM: generations running at once; a request beyond them is answered 429 with Retry-After.")
+    retry_after_s: int = Field(1, ge=1, le=3600, description="Causal LM: the Retry-After a 429 answer carries, seconds.")
 
     @model_validator(mode="after")
     def _a_record_fits_the_log(self) -> "ServingPolicy":
@@ -166,6 +174,8 @@ class ServingPolicy(_Strict):
 
 class SloPolicy(_Strict):
     p99_latency_ms: float = Field(250.0, gt=0, description="p99 request latency of the production version over the window, milliseconds.")
+    p99_ttft_ms: float = Field(1000.0, gt=0, description="Causal LM: p99 time to first token of the production version over the window, milliseconds.")
+    p99_tpot_ms: float = Field(100.0, gt=0, description="Causal LM: p99 of each generation's mean time per output token after the first, milliseconds.")
     max_error_ratio: float = Field(0.01, ge=0, le=1, description="Failed requests / all requests of the production version over the window.")
     max_nan_ratio: float = Field(0.0, ge=0, le=1, description="Requests whose outputs contained NaN / all requests over the window.")
     window: str = Field("5m", pattern=r"^[0-9]+[smh]$", description="PromQL range the rates are taken over, e.g. 5m.")

@@ -9,6 +9,7 @@ import httpx
 
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.judging.policy import SloPolicy
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 
@@ -17,13 +18,20 @@ class PrometheusUnavailable(ModelcdError):
     """Prometheus could not be queried; no decision may be taken on what it would have said."""
 
 
-def slo_queries(model: str, version: str, window: str) -> dict[str, str]:
-    """The PromQL the SLO is judged on, for one production version."""
+def slo_queries(model: str, version: str, window: str, task: str = CLASSIFICATION) -> dict[str, str]:
+    """The PromQL the SLO is judged on, for one production version: a classifier's request latency, or a causal LM's
+    time to first token and time per output token; errors and NaN outputs for both."""
     sel = f'model="{model}",version="{version}"'
     requests = f"sum(increase(modelcd_requests_total{{{sel}}}[{window}]))"
+
+    def p99_ms(histogram: str) -> str:
+        return f"1000 * histogram_quantile(0.99, sum by (le) (rate({histogram}_bucket{{{sel}}}[{window}])))"
+
+    latency = ({"p99_ttft_ms": p99_ms("modelcd_llm_time_to_first_token_seconds"), "p99_tpot_ms": p99_ms("modelcd_llm_time_per_output_token_seconds")}
+               if task == CAUSAL_LM else {"p99_latency_ms": p99_ms("modelcd_request_duration_seconds")})
     return {
         "samples": requests,
-        "p99_latency_ms": f"1000 * histogram_quantile(0.99, sum by (le) (rate(modelcd_request_duration_seconds_bucket{{{sel}}}[{window}])))",
+        **latency,
         # "or vector(0)": a counter that never moved may have no series at all, which is zero, not "no data".
         "error_ratio": f"(sum(increase(modelcd_request_errors_total{{{sel}}}[{window}])) or vector(0)) / {requests}",
         "nan_ratio": f"(sum(increase(modelcd_nan_outputs_total{{{sel}}}[{window}])) or vector(0)) / {requests}",
@@ -71,7 +79,9 @@ def judge_slo(values: dict[str, float | None], policy: SloPolicy) -> SloVerdict:
     samples = values.get("samples") or 0.0
     if samples < policy.min_samples:
         return SloVerdict(INCONCLUSIVE, values, [f"{samples:.0f} requests in the last {policy.window}, fewer than the {policy.min_samples} needed"])
-    limits = {"p99_latency_ms": policy.p99_latency_ms, "error_ratio": policy.max_error_ratio, "nan_ratio": policy.max_nan_ratio}
+    limits = {"p99_latency_ms": policy.p99_latency_ms, "p99_ttft_ms": policy.p99_ttft_ms, "p99_tpot_ms": policy.p99_tpot_ms,
+              "error_ratio": policy.max_error_ratio, "nan_ratio": policy.max_nan_ratio}
+    limits = {name: limit for name, limit in limits.items() if name in values}  # the ones this task's queries measure
     broken = [f"{name} {values[name]:.4g} > {limit:.4g}" for name, limit in limits.items() if values.get(name) is not None and values[name] > limit]
     if broken:
         return SloVerdict(FAIL, values, broken)
@@ -81,9 +91,9 @@ def judge_slo(values: dict[str, float | None], policy: SloPolicy) -> SloVerdict:
     return SloVerdict(PASS, values, [])
 
 
-def evaluate_slo(url: str, model: str, version: str, policy: SloPolicy) -> SloVerdict:
+def evaluate_slo(url: str, model: str, version: str, policy: SloPolicy, task: str = CLASSIFICATION) -> SloVerdict:
     """Query and judge one production version; raises PrometheusUnavailable when Prometheus cannot answer."""
-    queries = slo_queries(model, version, policy.window)
+    queries = slo_queries(model, version, policy.window, task)
     values = {name: query(url, promql) for name, promql in queries.items()}
     verdict = judge_slo(values, policy)
     reasons = list(verdict.reasons)

@@ -35,6 +35,7 @@ from modelcd_assets.lib.tasks.task import Json, Md, State, StepResult
 BASES_CACHE = "llm_bases"  # the state cache kind base builds live under (lib/layout.StateLayout.cache)
 PARITY_CHATS, PARITY_ATOL = 8, 1e-3  # FP32 twin + adapter vs torch + peft, max |logit diff|, over a 30-layer decoder
 PROBE_TOKENS = 16  # greedy tokens recorded per probe prompt for the server to reproduce
+PROBE_LOGITS = "probe_logits.npy"  # the logits each probe prompt's first token was chosen from, [prompts, vocab], in the build
 CANDIDATE, PRODUCTION = "candidate", "production"  # adapter names inside a decoder
 
 
@@ -220,14 +221,17 @@ class CausalLmTask:
             path = _reply_nll_path(record, state, len(items), file_sha256(split))
             if not path.is_file():
                 save_array(path, np.asarray(nll, np.float64))
-        probe = [c.user for c in chats(state, "evaluation", policy.serving.probe_examples)]
+        probe = [c.user for c in chats(state, "evaluation", policy.serving.probe_prompts)]
         system = chats(state, "evaluation", 1)[0].system
         probe_runs = [int8.generate(int8.encode_chat(Chat(system, p, "").messages()), PROBE_TOKENS, CANDIDATE) for p in probe]
+        probe_logits = record.build.dir / PROBE_LOGITS
+        save_array(probe_logits, np.stack([r.first_logits for r in probe_runs]))
         adapter = adapter_file(record)
         decision = {"chosen": "int8-weight-only", "artifact_id": ADAPTER_FILE, "artifact": adapter.name, "artifact_sha256": file_sha256(adapter),
                     "why": f"MatMulNBits 8-bit weights (accuracy_level {build_options(policy).accuracy_level}) with the adapter in float LoRA slots",
                     "base_build": str(build.dir), "base_sha256": folder_hash(build.int8), "fidelity": fidelity,
-                    "probe": {"system": system, "prompts": probe, "tokens": [r.tokens for r in probe_runs], "max_new_tokens": PROBE_TOKENS}}
+                    "probe": {"system": system, "prompts": probe, "tokens": [r.tokens for r in probe_runs], "max_new_tokens": PROBE_TOKENS,
+                              "logits": probe_logits.name, "logits_sha256": file_sha256(probe_logits)}}
         write_json(record.files.quantization, decision)
         return StepResult(
             metadata={"chosen_variant": decision["chosen"], "artifact_sha256": decision["artifact_sha256"], "base_sha256": decision["base_sha256"],

@@ -24,6 +24,28 @@ def test_verdicts(values, outcome, reason):
     assert reason in " ".join(verdict.reasons)
 
 
+LM_POLICY = SloPolicy(p99_ttft_ms=500, p99_tpot_ms=50, max_error_ratio=0.01, min_samples=50, window="1m")
+LM_HEALTHY = {"samples": 500.0, "p99_ttft_ms": 120.0, "p99_tpot_ms": 9.0, "error_ratio": 0.0, "nan_ratio": 0.0}
+
+
+@pytest.mark.parametrize("values, outcome, reason", [
+    (LM_HEALTHY, PASS, ""),
+    ({**LM_HEALTHY, "p99_ttft_ms": 900.0}, FAIL, "p99_ttft_ms 900 > 500"),
+    ({**LM_HEALTHY, "p99_tpot_ms": 75.0}, FAIL, "p99_tpot_ms 75 > 50"),
+    ({**LM_HEALTHY, "p99_tpot_ms": None}, INCONCLUSIVE, "no data for p99_tpot_ms"),
+])
+def test_a_causal_lm_is_judged_on_time_to_first_token_and_per_output_token(values, outcome, reason):
+    verdict = judge_slo(values, LM_POLICY)
+    assert verdict.outcome == outcome and reason in " ".join(verdict.reasons)
+
+
+def test_a_causal_lm_queries_its_token_histograms_and_no_request_latency():
+    q = slo_queries("support-reply", "3", "5m", "causal-lm")
+    assert set(q) == {"samples", "p99_ttft_ms", "p99_tpot_ms", "error_ratio", "nan_ratio"}
+    assert "modelcd_llm_time_to_first_token_seconds_bucket{" in q["p99_ttft_ms"] and "modelcd_llm_time_per_output_token_seconds_bucket{" in q["p99_tpot_ms"]
+    assert all('model="support-reply",version="3"' in v for v in q.values())
+
+
 def test_queries_select_the_production_version_over_the_window():
     q = slo_queries("ticket-intent", "7", "5m")
     assert q["p99_latency_ms"].startswith("1000 * histogram_quantile(0.99, sum by (le) (rate(modelcd_request_duration_seconds_bucket{")

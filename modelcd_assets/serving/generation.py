@@ -1,0 +1,149 @@
+"""Generations in flight: admission by the serving policy's bounds, each one on a thread of its own, its tokens handed
+to the request's event loop as they come, and stopped (its KV cache freed) when the client goes away.
+
+Admission is the one place the bounds are checked, before a token is generated: the prompt and max_tokens against the
+policy and the model's context (lib/inference/tokens.check_generation_length, the rule the gates use), the KV cache the
+generation preallocates (prompt + max_tokens, times the model's bytes per token), and the number of generations at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from modelcd_assets.lib.causal_lm.decoder import Sampling
+from modelcd_assets.lib.errors import BadCandidate
+from modelcd_assets.lib.inference.tokens import check_generation_length
+from modelcd_assets.lib.judging.policy import ServingPolicy
+from modelcd_assets.serving.lm_pool import LmServed
+from modelcd_assets.serving.metrics import LmServerMetrics
+from modelcd_assets.serving.openai_api import KV_CACHE_TOO_LARGE, MAX_TOKENS_TOO_LARGE, PROMPT_TOO_LONG, TOO_MANY_GENERATIONS, ApiError
+
+MIB = 2**20
+AHEAD = 16  # tokens a generation may run ahead of what its client has been sent
+_END = object()
+
+
+@dataclass(frozen=True)
+class Admitted:
+    max_new_tokens: int
+    kv_bytes: int
+
+
+class Generations:
+    def __init__(self, model: str, policy: ServingPolicy, metrics: LmServerMetrics, node_usd_per_hour: float):
+        self.model, self.policy, self.metrics, self.usd_per_hour = model, policy, metrics, node_usd_per_hour
+        self.executor = ThreadPoolExecutor(max_workers=policy.max_generations, thread_name_prefix="generation")
+        self._lock = threading.Lock()
+        self.running, self.kv_bytes = 0, 0
+        self._busy_since: float | None = None
+        self._busy_s, self._tokens = 0.0, 0
+
+    def admit(self, prompt_tokens: int, max_tokens: int | None, context_length: int, kv_bytes_per_token: int) -> Admitted:
+        """The generation's bounds, or ApiError (400, 413, 429) before anything runs."""
+        p = self.policy
+        if prompt_tokens > p.max_prompt_tokens:
+            raise ApiError(400, f"the prompt has {prompt_tokens} tokens, more than serving.max_prompt_tokens ({p.max_prompt_tokens})",
+                           param="messages", code="context_length_exceeded", reason=PROMPT_TOO_LONG)
+        if max_tokens is not None and max_tokens > p.max_completion_tokens:
+            raise ApiError(400, f"max_tokens {max_tokens} is more than serving.max_completion_tokens ({p.max_completion_tokens})",
+                           param="max_tokens", reason=MAX_TOKENS_TOO_LARGE)
+        new = max_tokens if max_tokens is not None else max(1, min(p.default_max_tokens, context_length - prompt_tokens))
+        try:
+            check_generation_length(prompt_tokens, new, context_length)
+        except BadCandidate as e:
+            raise ApiError(400, str(e), param="max_tokens", code="context_length_exceeded",
+                           reason=PROMPT_TOO_LONG) from None
+        kv = (prompt_tokens + new) * kv_bytes_per_token
+        if kv > p.max_kv_cache_mb * MIB:
+            raise ApiError(413, f"prompt + max_tokens ({prompt_tokens} + {new} tokens) need {kv / MIB:.1f} MiB of KV cache, more than "
+                           f"serving.max_kv_cache_mb ({p.max_kv_cache_mb:g}); ask for fewer max_tokens", param="max_tokens", reason=KV_CACHE_TOO_LARGE)
+        with self._lock:
+            if self.running >= p.max_generations:
+                raise ApiError(429, f"{self.running} generations are running, serving.max_generations; retry after {p.retry_after_s} s",
+                               type="rate_limit_error", reason=TOO_MANY_GENERATIONS, headers={"Retry-After": str(p.retry_after_s)})
+            self._started(kv)
+        return Admitted(new, kv)
+
+    def _started(self, kv: int) -> None:
+        if not self.running:
+            self._busy_since = time.perf_counter()
+        self.running += 1
+        self.kv_bytes += kv
+        self._export()
+
+    def _finished(self, admitted: Admitted, tokens: int) -> None:
+        with self._lock:
+            self.running -= 1
+            self.kv_bytes -= admitted.kv_bytes
+            self._tokens += tokens
+            if not self.running and self._busy_since is not None:
+                self._busy_s += time.perf_counter() - self._busy_since
+                self._busy_since = None
+            self._export()
+            if self._tokens and self._busy_s > 0:
+                self.metrics.cost.labels(self.model).set(self.usd_per_hour / (self._tokens / self._busy_s * 3600) * 1e6)
+
+    def _export(self) -> None:
+        self.metrics.kv_cache_bytes.labels(self.model).set(self.kv_bytes)
+        self.metrics.generations.labels(self.model).set(self.running)
+
+    async def tokens(self, served: LmServed, prompt: list[int], admitted: Admitted, sampling: Sampling) -> AsyncIterator[tuple[int, str]]:
+        """(token, the text it adds) as they are generated; leaving the loop early stops the generation and frees its cache."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+        credit = threading.Semaphore(AHEAD)  # a client that does not read holds its generation back, AHEAD tokens ahead
+
+        def wait_credit() -> bool:
+            while not credit.acquire(timeout=0.1):
+                if cancel.is_set():
+                    return False
+            return True
+
+        def put(item) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the event loop is gone (the server is stopping): nobody is waiting
+                cancel.set()
+
+        def produce() -> None:
+            made = 0
+            try:
+                with served.held():
+                    text = served.decoder.text_stream()
+                    steps = served.decoder.stream(prompt, admitted.max_new_tokens, served.adapter, sampling)
+                    try:
+                        for token in steps:
+                            made += 1
+                            put((token, text.decode(token)))
+                            if cancel.is_set() or not wait_credit():
+                                break
+                    finally:
+                        steps.close()  # the generator, and the KV cache it holds, go now
+                put(_END)
+            except BaseException as e:  # handed to the request, which answers it
+                put(e)
+            finally:
+                self._finished(admitted, made)
+
+        try:
+            loop.run_in_executor(self.executor, produce)
+        except RuntimeError:  # shutting down
+            self._finished(admitted, 0)
+            raise
+        try:
+            while (item := await queue.get()) is not _END:
+                credit.release()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            cancel.set()
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)

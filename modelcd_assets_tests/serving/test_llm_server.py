@@ -1,0 +1,303 @@
+"""A causal LM's server, as `modelcd serve` runs it, spoken to by the official `openai` client: chat and text
+completions, streaming, usage, sampling, stop sequences, which versions answer, the bounds, and a client that goes away.
+
+One module-scoped state: a tiny pre-trained Llama's adapter gated twice (v1, then v2 in production), and a third
+version blocked by its perplexity gate."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from modelcd_assets.faults.llm_builders import scaled_lora_b
+from modelcd_assets.launch import BLOCKED, PROMOTED, run_gate
+from modelcd_assets.lib.causal_lm.decoder import Decoder
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.registry import ROLLED_BACK
+from modelcd_assets_tests.conftest import module_state_fixtures
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, ServerProcess, wait_for
+from modelcd_assets_tests.tiny_lm import TINY_LM_POLICY
+
+pytestmark = pytest.mark.slow
+MODEL = "tiny-reply"
+# Bounds small enough to reach with the tiny model: its KV cache is 512 bytes a token (2 layers, 2 KV heads of 16).
+POLICY = TINY_LM_POLICY + """\
+serving:
+  poll_seconds: 0.5
+  max_completion_tokens: 200
+  max_prompt_tokens: 120
+  max_kv_cache_mb: 0.1
+  sample_ratio: 1.0
+"""
+MESSAGES = [{"role": "system", "content": "You are a support assistant."}, {"role": "user", "content": "i was charged twice for my invoice."}]
+
+env, instance = module_state_fixtures("llm-serving", {MODEL: POLICY})
+
+
+@pytest.fixture(scope="module")
+def versions(env, instance, tiny_lm, tmp_path_factory):
+    """v1 and v2 promoted in turn (v2 is production); v3 blocked by perplexity."""
+    env.registry.register(tiny_lm.base, "tiny-lm-base", role="base")
+    work = tmp_path_factory.mktemp("llm-serving-adapters")
+    refs = []
+    for folder in (tiny_lm.adapter, scaled_lora_b(tiny_lm.adapter, work / "x1001", 1.001), scaled_lora_b(tiny_lm.adapter, work / "x4", 4.0)):
+        ref = env.registry.register(folder, MODEL)
+        refs.append((ref, run_gate(ref, instance=instance)))
+    assert [run.outcome for _, run in refs] == [PROMOTED, PROMOTED, BLOCKED], [(run.outcome, run.error) for _, run in refs]
+    return [ref for ref, _ in refs]
+
+
+@pytest.fixture(scope="module")
+def server(env, versions, tmp_path_factory):
+    proc = ServerProcess(env, tmp_path_factory.mktemp("llm-server") / "server.log", model=MODEL)
+    try:
+        proc.wait_ready(versions[1].version)
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def reference(env, versions):
+    """The gated INT8 base build with v2's gated adapter file, run directly: what the server must answer, token for token."""
+    record = CandidateRecord.of(env.home, versions[1])
+    q = record.quantization()
+    decoder = Decoder(f"{q['base_build']}/int8")
+    decoder.load_adapter(record.build.dir / q["artifact"], "v2")
+    return decoder
+
+
+def metric(server, name: str, **labels) -> float:
+    text = httpx.get(f"{server.url}/metrics", timeout=30).text
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+def test_a_chat_completion_is_the_gated_build_greedy_answer_with_its_usage(client, reference):
+    done = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0)
+    prompt = reference.encode_chat(MESSAGES)
+    expected = reference.generate(prompt, 40, "v2")
+    assert done.model == f"{MODEL}:2" and done.object == "chat.completion"
+    assert done.choices[0].message.role == "assistant"
+    assert done.choices[0].message.content == reference.decode(expected.tokens)
+    assert done.choices[0].finish_reason == ("stop" if expected.stopped_at_eos else "length")
+    assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (len(prompt), len(expected.tokens) + expected.stopped_at_eos)
+
+
+def test_streamed_chunks_join_to_the_whole_answer_and_end_with_usage(client):
+    whole = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0)
+    chunks = list(client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0, stream=True))
+    assert all(c.object == "chat.completion.chunk" for c in chunks) and len(chunks) > 3
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_the_raw_stream_is_server_sent_events_ending_in_done(server):
+    with httpx.stream("POST", f"{server.url}/v1/completions", json={"model": MODEL, "prompt": "hello team, the export", "max_tokens": 8,
+                                                                  "temperature": 0, "stream": True}, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        data = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
+    assert data[-1] == "[DONE]" and json.loads(data[-2])["usage"]["completion_tokens"] <= 8
+    assert all(json.loads(d)["object"] == "text_completion" for d in data[:-1])
+
+
+def test_a_text_completion_names_the_version_that_answered(client, versions):
+    done = client.completions.create(model=f"{MODEL}:{versions[0].version}", prompt="hello team, the export button", max_tokens=8, temperature=0)
+    assert done.model == f"{MODEL}:1" and done.object == "text_completion" and done.usage.completion_tokens <= 8
+    assert isinstance(done.choices[0].text, str)
+
+
+def test_seeded_sampling_repeats_and_greedy_ignores_the_seed(client):
+    def ask(**kw):
+        return client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=24, **kw).choices[0].message.content
+
+    assert ask(temperature=1.2, top_p=0.95, seed=7) == ask(temperature=1.2, top_p=0.95, seed=7)
+    assert ask(temperature=0, seed=1) == ask(temperature=0, seed=2)
+
+
+def test_a_stop_sequence_cuts_the_answer_before_it(client):
+    whole = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0).choices[0].message.content
+    assert len(whole) > 6, whole
+    stop = whole[4:7]
+    cut = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0, stop=[stop])
+    assert cut.choices[0].message.content == whole[: whole.index(stop)] and cut.choices[0].finish_reason == "stop"
+    streamed = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0, stop=stop, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == whole[: whole.index(stop)]
+
+
+def test_models_lists_what_is_served_and_other_names_are_404(client, versions):
+    listed = {m.id for m in client.models.list()}
+    assert {MODEL, f"{MODEL}:2"} <= listed
+    for name in ("another-model", f"{MODEL}:99", f"{MODEL}:x", f"{MODEL}:{versions[2].version}"):  # v3 was blocked: no verdict
+        with pytest.raises(openai.NotFoundError) as e:
+            client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=4)
+        assert e.value.body["code"] == "model_not_found", e.value.body
+    assert f"{MODEL}:{versions[2].version}" not in {m.id for m in client.models.list()}
+
+
+def test_bounds_are_refused_with_the_openai_error_before_generation(client, server):
+    before = metric(server, "modelcd_requests_rejected_total", reason="max_tokens_too_large")
+    with pytest.raises(openai.BadRequestError, match="serving.max_completion_tokens"):
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=500)
+    assert metric(server, "modelcd_requests_rejected_total", reason="max_tokens_too_large") == before + 1
+    long = [{"role": "user", "content": "charged twice " * 200}]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=long, max_tokens=4)
+    assert e.value.body["code"] == "context_length_exceeded" and "serving.max_prompt_tokens" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:  # the prompt's 68 tokens + 200 are beyond the tiny model's context of 256
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=200)
+    assert e.value.body["code"] == "context_length_exceeded" and "context of 256 tokens" in e.value.body["message"]
+    with pytest.raises(openai.APIStatusError) as e:  # 0.1 MiB holds 204 tokens: 68 + 150 fit the context, not the KV cache bound
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=150)
+    assert e.value.status_code == 413 and "serving.max_kv_cache_mb" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError, match="n must be 1"):
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, n=2)
+
+
+def test_a_client_that_goes_away_mid_stream_stops_its_generation_and_frees_its_cache(server, client):
+    # Sampling at a high temperature, a seed whose uninterrupted answer runs to max_tokens (seeded sampling repeats).
+    asks = ({"model": MODEL, "prompt": "the app crashes", "max_tokens": 180, "temperature": 2.0, "seed": seed} for seed in range(40))
+    ask = next((a for a in asks if client.completions.create(**a).choices[0].finish_reason == "length"), None)
+    assert ask is not None, "no seed in 40 made the tiny model generate 180 tokens without ending its turn"
+    before = metric(server, "modelcd_llm_completion_tokens_total")
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=ask | {"stream": True}, timeout=60) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: ")
+    # The connection is closed: within a deadline nothing is generating, no KV cache is held, and fewer tokens were made.
+    wait_for(lambda: metric(server, "modelcd_llm_generations_in_flight") == 0 and metric(server, "modelcd_llm_kv_cache_bytes") == 0,
+             "the generation stopped and freed its KV cache")
+    wait_for(lambda: metric(server, "modelcd_requests_total", version="2") > 0, "counted")
+    made = metric(server, "modelcd_llm_completion_tokens_total") - before
+    assert 0 < made < 180, made
+
+
+def test_metrics_hold_time_to_first_token_tokens_and_cost(server, client):
+    client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0)
+    assert metric(server, "modelcd_llm_time_to_first_token_seconds_count", version="2") >= 1
+    assert metric(server, "modelcd_llm_time_per_output_token_seconds_count", version="2") >= 1
+    assert metric(server, "modelcd_llm_prompt_tokens_total", version="2") > 0
+    assert metric(server, "modelcd_llm_cost_usd_per_1m_tokens") > 0
+    assert metric(server, "modelcd_request_errors_total", version="2") == 0
+
+
+def test_a_version_whose_recorded_probe_or_adapter_changed_is_refused_and_the_old_one_keeps_serving(server, env, versions):
+    record = CandidateRecord.of(env.home, versions[0])
+    q = record.quantization()
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    unload = httpx.delete(f"{server.admin_url}/v1/admin/adapters/{versions[0].version}", headers=auth, timeout=60)
+    assert unload.status_code in (200, 404), unload.text  # loaded by an earlier test, or not
+    for path, why in ((record.build.dir / q["probe"]["logits"], "probe logits"), (record.build.dir / q["artifact"], "adapter")):
+        original = path.read_bytes()
+        path.write_bytes(original[:-8] + bytes(8))  # the same size, other bytes
+        try:
+            r = httpx.post(f"{server.admin_url}/v1/admin/adapters", json={"version": versions[0].version, "activate": False}, headers=auth, timeout=60)
+        finally:
+            path.write_bytes(original)
+        assert r.status_code in (409, 422) and r.json()["serving"] == "2", (why, r.text)
+    r = httpx.post(f"{server.admin_url}/v1/admin/adapters", json={"version": versions[0].version, "activate": False}, headers=auth, timeout=60)
+    assert r.status_code == 200, r.text
+    steps = r.json()["loaded"]["steps"]
+    assert list(steps) == ["records", "verdict verified over the registered files, INT8 base build, adapter file and tokenizer",
+                           "registered files scanned", "adapter loaded", "probed against the gated generations"]
+
+
+def test_the_serving_process_imports_neither_torch_nor_dagster(env, versions):
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from modelcd_assets.cli import parser\n"
+        "from modelcd_assets.serving.server import app_from_env\n"
+        "import uvicorn, mlflow\n"
+        "app = app_from_env(sys.argv[1])\n"
+        "pool = app.state.pool\n"
+        "served = pool.activate(pool.load(sys.argv[2]).version)\n"
+        "assert list(served.decoder.stream(served.decoder.encode('hello'), 3, served.adapter))\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'dagster', 'transformers', 'peft'})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, MODEL, versions[1].version], env={**os.environ, **env.env}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_alias_moved_by_hand_to_a_blocked_version_never_changes_what_answers(server, client, env, versions):
+    from mlflow import MlflowClient
+
+    from modelcd_assets.lib.release.registry import PRODUCTION
+
+    blocked = versions[2]
+    registry = MlflowClient(tracking_uri=env.env["MLFLOW_TRACKING_URI"])
+    try:
+        registry.set_registered_model_alias(MODEL, PRODUCTION, blocked.version)  # anyone who can write the registry
+        wait_for(lambda: metric(server, "modelcd_alias_refused", version=blocked.version) == 1, "the server refusing the blocked version")
+        done = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0)
+        assert done.model == f"{MODEL}:{versions[1].version}"
+        assert httpx.get(f"{server.url}/readyz", timeout=30).json()["version"] == versions[1].version
+        # Moved to a version with a verdict: swapped in without a restart, and NAME answers from it.
+        registry.set_registered_model_alias(MODEL, PRODUCTION, versions[0].version)
+        wait_for(lambda: httpx.get(f"{server.url}/readyz", timeout=30).json()["version"] == versions[0].version, "following production to v1")
+        assert client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0).model == f"{MODEL}:{versions[0].version}"
+    finally:
+        registry.set_registered_model_alias(MODEL, PRODUCTION, versions[1].version)
+        wait_for(lambda: httpx.get(f"{server.url}/readyz", timeout=30).json()["version"] == versions[1].version, "back on v2")
+
+
+def test_a_rolled_back_version_is_answered_from_no_more(server, client, env, versions):
+    ref = versions[0]
+    client.completions.create(model=f"{MODEL}:{ref.version}", prompt="hello", max_tokens=2)  # loaded
+    env.registry.set_tags(ref, {ROLLED_BACK: "test: production was rolled back from it"})
+
+    def refused() -> bool:
+        try:
+            client.completions.create(model=f"{MODEL}:{ref.version}", prompt="hello", max_tokens=2)
+        except openai.NotFoundError:
+            return True
+        return False
+
+    wait_for(refused, "the rolled-back version is 404 once the server has read the registry")
+    assert f"{MODEL}:{ref.version}" not in {m.id for m in client.models.list()}
+
+
+def test_admission_is_bounded_and_answers_429_with_retry_after():
+    from modelcd_assets.lib.judging.policy import ServingPolicy
+    from modelcd_assets.serving.generation import Generations
+    from modelcd_assets.serving.metrics import LmServerMetrics
+    from modelcd_assets.serving.openai_api import ApiError
+
+    gen = Generations("m", ServingPolicy(max_generations=2, retry_after_s=3), LmServerMetrics(), 0.1)
+    try:
+        first, second = (gen.admit(10, 10, 256, 512) for _ in range(2))
+        with pytest.raises(ApiError) as e:
+            gen.admit(10, 10, 256, 512)
+        assert e.value.status == 429 and e.value.headers == {"Retry-After": "3"} and e.value.body()["error"]["type"] == "rate_limit_error"
+        assert gen.kv_bytes == 2 * 20 * 512
+        gen._finished(first, 10)
+        gen.admit(10, 10, 256, 512)  # a slot is free again
+    finally:
+        gen.close()
+
+
+def test_stop_sequences_split_across_tokens_are_cut():
+    from modelcd_assets.serving.openai_api import StopCut
+
+    cut = StopCut(["END"])
+    sent = [cut.feed(p) for p in ["hel", "lo E", "N", "D and more"]]
+    assert "".join(sent) == "hello " and cut.stopped and cut.flush() == ""
+    keep = StopCut(["END"])
+    assert "".join([keep.feed("an E"), keep.feed("ND"[:1]), keep.flush()]) == "an EN"
