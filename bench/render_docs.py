@@ -100,8 +100,10 @@ def faults(d: dict) -> str:
     measured = "".join(f"\n\nNot reproducible on this model, counted apart: {c['name']}: {cell(c['detail'])}." for c in apart)
     return (f"**{ok} of {len(d['classes']) - len(apart)} classes ended in their expected outcome"
             f"{f', {len(apart)} not reproducible on this model' if apart else ''}; {d['false_blocks']} of {d['controls']} clean controls were blocked** "
-            f"(95% upper bound {d['false_block_upper_95']:.1%}; {under_load} gated beside a server that answered {d['load'].get('requests', 0):,} requests "
-            f"with {d['load'].get('errors', 0)} failures); production before and after: {d['production']} → {d['user_production_after']}.\n\n"
+            f"(95% upper bound {d['false_block_upper_95']:.1%}; "
+            + (f"{under_load} gated beside a server that answered {d['load']['requests']:,} requests with {d['load']['errors']} failures"
+               if d["load"] else "none gated beside a server under load")
+            + f"); production before and after: {d['production']} → {d['user_production_after']}.\n\n"
             "| class | group | expected | actual | ok |\n|---|---|---|---|---|\n" + rows + measured)
 
 
