@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -92,58 +91,85 @@ class Generations:
         self.metrics.kv_cache_bytes.labels(self.model).set(self.kv_bytes)
         self.metrics.generations.labels(self.model).set(self.running)
 
-    async def tokens(self, served: LmServed, prompt: list[int], admitted: Admitted, sampling: Sampling) -> AsyncIterator[tuple[int, str]]:
-        """(token, the text it adds) as they are generated; leaving the loop early stops the generation and frees its cache."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        cancel = threading.Event()
-        credit = threading.Semaphore(AHEAD)  # a client that does not read holds its generation back, AHEAD tokens ahead
-
-        def wait_credit() -> bool:
-            while not credit.acquire(timeout=0.1):
-                if cancel.is_set():
-                    return False
-            return True
-
-        def put(item) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the event loop is gone (the server is stopping): nobody is waiting
-                cancel.set()
-
-        def produce() -> None:
-            made = 0
-            try:
-                with served.held():
-                    text = served.decoder.text_stream()
-                    steps = served.decoder.stream(prompt, admitted.max_new_tokens, served.adapter, sampling)
-                    try:
-                        for token in steps:
-                            made += 1
-                            put((token, text.decode(token)))
-                            if cancel.is_set() or not wait_credit():
-                                break
-                    finally:
-                        steps.close()  # the generator, and the KV cache it holds, go now
-                put(_END)
-            except BaseException as e:  # handed to the request, which answers it
-                put(e)
-            finally:
-                self._finished(admitted, made)
-
-        try:
-            loop.run_in_executor(self.executor, produce)
-        except RuntimeError:  # shutting down
-            self._finished(admitted, 0)
-            raise
-        try:
-            while (item := await queue.get()) is not _END:
-                credit.release()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            cancel.set()
+    def tokens(self, served: LmServed, prompt: list[int], admitted: Admitted, sampling: Sampling) -> TokenStream:
+        """(token, the text it adds) as they are generated, started now; closing the stream early, or dropping it unread,
+        stops the generation and frees its cache."""
+        return TokenStream(self, served, prompt, admitted, sampling)
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class _Pipe:
+    """What a generation's thread and its stream share; the thread holds only this, so a stream dropped unread is collected."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop, self.queue = loop, asyncio.Queue()
+        self.cancel = threading.Event()
+        self.credit = threading.Semaphore(AHEAD)  # a client that does not read holds its generation back, AHEAD tokens ahead
+
+    def put(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the event loop is gone (the server is stopping): nobody is waiting
+            self.cancel.set()
+
+    def wait_credit(self) -> bool:
+        while not self.credit.acquire(timeout=0.1):
+            if self.cancel.is_set():
+                return False
+        return True
+
+
+def _produce(pipe: _Pipe, owner: Generations, served: LmServed, prompt: list[int], admitted: Admitted, sampling: Sampling) -> None:
+    made = 0
+    try:
+        with served.held():
+            text = served.decoder.text_stream()
+            steps = served.decoder.stream(prompt, admitted.max_new_tokens, served.adapter, sampling)
+            try:
+                for token in steps:
+                    made += 1
+                    pipe.put((token, text.decode(token)))
+                    if pipe.cancel.is_set() or not pipe.wait_credit():
+                        break
+            finally:
+                steps.close()  # the generator, and the KV cache it holds, go now
+        pipe.put(_END)
+    except BaseException as e:  # handed to the request, which answers it
+        pipe.put(e)
+    finally:
+        owner._finished(admitted, made)
+
+
+class TokenStream:
+    """One generation on a thread of its own, its tokens handed to the event loop that started it.
+
+    The admission it holds is given back when the generation ends, however it ends: to the end, stopped by aclose(), or
+    abandoned (a response never sent: the stream is collected, which stops it)."""
+
+    def __init__(self, owner: Generations, served: LmServed, prompt: list[int], admitted: Admitted, sampling: Sampling):
+        self._pipe = pipe = _Pipe(asyncio.get_running_loop())
+        try:
+            pipe.loop.run_in_executor(owner.executor, _produce, pipe, owner, served, prompt, admitted, sampling)
+        except RuntimeError:  # shutting down: nothing will run
+            owner._finished(admitted, 0)
+            raise
+
+    def __aiter__(self) -> TokenStream:
+        return self
+
+    async def __anext__(self) -> tuple[int, str]:
+        item = await self._pipe.queue.get()
+        if item is _END:
+            raise StopAsyncIteration
+        self._pipe.credit.release()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def aclose(self) -> None:
+        self._pipe.cancel.set()
+
+    def __del__(self) -> None:
+        self._pipe.cancel.set()

@@ -301,3 +301,41 @@ def test_stop_sequences_split_across_tokens_are_cut():
     assert "".join(sent) == "hello " and cut.stopped and cut.flush() == ""
     keep = StopCut(["END"])
     assert "".join([keep.feed("an E"), keep.feed("ND"[:1]), keep.flush()]) == "an EN"
+
+
+def test_a_stream_dropped_unread_gives_its_admission_and_cache_back(tiny_lm, tmp_path):
+    """A response that is never sent (its client gone before the first byte): the stream is collected and its generation stops."""
+    import asyncio
+    import gc
+    import time
+
+    from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
+    from modelcd_assets.lib.causal_lm.decoder import Sampling
+    from modelcd_assets.lib.judging.policy import ServingPolicy
+    from modelcd_assets.serving.generation import Generations
+    from modelcd_assets.serving.lm_pool import Base, LmServed
+    from modelcd_assets.serving.metrics import LmServerMetrics
+
+    decoder = Decoder(tiny_lm.build.int8)
+    path = write_adapter_file(adapter_parameters(tiny_lm.adapter, tiny_lm.build.slots())[0], tmp_path / "a.onnx_adapter")
+    decoder.load_adapter(path, "a")
+    served = LmServed("m", "1", "c" * 64, "b" * 64, "f" * 64, "int8-weight-only", Base(tiny_lm.build.int8, decoder, "b" * 64), "a", path)
+    gen = Generations("m", ServingPolicy(max_generations=1), LmServerMetrics(), 0.1)
+    prompt = decoder.encode("the app crashes")
+
+    async def scenario() -> None:
+        admitted = gen.admit(len(prompt), 200, decoder.context_length, decoder.kv_bytes_per_token)
+        stream = gen.tokens(served, prompt, admitted, Sampling(2.0, 1.0, 3))  # started, never read
+        await asyncio.sleep(0.2)
+        del stream
+        gc.collect()
+        deadline = time.monotonic() + 60
+        while gen.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    try:
+        asyncio.run(scenario())
+        assert (gen.running, gen.kv_bytes) == (0, 0)
+        gen.admit(len(prompt), 8, decoder.context_length, decoder.kv_bytes_per_token)  # the one slot is free again
+    finally:
+        gen.close()
