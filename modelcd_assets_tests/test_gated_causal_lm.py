@@ -129,7 +129,7 @@ def test_the_classifier_server_refuses_a_causal_lm_version_with_the_reason(env, 
     from modelcd_assets.serving.pool import ServingPool, SwapRefused
 
     pool = ServingPool(MODEL, env.registry, env.home, ServingPolicy())
-    with pytest.raises(SwapRefused, match="is a causal-lm model, and this server serves classifiers"):
+    with pytest.raises(SwapRefused, match="is a causal-lm model, and this server serves classification models; serve it with a server of its own"):
         pool.load(env.registry.production(MODEL).version)
 
 
