@@ -32,6 +32,9 @@ serving:
   max_prompt_tokens: 120
   max_kv_cache_mb: 0.1
   sample_ratio: 1.0
+drift:
+  live_window: 200
+  live_min_records: 50
 """
 MESSAGES = [{"role": "system", "content": "You are a support assistant."}, {"role": "user", "content": "i was charged twice for my invoice."}]
 
@@ -339,3 +342,34 @@ def test_a_stream_dropped_unread_gives_its_admission_and_cache_back(tiny_lm, tmp
         gen.admit(len(prompt), 8, decoder.context_length, decoder.kv_bytes_per_token)  # the one slot is free again
     finally:
         gen.close()
+
+
+def test_live_drift_judges_a_causal_lm_production_on_its_sampled_prompts(env, instance, versions):
+    """live_traffic on the user messages the server samples: like the evaluation chats' passes, digits drift."""
+    import shutil
+    from pathlib import Path
+
+    from modelcd_assets.defs.schedules import LIVE_TRAFFIC_JOB
+    from modelcd_assets.launch import definitions
+    from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
+    from modelcd_assets.lib.operations import traffic_log
+    from modelcd_assets.lib.operations.traffic_log import TrafficLog
+    from modelcd_assets.lib.splits import split_path
+
+    home = Path(env.env["MODELCD_HOME"])
+    production = env.registry.production(MODEL)
+
+    def judged(texts: list[str]):
+        shutil.rmtree(traffic_log.folder(home, MODEL), ignore_errors=True)
+        log = TrafficLog(home, MODEL, ratio=1.0, max_records=10_000)
+        for text in texts:
+            log.append(production.version, [text])
+        result = definitions().resolve_job_def(LIVE_TRAFFIC_JOB).execute_in_process(instance=instance, raise_on_error=False)
+        assert result.success
+        return traffic_log.read_live_drift(home, MODEL)
+
+    like = [c.user for c in read_chats(split_path(env.data, chat_split("evaluation")))]
+    calm = judged(like[:200])
+    assert calm.judged and not calm.detected and calm.version == production.version, calm
+    drifted = judged([str(i % 10) * 60 for i in range(120)])
+    assert drifted.judged and drifted.detected and "digit_share" in drifted.descriptors, drifted

@@ -6,13 +6,11 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
-from modelcd_assets.lib.inference.tokens import encode
-from modelcd_assets.lib.judging.drift import describe, input_drift
 from modelcd_assets.lib.judging.gates import FAIL, INCONCLUSIVE, Verdict, judge_live_drift
 from modelcd_assets.lib.judging.monitoring import judge_each, recorded
 from modelcd_assets.lib.operations import traffic_log
 from modelcd_assets.lib.release.registry import CandidateRef
-from modelcd_assets.lib.splits import read_split
+from modelcd_assets.lib.tasks.task import task_of
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
@@ -22,18 +20,13 @@ REFERENCE_SPLIT = "evaluation"
 LIVE_DRIFT_TAG = "modelcd.live_drift"  # on a production version whose live traffic drifted: when, how much, in what, as JSON
 
 
-def _judge(model: str, prod: CandidateRef, state: LocalStateResource, policy: PolicyResource, reference: list[str]) -> Verdict:
+def _judge(model: str, prod: CandidateRef, state: LocalStateResource, policy: PolicyResource) -> Verdict:
     drift = policy.for_model(model).drift
     records = traffic_log.window(state.root, model, drift.live_window)
     if len(records) < drift.live_min_records:
         return judge_live_drift(None, drift, len(records))
-    merged = state.record(prod).build.merged  # production's tokenizer: n_tokens as production sees the texts
-    texts = [r.text for r in records]
-    reference_feeds = encode(merged, reference, state.cache_dir("tokens"))
-    # A live window is never seen twice: caching its tokens would only grow the cache every hour.
-    window_feeds = encode(merged, texts)
-    inputs = input_drift(describe(reference, reference_feeds["attention_mask"]), describe(texts, window_feeds["attention_mask"]))
-    return judge_live_drift(inputs, drift, len(records))
+    record = state.record(prod)  # production's task: its tokenizer counts the tokens, its evaluation data is the reference
+    return judge_live_drift(task_of(record.task).live_input_drift(record, state, [r.text for r in records]), drift, len(records))
 
 
 def _table(model: str, prod: CandidateRef, v: Verdict) -> str:
@@ -52,7 +45,6 @@ def live_traffic(context: dg.AssetExecutionContext, registry: MlflowRegistryReso
     """
     reg = registry.registry()
     productions = reg.productions()
-    reference = [ex.text for ex in read_split(state.split(REFERENCE_SPLIT))] if productions else []
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
     def export(model: str, prod: CandidateRef, v: Verdict) -> None:
@@ -63,7 +55,7 @@ def live_traffic(context: dg.AssetExecutionContext, registry: MlflowRegistryReso
             records=int(v.numbers.get("records", 0)), reason=v.reason))
 
     # ModelcdError, FileNotFoundError: e.g. production was never gated in this state folder.
-    verdicts = judge_each(productions, lambda model, prod: _judge(model, prod, state, policy, reference), gate="live_drift", not_done="not judged",
+    verdicts = judge_each(productions, lambda model, prod: _judge(model, prod, state, policy), gate="live_drift", not_done="not judged",
                           unable="could not check live drift of", errors=(ModelcdError, FileNotFoundError), log=context.log.info, then=export)
     for model, v in verdicts.items():
         if v.status != FAIL:

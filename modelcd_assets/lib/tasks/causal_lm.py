@@ -133,6 +133,12 @@ def _describe(texts: list[str], lengths: list[int]):
     return describe(texts, mask)
 
 
+def _prompt_drift(decoder: Decoder, reference: list[str], texts: list[str]) -> dict[str, float]:
+    """The classifier's text descriptors of user messages, their token counts as the model's chat template renders them."""
+    lengths = lambda ts: [len(decoder.encode_chat(Chat("", t, "").messages(), False)) for t in ts]  # noqa: E731
+    return input_drift(_describe(reference, lengths(reference)), _describe(texts, lengths(texts)))
+
+
 class CausalLmTask:
     name = CAUSAL_LM
 
@@ -277,8 +283,7 @@ class CausalLmTask:
         traffic = read_chats(state.split(chat_split(traffic_sample)))
         reference = read_chats(state.split(chat_split(reference_sample)))
         decoder = sessions.of(record, state, CANDIDATE)
-        lengths = lambda cs: [len(decoder.encode_chat(Chat("", c.user, "").messages(), False)) for c in cs]  # noqa: E731
-        inputs = input_drift(_describe([c.user for c in reference], lengths(reference)), _describe([c.user for c in traffic], lengths(traffic)))
+        inputs = _prompt_drift(decoder, [c.user for c in reference], [c.user for c in traffic])
         sample, gen = traffic[: policy.generation.drift_prompts], policy.generation
 
         split_sha = file_sha256(state.split(chat_split(traffic_sample)))
@@ -312,6 +317,11 @@ class CausalLmTask:
             "traffic_sample": traffic_sample, **({"prediction_drift": pred} if pred is not None else {}),
             **{f"output_drift_{k}_{'w1_over_mean' if k == 'response_length' else 'js'}": v for k, v in outputs.items()}, "max_input_drift": max(inputs.values()),
             "input_drift": Md(f"normed Wasserstein, {traffic_sample} vs {reference_sample} prompts\n\n| descriptor | distance |\n|---|---|\n{rows}")})
+
+    def live_input_drift(self, record: CandidateRecord, state: State, texts: list[str]) -> dict[str, float]:
+        """Sampled user messages against the evaluation chats' (the drift gate's default reference), lengths by the base build's tokenizer."""
+        reference = [c.user for c in read_chats(state.split(chat_split("evaluation")))]
+        return _prompt_drift(Decoder(base_build(record, state).int8), reference, texts)
 
     def benchmark(self, record: CandidateRecord, state: State) -> StepResult:
         """Generated tokens/s and time to first token, candidate against production interleaved, at each concurrency."""

@@ -355,6 +355,14 @@ class ClassificationTask:
             }
         )
 
+    def live_input_drift(self, record: CandidateRecord, state: State, texts: list[str]) -> dict[str, float]:
+        """Token counts by production's tokenizer, against the evaluation split (the drift gate's default reference)."""
+        reference = [ex.text for ex in read_split(state.split("evaluation"))]
+        merged = record.build.merged
+        reference_feeds = encode(merged, reference, state.cache_dir("tokens"))
+        window_feeds = encode(merged, texts)  # a live window is never seen twice: caching its tokens would only grow the cache
+        return input_drift(describe(reference, reference_feeds["attention_mask"]), describe(texts, window_feeds["attention_mask"]))
+
     def benchmark(self, record: CandidateRecord, state: State) -> StepResult:
         """A B A B ... trials at batch 1 and 32; a second round only when the first is inconclusive."""
         ref = record.ref

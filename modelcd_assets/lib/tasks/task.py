@@ -80,6 +80,9 @@ class Task(Protocol):
     def drift(self, record: CandidateRecord, state: State, traffic_sample: str, reference_sample: str) -> StepResult:
         """drift_report: input drift of traffic vs reference, and output drift candidate vs production on the same traffic."""
 
+    def live_input_drift(self, record: CandidateRecord, state: State, texts: list[str]) -> dict[str, float]:
+        """live_traffic: a window of production's sampled request texts against the split it was validated on, per descriptor."""
+
     def benchmark(self, record: CandidateRecord, state: State) -> StepResult:
         """benchmark_results: candidate vs production speed, interleaved, and what a unit of work costs."""
 
