@@ -13,6 +13,7 @@ from pathlib import Path
 import dagster as dg
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from modelcd_assets.launch import PROMOTED, run_gate
 from modelcd_assets.lib.operations.processes import stop_process
@@ -84,6 +85,16 @@ def gate_blocked(served: Served, adapter: Path) -> CandidateRef:
         policy.write_text(POLICY)
     assert run.outcome == BLOCKED, (run.outcome, run.error)
     return ref
+
+
+def samples(metrics_text: str) -> dict[tuple[str, frozenset], float]:
+    """A /metrics exposition as {(sample name, its labels): value}."""
+    return {(s.name, frozenset(s.labels.items())): s.value for fam in text_string_to_metric_families(metrics_text) for s in fam.samples}
+
+
+def of_name(metrics: dict, name: str, **labels) -> float:
+    """The sum of the series called name whose labels include labels."""
+    return sum(v for (n, ls), v in metrics.items() if n == name and set(labels.items()) <= ls)
 
 
 def wait_for(predicate, what: str, timeout: float = 60) -> None:

@@ -10,7 +10,6 @@ import dagster as dg
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.inference.runtime import logits, session
@@ -19,7 +18,7 @@ from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CONTENT
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.server import app_from_env
-from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, gate_blocked, gated_state
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, gate_blocked, gated_state, samples
 
 TEXTS = ["I was charged twice on my invoice", "the app crashes when I log in", "where is my parcel", "reset my password please"]
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -77,10 +76,6 @@ def gated_logits(served, ref) -> np.ndarray:
 
 def gated_logits_of(artifact, record) -> np.ndarray:
     return np.concatenate([logits(session(artifact, threads=1), encode(record.build.merged, [t])) for t in TEXTS])
-
-
-def metric_samples(text: str) -> dict[tuple[str, frozenset], float]:
-    return {(s.name, frozenset(s.labels.items())): s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def content(served, ref) -> str:
@@ -167,7 +162,7 @@ def _refused_and_still_serving(served, client):
     assert r.json()["error"].startswith(f"not servable: no valid verdict for {served.ungated.uri}: it has no gated build")
     assert r.json()["serving"] == served.v2.version
     assert client.post("/v1/classify", json={"texts": TEXTS}).headers[HASH_HEADER] == content(served, served.v2)
-    assert metric_samples(client.get("/metrics").text)[("modelcd_adapter_swaps_total", frozenset({"model": MODEL, "outcome": "refused"}.items()))] >= 1
+    assert samples(client.get("/metrics").text)[("modelcd_adapter_swaps_total", frozenset({"model": MODEL, "outcome": "refused"}.items()))] >= 1
 
 
 def test_a_version_whose_gate_failed_is_neither_loaded_nor_activated(served, client, failed):
@@ -223,13 +218,13 @@ def test_metrics_count_requests_errors_and_nan_outputs(served, client):
     finally:
         admin(client).post("/v1/admin/faults", json={"version": v}, headers=AUTH)
     assert client.post("/v1/classify", json={"texts": TEXTS}).status_code == 200
-    samples = metric_samples(client.get("/metrics").text)
+    exported = samples(client.get("/metrics").text)
     labels = {"model": MODEL, "version": v, "adapter": content(served, served.v2)[:12]}
-    assert samples[("modelcd_nan_outputs_total", frozenset(labels.items()))] == 1
-    assert samples[("modelcd_request_errors_total", frozenset(labels.items()))] == 1
-    assert samples[("modelcd_requests_total", frozenset(labels.items()))] >= 3
-    assert samples[("modelcd_request_duration_seconds_bucket", frozenset({**labels, "le": "+Inf"}.items()))] >= 3
-    assert sum(value for (name, _), value in samples.items() if name == "modelcd_adapter_swap_duration_seconds_count") >= 1
+    assert exported[("modelcd_nan_outputs_total", frozenset(labels.items()))] == 1
+    assert exported[("modelcd_request_errors_total", frozenset(labels.items()))] == 1
+    assert exported[("modelcd_requests_total", frozenset(labels.items()))] >= 3
+    assert exported[("modelcd_request_duration_seconds_bucket", frozenset({**labels, "le": "+Inf"}.items()))] >= 3
+    assert sum(value for (name, _), value in exported.items() if name == "modelcd_adapter_swap_duration_seconds_count") >= 1
 
 
 @pytest.mark.parametrize("tamper", ["artifact", "recorded_outputs"])

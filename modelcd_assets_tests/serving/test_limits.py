@@ -17,12 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from modelcd_assets.lib.judging.policy import ServingPolicy, policy_for
 from modelcd_assets.lib.judging.slo import PASS, judge_slo
 from modelcd_assets.serving.server import app_from_env
-from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, ServerProcess, gated_state
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, ServerProcess, gated_state, of_name, samples
 
 TEXTS = ["I was charged twice on my invoice", "the app crashes when I log in", "where is my parcel"]
 LIMITS = ServingPolicy()  # the test policy leaves the limits at their defaults
@@ -51,15 +50,6 @@ def client(served):
     with TestClient(app_from_env(MODEL, environ={**served.env.env, "MODELCD_ADMIN_TOKEN": ADMIN_TOKEN})) as c:
         wait_ready(c)
         yield c
-
-
-def samples(metrics_text: str) -> dict[tuple[str, frozenset], float]:
-    return {(s.name, frozenset(s.labels.items())): s.value for fam in text_string_to_metric_families(metrics_text) for s in fam.samples}
-
-
-def of_name(metrics: dict, name: str, **labels) -> float:
-    """The sum of the series called name whose labels include labels."""
-    return sum(v for (n, ls), v in metrics.items() if n == name and set(labels.items()) <= ls)
 
 
 def rejected(metrics: dict, reason: str) -> float:

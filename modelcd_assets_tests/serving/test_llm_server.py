@@ -11,7 +11,6 @@ import json
 import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from modelcd_assets.faults.llm_builders import scaled_lora_b
 from modelcd_assets.launch import BLOCKED, PROMOTED, run_gate
@@ -19,7 +18,7 @@ from modelcd_assets.lib.causal_lm.decoder import Decoder
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import ROLLED_BACK
 from modelcd_assets_tests.conftest import module_state_fixtures
-from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, ServerProcess, wait_for
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, ServerProcess, of_name, samples, wait_for
 from modelcd_assets_tests.tiny_lm import TINY_LM_POLICY
 
 pytestmark = pytest.mark.slow
@@ -80,13 +79,7 @@ def reference(env, versions):
 
 
 def metric(server, name: str, **labels) -> float:
-    text = httpx.get(f"{server.url}/metrics", timeout=30).text
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
+    return of_name(samples(httpx.get(f"{server.url}/metrics", timeout=30).text), name, **labels)
 
 
 def test_a_chat_completion_is_the_gated_build_greedy_answer_with_its_usage(client, reference):
