@@ -137,8 +137,13 @@ class ServingPool:
             record, gated = self._gated(ref)
             step("records")
             served, consistency = self._open(ref, record, gated, step)
+            previous = self._loaded.get(ref.version)
             self._loaded[ref.version] = served
             self._loaded.move_to_end(ref.version)
+            if previous is not None:  # loaded again: the fresh copy replaces the old one everywhere, which then goes
+                if self._active is previous:
+                    self._active = served
+                self._forget(previous)
             evicted = self._evict(keep=ref.version)
             report = LoadReport(ref.version, served.content_hash, served.artifact_sha256, served.variant, time.perf_counter() - step.start, consistency,
                                 evicted, tuple(step.done))

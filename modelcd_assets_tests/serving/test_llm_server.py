@@ -232,6 +232,32 @@ def test_the_serving_process_imports_neither_torch_nor_dagster(env, versions):
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
 
+def test_a_version_loaded_again_replaces_its_adapter_in_the_session_instead_of_adding_one(env, versions):
+    """Every swap is a whole verified load, so a server swapping between two versions loads each again and again: the
+    old copy must leave the base session (and its private file go), or each swap leaks an adapter. Reproduced before
+    the fix: 5 adapters and 5 files in the session after 5 loads of 2 versions."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from modelcd_assets.serving.server import app_from_env\n"
+        "app = app_from_env(sys.argv[1])\n"
+        "pool = app.state.pool\n"
+        "for _ in range(3):\n"
+        "    pool.activate(pool.load(sys.argv[3]).version)\n"
+        "pool.load(sys.argv[2]); pool.load(sys.argv[2])\n"
+        "served = pool.active\n"
+        "print(json.dumps({'adapters': len(served.decoder._loaded), 'files': len(list(pool._private.iterdir())),\n"
+        "                  'active': served.version, 'answers': len(list(served.decoder.stream(served.decoder.encode('hello'), 3, served.adapter)))}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, MODEL, versions[0].version, versions[1].version], env={**os.environ, **env.env},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"adapters": 2, "files": 2, "active": versions[1].version, "answers": 3}
+
+
 def test_the_alias_moved_by_hand_to_a_blocked_version_never_changes_what_answers(server, client, env, versions):
     from mlflow import MlflowClient
 
