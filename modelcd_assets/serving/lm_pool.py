@@ -2,8 +2,9 @@
 
 A version gets in as a classifier's does (serving/pool.py: a valid verdict over its registered files, the INT8 base
 build and its adapter file, which is read once, hashed, and loaded from a private copy of exactly those bytes), then
-its probe prompts are regenerated greedily: the tokens must equal those recorded at gating and the first token's
-logits must be within serving.max_abs_logit_diff of the recorded ones. A generation holds its version from start to end:
+its probe prompts (serving.probe_prompts) are regenerated greedily for serving.probe_tokens tokens: they must equal
+the first ones recorded at gating, and the logits the first token was chosen from must be within
+serving.max_abs_logit_diff of the recorded ones. A generation holds its version from start to end:
 a version evicted or unloaded meanwhile leaves the base session when its last generation finishes.
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from modelcd_assets.lib.causal_lm.chats import Chat
-from modelcd_assets.lib.causal_lm.decoder import Decoder
+from modelcd_assets.lib.causal_lm.decoder import PROBE_LOGITS_OF, Decoder
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import bytes_sha256, folder_hash
 from modelcd_assets.lib.release import attestation
@@ -122,6 +123,9 @@ class LmPool(ServingPool):
         probe = gated.get("probe") or {}
         if "logits" not in probe:
             raise SwapRefused(f"{what} was gated by an older modelcd that recorded no probe logits for the server to reproduce; {rerun}")
+        if probe.get("logits_of") != PROBE_LOGITS_OF:
+            raise SwapRefused(f"{what} was gated by an older modelcd whose probe logits are the second token's, not those its first token was "
+                              f"chosen from; {rerun}")
         folder = Path(gated["base_build"]) / "int8"
         if not folder.is_dir():
             raise SwapRefused(f"{what}: the INT8 base build its gates judged is missing ({folder}); {rerun}")
@@ -171,17 +175,18 @@ class LmPool(ServingPool):
             raise SwapRefused(f"{what}: the probe logits recorded at gating ({path}) are not the file its gating wrote; re-gate it")
         recorded = np.load(io.BytesIO(raw))
         n = min(self.policy.probe_prompts, len(probe["prompts"]))
+        k = min(self.policy.probe_tokens, int(probe["max_new_tokens"]))  # greedy search is deterministic: k tokens are the recorded ones' first k
         decoder, worst, same = served.decoder, 0.0, 0
         for i in range(n):
             ids = decoder.encode_chat(Chat(probe["system"], probe["prompts"][i], "").messages())
-            run = decoder.generate(ids, int(probe["max_new_tokens"]), served.adapter)
+            run = decoder.generate(ids, k, served.adapter)
             if run.first_logits is None or not run.finite:
                 raise SwapRefused(f"{what}: probe prompt {i} produced non-finite logits; the version was not switched in")
             worst = max(worst, float(np.max(np.abs(run.first_logits - recorded[i]))))
-            same += run.tokens == list(probe["tokens"][i])
+            same += run.tokens == list(probe["tokens"][i])[:k]
         result = Consistency(n, worst, same / n if n else 0.0)
         if same < n or worst > self.policy.max_abs_logit_diff:
-            raise SwapRefused(f"{what}: served and gated generations disagree on {n} probe prompts ({same} of {n} greedy token sequences equal, "
+            raise SwapRefused(f"{what}: served and gated generations disagree on {n} probe prompts ({same} of {n} greedy sequences of {k} tokens equal, "
                               f"max |Δlogit| of the first token {worst:.2e}, limit {self.policy.max_abs_logit_diff:.0e}); the version was not switched in")
         return result
 

@@ -204,6 +204,19 @@ def test_a_version_whose_recorded_probe_or_adapter_changed_is_refused_and_the_ol
         finally:
             path.write_bytes(original)
         assert r.status_code in (409, 422) and r.json()["serving"] == "2", (why, r.text)
+    # Probe logits recorded one token late (by modelcd before PROBE_LOGITS_OF) are not compared: the version must be re-gated.
+    # And greedy tokens other than the recorded ones are refused.
+    original = record.files.quantization.read_text()
+    older, other = json.loads(original), json.loads(original)
+    del older["probe"]["logits_of"]
+    other["probe"]["tokens"][0][0] += 1
+    for changed, expected in ((older, "gated by an older modelcd"), (other, "0 of 1 greedy sequences of 4 tokens equal")):
+        record.files.quantization.write_text(json.dumps(changed))
+        try:
+            r = httpx.post(f"{server.admin_url}/v1/admin/adapters", json={"version": versions[0].version, "activate": False}, headers=auth, timeout=60)
+        finally:
+            record.files.quantization.write_text(original)
+        assert r.status_code == 422 and expected in r.json()["error"], r.text
     r = httpx.post(f"{server.admin_url}/v1/admin/adapters", json={"version": versions[0].version, "activate": False}, headers=auth, timeout=60)
     assert r.status_code == 200, r.text
     steps = r.json()["loaded"]["steps"]

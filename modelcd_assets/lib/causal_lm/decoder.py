@@ -17,6 +17,9 @@ import numpy as np
 from modelcd_assets.lib.errors import BadCandidate
 
 GENAI_CONFIG = "genai_config.json"  # what makes a folder an ONNX Runtime GenAI model (lib/causal_lm/build.py writes it)
+# What a gated build's probe logits are, recorded with them: the logits each probe's first token was chosen from. modelcd
+# before this marker recorded the second token's (read one step late), which a server must not compare with its own.
+PROBE_LOGITS_OF = "first-token"
 
 
 @dataclass(frozen=True)
@@ -130,12 +133,15 @@ class Decoder:
             generator.rewind_to(shared)
 
     def _steps(self, generator, max_new_tokens: int) -> Iterator[tuple[int, np.ndarray]]:
-        """(token, the logits it was chosen from) for each generated token, the EOS token included, up to max_new_tokens."""
+        """(token, the logits it was chosen from) for each generated token, the EOS token included, up to max_new_tokens.
+
+        The logits are read before generate_next_token(): it chooses the token and already runs the model on it, so
+        get_logits() after it holds the next token's logits (measured on SmolLM2: their argmax was not the token chosen)."""
         for _ in range(max_new_tokens):
             if generator.is_done():
                 return
+            logits = np.array(generator.get_logits(), np.float32, copy=True)
             generator.generate_next_token()
-            logits = generator.get_logits()
             token = int(generator.get_next_tokens()[0])
             yield token, logits
             if token in self.eos_ids:

@@ -155,7 +155,9 @@ class ServingPolicy(_Strict):
     max_text_chars: int = Field(20_000, ge=1, le=10**6, description="Most characters (code points) in one text of a classify request; beyond it 422.")
     max_texts: int = Field(64, ge=1, le=4096, description="Most texts in one classify request; beyond it 422.")
     # A causal LM's server (the OpenAI API): every bound is checked before a token is generated.
-    probe_prompts: int = Field(2, ge=1, le=64, description="Causal LM: probe prompts every load regenerates greedily, tokens and first logits against those recorded at gating.")
+    probe_prompts: int = Field(1, ge=1, le=64, description="Causal LM: probe prompts every load regenerates greedily, tokens and first logits against those recorded at gating.")
+    probe_tokens: int = Field(4, ge=1, le=16, description="Causal LM: greedy tokens each probe prompt regenerates on load, against the first ones recorded at gating "
+                                                          "(16 are recorded); each costs a decode step, after the prompt's prefill.")
     max_prompt_tokens: int = Field(4096, ge=1, description="Causal LM: most prompt tokens of one request (and never beyond the model's context); beyond it 400.")
     max_completion_tokens: int = Field(1024, ge=1, description="Causal LM: the largest max_tokens a request may ask for; beyond it 400.")
     default_max_tokens: int = Field(256, ge=1, description="Causal LM: max_tokens of a request that names none (cut to the context left after the prompt).")

@@ -15,7 +15,7 @@ from modelcd_assets.lib.causal_lm.benchmark import Side, paired_generation
 from modelcd_assets.lib.causal_lm.build import BaseBuild, BaseBuildOptions, build_base
 from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids, chat_split, read_chats
 from modelcd_assets.lib.causal_lm.contract import lm_contract
-from modelcd_assets.lib.causal_lm.decoder import Decoder
+from modelcd_assets.lib.causal_lm.decoder import PROBE_LOGITS_OF, Decoder
 from modelcd_assets.lib.causal_lm.scoring import FidelityTally, repeated_ngram_share, target_nll
 from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.hashing import file_sha256, folder_hash
@@ -237,7 +237,7 @@ class CausalLmTask:
                     "why": f"MatMulNBits 8-bit weights (accuracy_level {build_options(policy).accuracy_level}) with the adapter in float LoRA slots",
                     "base_build": str(build.dir), "base_sha256": folder_hash(build.int8), "fidelity": fidelity,
                     "probe": {"system": system, "prompts": probe, "tokens": [r.tokens for r in probe_runs], "max_new_tokens": PROBE_TOKENS,
-                              "logits": probe_logits.name, "logits_sha256": file_sha256(probe_logits)}}
+                              "logits": probe_logits.name, "logits_sha256": file_sha256(probe_logits), "logits_of": PROBE_LOGITS_OF}}
         write_json(record.files.quantization, decision)
         return StepResult(
             metadata={"chosen_variant": decision["chosen"], "artifact_sha256": decision["artifact_sha256"], "base_sha256": decision["base_sha256"],

@@ -27,6 +27,25 @@ def test_the_pretrained_tiny_base_answers_and_stops(tiny_lm):
     assert len(cut.tokens) == 3 and not cut.stopped_at_eos
 
 
+def test_a_generated_token_comes_with_the_logits_it_was_chosen_from(tiny_lm):
+    """Greedy search picks the argmax of the logits it reports for a token, and the first token's are the prompt's
+    prefill's last row. Read after generate_next_token(), they were the next token's (the argmax was another token)."""
+    from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
+
+    path = write_adapter_file(adapter_parameters(tiny_lm.adapter, tiny_lm.build.slots())[0], tiny_lm.root / "steps-test.onnx_adapter")
+    decoder = Decoder(tiny_lm.build.int8)
+    decoder.load_adapter(path, "a")
+    for chat in chats(4, 14):
+        ids = decoder.encode_chat(chat.messages())
+        generator = decoder._generator(len(ids) + 12, "a")
+        generator.append_tokens(np.asarray(ids, np.int32))
+        steps = list(decoder._steps(generator, 12))
+        assert len(steps) > 1 and all(int(np.argmax(logits)) == token for token, logits in steps)
+        run = decoder.generate(ids, 12, "a")
+        assert np.abs(run.first_logits - decoder.logits(ids, "a")[-1]).max() <= 1e-4
+        assert int(np.argmax(run.first_logits)) == (run.tokens[0] if run.tokens else decoder.eos_ids[0])
+
+
 def test_replies_scored_after_a_shared_prefix_have_the_logits_of_one_prefill_each(tiny_lm):
     from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
 
