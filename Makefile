@@ -6,7 +6,7 @@ export MODELCD_HOME ?= $(CURDIR)/.modelcd
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving docs clean
+.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving llama-cpp docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -86,10 +86,28 @@ bench-llm: install
 	$(BIN)/python bench/bench_llm.py
 	$(BIN)/python bench/render_docs.py
 
-# A causal LM's server against a hand-written one, many adapters on one base, and the roofline (bench/bench_llm_serving.py).
-bench-llm-serving: install
+# A causal LM's server against a hand-written one and llama.cpp's, swaps under load, many adapters on one base,
+# batching, and the roofline (bench/bench_llm_serving.py).
+bench-llm-serving: install llama-cpp
 	$(BIN)/python bench/bench_llm_serving.py
 	$(BIN)/python bench/render_docs.py
+
+# llama.cpp's own OpenAI-compatible server for bench-llm-serving: llama-cpp-python built from its sdist with the
+# system's cmake and gcc (about 5 minutes), in a venv of its own; the same sdist's convert_lora_to_gguf.py (run by
+# .venv's python, which has torch and transformers) turns the gated adapter into a GGUF LoRA. Never part of make test.
+LLAMA_VENV := .venv-llamacpp
+LLAMA_SDIST := $(LLAMA_VENV)/sdist/llama_cpp_python-0.3.36.tar.gz
+llama-cpp: $(LLAMA_VENV)/.installed
+
+$(LLAMA_VENV)/.installed:
+	$(PYTHON) -m venv $(LLAMA_VENV)
+	$(LLAMA_VENV)/bin/pip install -q --upgrade pip
+	$(LLAMA_VENV)/bin/pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d $(LLAMA_VENV)/sdist
+	$(LLAMA_VENV)/bin/pip install -q '$(LLAMA_SDIST)[server]'
+	tar xzf $(LLAMA_SDIST) -C $(LLAMA_VENV)/sdist llama_cpp_python-0.3.36/vendor/llama.cpp/convert_hf_to_gguf.py \
+		llama_cpp_python-0.3.36/vendor/llama.cpp/convert_lora_to_gguf.py llama_cpp_python-0.3.36/vendor/llama.cpp/conversion \
+		llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py
+	touch $@
 
 # The tables in docs/ from the JSON the benches wrote under bench/results/.
 docs: install

@@ -49,15 +49,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(cmd: list[str], port: int, log: Path, env: dict | None = None) -> tuple[subprocess.Popen, float]:
-    """A server process; returns it and the seconds from spawn to ready."""
+def start(cmd: list[str], port: int, log: Path, env: dict | None = None, ready_path: str = "/readyz") -> tuple[subprocess.Popen, float]:
+    """A server process; returns it and the seconds from spawn to ready (ready_path answers 200)."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
     while True:
         if proc.poll() is not None:
             raise SystemExit(f"{cmd[2] if len(cmd) > 2 else cmd[0]} exited with {proc.returncode}; see {log}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}{ready_path}", timeout=2).status_code == 200:
                 return proc, time.perf_counter() - started
         except httpx.HTTPError:
             pass

@@ -221,23 +221,54 @@ def llm(d: dict) -> str:
 def llm_serving(d: dict) -> str:
     s, m, r, t = d["servers"], d["many_adapters"], d["roofline"], d["targets"]
     names = list(s["rows"])
-    rows = "\n".join(f"| {name} | {c} | {x['aggregate_tokens_per_s']:.1f} | {x['decode_tokens_per_s']:.1f} | {x['ttft_ms_p50']:.0f} / {x['ttft_ms_p99']:.0f} |"
+    modelcd, baseline, llama = names
+    rows = "\n".join(f"| {name} | {c} | {x['aggregate_tokens_per_s']:.1f} | {x['decode_tokens_per_s']:.1f} | {x['ttft_ms_p50']:.0f} / {x['ttft_ms_p99']:.0f} | "
+                     f"{d['agreement'][name]['top5_agreement']:.1%} |"
                      for name in names for c, x in s["rows"][name].items())
-    q = s["ratios"]
+    q, w, b, f4 = s["ratios"], d["swaps"], d["batching"], d["four_bit"]
     many = "\n".join(f"| {k} | {x['aggregate_tokens_per_s']:.1f} | {x['rss_mb']:.0f} |" for k, x in m["by_count"].items())
+    steps = "; ".join(f"{k} {v:.0f} ms" for k, v in w["load_step_ms_idle_median"].items())
+    drift = b["max_abs_logit_diff_batch4_vs_batch1"]
     return (f"Measured on {_machine(d['machine'])}; {d['model']}. {s['prompts']} chat prompts, {s['new_tokens']} greedy tokens, streamed over HTTP, "
-            f"median of {s['rounds']} interleaved rounds.\n\n"
-            "| server | concurrency | aggregate tokens/s | decode tokens/s per request | TTFT p50 / p99 ms |\n|---|---|---|---|---|\n" + rows +
+            f"median of {s['rounds']} rounds in rotating order. llama.cpp serves {d['llama_cpp']['gguf']} with the adapter: {d['llama_cpp']['lora']}. "
+            "Top-5 agreement: the share of a server's answer tokens (at concurrency 1, tokenized again) in the top 5 of modelcd's FP32 reference "
+            "(the FP32 base build with the gated adapter file), teacher-forced over the same prompt.\n\n"
+            "| server | concurrency | aggregate tokens/s | decode tokens/s per request | TTFT p50 / p99 ms | top-5 agreement |\n|---|---|---|---|---|---|\n" + rows +
             f"\n\nmodelcd over the hand-written server: decode at concurrency 1 **{q['decode_ratio_c1']:.2f}×** (target ≥ {t['decode_ratio_c1']:g}×), "
             f"aggregate at concurrency 8 **{q['aggregate_ratio_c8']:.2f}×** (target ≥ {t['aggregate_ratio_c8']:g}×), TTFT p99 at concurrency 1 "
             f"**{q['ttft_p99_ratio']:.2f}×** (target ≤ {t['ttft_p99_ratio']:g}×).\n\n"
+            f"modelcd over llama.cpp's server: tokens/s at concurrency 1 **{q['over_llama_cpp_c1']:.2f}×** and at concurrency 4 "
+            f"**{q['over_llama_cpp_c4']:.2f}×** (target ≥ {t['over_llama_cpp']:g}× at equal or better agreement); decode alone at concurrency 1 "
+            f"{q['decode_over_llama_cpp_c1']:.2f}×, TTFT p50 {q['ttft_p50_over_llama_cpp_c1']:.2f}×.\n\n"
+            f"Swaps under load ({w['clients']} clients streaming; steady phases of {w['phase_seconds']:g} s, swapping phases until their swaps were done): "
+            f"**{w['swaps']} swaps** through the admin API in {w['swapping_seconds']:.0f} s (target ≥ {t['swaps']}), {len(w['failed_swaps'])} refused or failed; "
+            f"**{w['failed_requests']} failed** of {w['requests']} requests; TTFT p99 swapping (a second after each swap ended) "
+            f"{w['swapping_ttft_p99_ms']:.0f} ms over steady {w['steady_ttft_p99_ms']:.0f} ms: **{w['swap_ttft_p99_ratio']:.2f}** "
+            f"(target ≤ {t['swap_ttft_p99_ratio']:g}). A whole verified load takes **{w['load_ms_idle_median']:.0f} ms** at idle (median of the idle loads, "
+            f"at most {w['load_ms_idle_max']:.0f}; target ≤ {t['load_ms']:g} ms) and {w['load_ms_under_load_median']:.0f} ms under load (the loader "
+            f"runs below requests' priority). Its steps at idle: {steps}.\n\n"
             "| adapters loaded on one base | aggregate tokens/s (16 requests, 4 at a time) | resident MB |\n|---|---|---|\n" + many +
             f"\n\n32 adapters over 1: **{m['adapters_32_over_1']:.2f}** (target ≥ {t['adapters_32_over_1']:g}); resident memory per further adapter "
-            f"**{m['mb_per_further_adapter']:.2f} MB** (target ≤ {t['mb_per_adapter']:g}); loading one adapter file: median {m['load_ms_median']:.1f} ms, "
-            f"at most {m['load_ms_max']:.1f} ms (the runtime's load; the server's verification adds its probe, timed in each load report).\n\n"
+            f"**{m['mb_per_further_adapter']:.2f} MB** (target ≤ {t['mb_per_adapter']:g}); loading one adapter file into the runtime: median "
+            f"{m['load_ms_median']:.1f} ms, at most {m['load_ms_max']:.1f} ms.\n\n"
+            f"Batching, in process: the {b['prompts']} prompts as one static batch of ONNX Runtime GenAI decode "
+            f"{b['aggregate_tokens_per_s']['batch_8']:.1f} tokens/s against {b['aggregate_tokens_per_s']['one_at_a_time']:.1f} one at a time "
+            f"(**{b['batch_8_over_one_at_a_time']:.2f}×**). A batched decode step does not compute what the batch-1 step the gates judged computes: "
+            f"over the first {b['decode_steps_compared']} decode steps, a batch of 4 copies of one prompt against that prompt alone differs by max "
+            f"|Δlogit| **{drift['int8_with_adapter']:.3g}** on the INT8 base with the adapter, {drift['int8_base']:.3g} on the INT8 base without it and "
+            f"{drift['fp32_with_adapter']:.3g} on the FP32 build with it; {b['greedy_answers_equal_batched_vs_alone']} of {b['prompts']} batched greedy "
+            "answers equal their batch-1 ones.\n\n"
+            f"4-bit weights, in process: the FP32 build quantized to 4 bits as the base build quantizes to 8 (symmetric round-to-nearest, block 32) "
+            f"reads {f4['weight_bytes']['int4'] / 1e6:.0f} MB a token against {f4['weight_bytes']['int8'] / 1e6:.0f} and decodes "
+            f"{f4['decode_tokens_per_s']['int4']:.1f} tokens/s against {f4['decode_tokens_per_s']['int8']:.1f} (**{f4['int4_over_int8']:.2f}×**), but on "
+            f"{f4['fidelity']['int4']['positions']} evaluation positions its mean KL to FP32 is **{f4['fidelity']['int4']['mean_kl']:.3f}** "
+            f"(INT8 {f4['fidelity']['int8']['mean_kl']:.4f}; the fidelity gate's limit {f4['limits']['max_mean_kl']:g}), its top-1 is in FP32's top 5 at "
+            f"{f4['fidelity']['int4']['top1_in_top5']:.1%} of them (INT8 {f4['fidelity']['int8']['top1_in_top5']:.1%}; limit {f4['limits']['min_top1_in_top5']:.1%}) "
+            f"and its perplexity is {f4['fidelity']['int4']['perplexity_change']:+.1%} over FP32's (INT8 {f4['fidelity']['int8']['perplexity_change']:+.1%}).\n\n"
             f"Roofline: {r['weight_bytes'] / 1e6:.0f} MB of weights read per decoded token at {r['decode_tokens_per_s']:.1f} tokens/s is "
             f"**{r['weight_gb_per_s']:.2f} GB/s**, {r['share_of_triad']:.0%} of the {r['triad_gb_per_s']:.1f} GB/s a STREAM-like triad reaches on the same cores. "
-            f"llama.cpp: {d['llama_cpp']}.")
+            f"llama.cpp reads {r['llama_cpp_weight_bytes'] / 1e6:.0f} MB a token (its GGUF's Q4_1 matrices and Q8_0 embedding, the tied output head) at "
+            f"{r['llama_cpp_decode_tokens_per_s']:.1f} tokens/s: {r['llama_cpp_weight_gb_per_s']:.2f} GB/s, {r['llama_cpp_share_of_triad']:.0%} of the triad.")
 
 
 def mutation(d: dict) -> str:
