@@ -136,11 +136,12 @@ class Decoder:
         """(token, the logits it was chosen from) for each generated token, the EOS token included, up to max_new_tokens.
 
         The logits are read before generate_next_token(): it chooses the token and already runs the model on it, so
-        get_logits() after it holds the next token's logits (measured on SmolLM2: their argmax was not the token chosen)."""
+        get_logits() after it holds the next token's logits (measured on SmolLM2: their argmax was not the token chosen).
+        get_logits() returns an array of its own (the next step leaves it unchanged), so it is not copied again."""
         for _ in range(max_new_tokens):
             if generator.is_done():
                 return
-            logits = np.array(generator.get_logits(), np.float32, copy=True)
+            logits = generator.get_logits()
             generator.generate_next_token()
             token = int(generator.get_next_tokens()[0])
             yield token, logits
