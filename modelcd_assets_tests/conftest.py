@@ -23,9 +23,12 @@ from modelcd_assets.lib.model.base_model import build_tiny_base  # noqa: E402
 from modelcd_assets.lib.model.training import Training, train_adapter, train_classifier  # noqa: E402
 from modelcd_assets.lib.operations.instance_config import PG_URL_VAR, normalize_pg_url  # noqa: E402
 from modelcd_assets.lib.operations.settings import local_defaults  # noqa: E402
+from modelcd_assets.lib.release.alias_lock import FileAliasLock  # noqa: E402
 from modelcd_assets.lib.release.registry import Registry  # noqa: E402
 from modelcd_assets.lib.release.signing import SIGNING_KEY_ENV, VERIFY_KEY_ENV, Keys, init_keys  # noqa: E402
 
+# The production alias's lock for tests that move an alias by hand, as every writer must (lib/release/alias_lock.py).
+TEST_LOCK = FileAliasLock(Path(tempfile.mkdtemp(prefix="mcd-alias-locks-")))
 # The tiny model's policy where a module gates several candidates. The INT8 variant is pinned: with `auto`, two
 # FP32-equivalent models may get different variants (the fastest differs), and on a 2-layer model that alone moves
 # accuracy by ~0.4 points. An inconclusive throughput verdict passes: on a loaded 2-core machine a clean candidate's CI

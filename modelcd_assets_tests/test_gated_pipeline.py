@@ -15,7 +15,7 @@ from modelcd_assets.lib.inference.quantize import artifact_id
 from modelcd_assets.lib.layout import StateLayout
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import PRODUCTION
-from modelcd_assets_tests.conftest import TINY_GATED_POLICY, module_state_fixtures
+from modelcd_assets_tests.conftest import TEST_LOCK, TINY_GATED_POLICY, module_state_fixtures
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny-intent"
@@ -156,12 +156,12 @@ def test_production_moved_while_gated_is_superseded(env, instance, base, tiny_ad
     judged_against = production(env)
     rival = env.registry.register(tiny_adapters["good"], MODEL)
     assert run_gate(rival, instance=instance).outcome == PROMOTED  # a real, gated rival...
-    env.registry.move_production(judged_against, {"test": "back, so the rival can land mid-run"}, expected=rival)
+    env.registry.move_production(judged_against, {"test": "back, so the rival can land mid-run"}, expected=rival, lock=TEST_LOCK)
     ref = env.registry.register(tiny_adapters["good"], MODEL)
 
     def another_promotion_lands(name):
         if name == "before_promotion":
-            env.registry.move_production(rival, {"test": "a concurrent promotion"}, expected=judged_against)
+            env.registry.move_production(rival, {"test": "a concurrent promotion"}, expected=judged_against, lock=TEST_LOCK)
 
     monkeypatch.setattr(step, "failpoint", another_promotion_lands)
     run = run_gate(ref, instance=instance)

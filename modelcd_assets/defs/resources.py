@@ -5,6 +5,7 @@ so plain `dagster` commands in the repo work too."""
 import dagster as dg
 
 from modelcd_assets.lib.operations.settings import location_defaults
+from modelcd_assets.resources.alias_lock import AliasLockResource
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.prometheus import PrometheusResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
@@ -26,5 +27,6 @@ def resources() -> dg.Definitions:
                                                signing_key=bound("MODELCD_SIGNING_KEY"), verify_key=bound("MODELCD_VERIFY_KEY")),
             "policy": PolicyResource(policy_dir=bound("MODELCD_POLICY_DIR")),
             "prometheus": PrometheusResource(url=bound("MODELCD_PROMETHEUS_URL")),
+            "alias_lock": AliasLockResource(),
         }
     )

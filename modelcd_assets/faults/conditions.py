@@ -84,7 +84,7 @@ def production_moves(sb: Sandbox, ref: CandidateRef) -> Iterator[None]:
 
     def another_promotion_lands(name: str) -> None:
         if name == "before_promotion":
-            sb.registry.move_production(rival, {"fault_sandbox": "a concurrent promotion"}, expected=sb.production)
+            sb.registry.move_production(rival, {"fault_sandbox": "a concurrent promotion"}, expected=sb.production, lock=sb.alias_lock)
 
     try:
         with mock.patch.object(step, "failpoint", another_promotion_lands):

@@ -28,10 +28,12 @@ from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.judging.policy import policy_for, policy_path
 from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.operations.settings import apply_local_defaults, local_defaults
+from modelcd_assets.lib.release.alias_lock import AliasLock
 from modelcd_assets.lib.release.registry import BASE, CONTENT, EXPERIMENT, KIND, PROMOTION, SEMVER, SEMVER_DECLARED, TASK, TOKENIZER_CHANGE, CandidateRef, Registry
 from modelcd_assets.lib.release.signing import SIGNATURE_FILE, Keys, init_keys, sign_folder
 from modelcd_assets.lib.splits import split_path
 from modelcd_assets.lib.tasks.names import DEFAULT_TASK
+from modelcd_assets.resources.alias_lock import alias_lock_for
 
 SANDBOX_REASON = {"fault_sandbox": "production restored after a fault class"}
 # Gate statuses that are no failure: a pass, nothing to judge, or never reached because an earlier gate blocked.
@@ -105,6 +107,11 @@ class Sandbox:
     def policy_path(self) -> Path:
         return policy_path(Path(self.env["MODELCD_POLICY_DIR"]), self.name)
 
+    @property
+    def alias_lock(self) -> AliasLock:
+        """The lock the sandbox's own moves of its alias hold, as its gated runs' do."""
+        return alias_lock_for(self.instance, self.home)
+
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
         with environment(self.env):
@@ -175,7 +182,7 @@ class Sandbox:
         """Point the sandbox's alias back at its production, whatever a fault class made of it."""
         now = self.registry.production(self.name)
         if now != self.production:
-            self.registry.move_production(self.production, SANDBOX_REASON, expected=now)
+            self.registry.move_production(self.production, SANDBOX_REASON, expected=now, lock=self.alias_lock)
 
     def judge(self, ref: CandidateRef, run: launch.GateRun, expected_gate: str | None = None) -> Outcome:
         """What happened to ref, from the run and from the registry itself: the alias and the promotion record."""

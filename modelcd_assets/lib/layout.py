@@ -9,6 +9,7 @@ thing lives; none of them joins a file name by hand.
     <state>/calibration/               calibration sets under their sha256
     <state>/attestations/NAME/         signed verdicts, VERSION.intoto.json
     <state>/traffic/NAME/              the sampled traffic and the live drift verdict (lib/operations/traffic_log.py)
+    <state>/locks/                     the production aliases' flock files (lib/release/alias_lock.py)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ CACHE_DIR = "cache"
 CALIBRATION_DIR = "calibration"
 ATTESTATIONS_DIR = "attestations"
 TRAFFIC_DIR = "traffic"
+LOCKS_DIR = "locks"
 
 ARTIFACT_DIR = "artifact"
 RECORD_FILE = "candidate.json"
@@ -115,3 +117,7 @@ class StateLayout:
 
     def traffic(self, model: str) -> Path:
         return Path(self.root) / TRAFFIC_DIR / model
+
+    def locks(self) -> Path:
+        """Lock files every writer on this machine and state folder shares (the production aliases')."""
+        return Path(self.root) / LOCKS_DIR

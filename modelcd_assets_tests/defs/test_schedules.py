@@ -10,6 +10,7 @@ from modelcd_assets.lib.errors import RegistryUnavailable
 from modelcd_assets.lib.operations.traffic_log import TrafficLog
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
+from modelcd_assets_tests.conftest import TEST_LOCK
 
 
 def resources(env) -> dict:
@@ -47,7 +48,7 @@ def test_nothing_in_production_skips_both(registered):
 
 def test_production_without_sampled_traffic_is_rechecked_but_not_judged_for_drift(registered):
     reg = registered.registry
-    reg.move_production(reg.versions("intent-a")[0], {"test": True}, expected=None)
+    reg.move_production(reg.versions("intent-a")[0], {"test": True}, expected=None, lock=TEST_LOCK)
     hourly = tick(live_traffic_hourly, registered)
     assert isinstance(hourly, dg.SkipReason) and "no sampled traffic for intent-a" in hourly.skip_message
     nightly = tick(production_recheck_nightly, registered)
@@ -59,7 +60,7 @@ def test_production_without_sampled_traffic_is_rechecked_but_not_judged_for_drif
 
 def test_sampled_traffic_of_a_production_model_asks_for_a_live_drift_run(registered):
     reg = registered.registry
-    reg.move_production(reg.versions("intent-a")[0], {"test": True}, expected=None)
+    reg.move_production(reg.versions("intent-a")[0], {"test": True}, expected=None, lock=TEST_LOCK)
     TrafficLog(Path(registered.env["MODELCD_HOME"]), "intent-b", ratio=1.0, max_records=10).append("1", ["not in production: not judged"])
     assert isinstance(tick(live_traffic_hourly, registered), dg.SkipReason)
     TrafficLog(Path(registered.env["MODELCD_HOME"]), "intent-a", ratio=1.0, max_records=10).append("1", ["where is my parcel"])

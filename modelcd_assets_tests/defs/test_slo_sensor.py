@@ -21,6 +21,7 @@ from modelcd_assets.lib.operations.prometheus_server import PrometheusServer
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.serving.metrics import ServerMetrics
 from modelcd_assets_tests.serving.conftest import free_port
+from modelcd_assets_tests.conftest import TEST_LOCK
 
 SLO = "slo:\n  p99_latency_ms: 100\n  window: 10s\n  min_samples: 20\n  consecutive_failures: 2\n"
 LATENCY = {"intent-a": 0.4, "intent-b": 0.01}
@@ -33,8 +34,8 @@ def exporter(modelcd_env, tiny_base, tmp_path):
     for name in ("intent-a", "intent-b", "intent-c"):
         reg.register(tiny_base, name)
         modelcd_env.policy(name, SLO)
-    reg.move_production(reg.versions("intent-a")[0], {"test": True}, expected=None)
-    reg.move_production(reg.versions("intent-b")[0], {"test": True}, expected=None)
+    reg.move_production(reg.versions("intent-a")[0], {"test": True}, expected=None, lock=TEST_LOCK)
+    reg.move_production(reg.versions("intent-b")[0], {"test": True}, expected=None, lock=TEST_LOCK)
     metrics = ServerMetrics()
     port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=metrics.registry)

@@ -16,7 +16,7 @@ from modelcd_assets.faults.outcomes import PROMOTED
 from modelcd_assets.faults.runner import run_selftest
 from modelcd_assets.lib.operations.settings import local_defaults
 from modelcd_assets.lib.release.registry import Registry
-from modelcd_assets_tests.conftest import make_env
+from modelcd_assets_tests.conftest import TEST_LOCK, make_env
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny-intent"
@@ -34,7 +34,7 @@ def tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
     env.policy(MODEL, POLICY)
     env.registry.register(tiny_trained, "tiny-base", role="base")
     prod = env.registry.register(tiny_adapters["good"], MODEL)
-    env.registry.move_production(prod, {"test": "production before the sandbox"}, expected=None)
+    env.registry.move_production(prod, {"test": "production before the sandbox"}, expected=None, lock=TEST_LOCK)
     return env, prod
 
 
@@ -148,7 +148,7 @@ def test_causal_lm_classes_end_as_expected_and_the_clean_controls_pass(tmp_path,
     env.policy("tiny-reply", TINY_LM_POLICY)
     env.registry.register(tiny_lm.base, "tiny-lm-base", role="base")
     prod = env.registry.register(tiny_lm.adapter, "tiny-reply")
-    env.registry.move_production(prod, {"test": "production before the sandbox"}, expected=None)
+    env.registry.move_production(prod, {"test": "production before the sandbox"}, expected=None, lock=TEST_LOCK)
 
     with pytest.raises(Exception, match="its faults are the causal-lm classes"):
         run_selftest("tiny-reply", env.env, task="classification", identical_controls=0, retrained_controls=0, root=tmp_path / "wrong")

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted(p for folder in ("modelcd_assets", "bench", "scripts", "modelcd_assets_tests") for p in (ROOT / folder).rglob("*.py")
                  if p != Path(__file__).resolve())
 FOLDERS = (layout.CANDIDATES_DIR, layout.VARIANTS_DIR, layout.CACHE_DIR, layout.CALIBRATION_DIR, layout.ATTESTATIONS_DIR, layout.TRAFFIC_DIR,
-           layout.ARTIFACT_DIR)
+           layout.ARTIFACT_DIR, layout.LOCKS_DIR)
 
 
 def places(pattern: str, sources: list[Path] = SOURCES, root: Path = ROOT) -> list[str]:

@@ -19,6 +19,7 @@ from modelcd_assets.lib.release.registry import CONTENT
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.server import app_from_env
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, gate_blocked, gated_state, samples
+from modelcd_assets_tests.conftest import TEST_LOCK
 
 TEXTS = ["I was charged twice on my invoice", "the app crashes when I log in", "where is my parcel", "reset my password please"]
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -200,11 +201,11 @@ def test_unloading_the_default_version_is_refused(served, client):
 
 def test_the_server_follows_the_production_alias(served, client):
     reg = served.env.registry
-    reg.move_production(served.v1, {"test": "alias moved by hand"}, expected=reg.production(MODEL))
+    reg.move_production(served.v1, {"test": "alias moved by hand"}, expected=reg.production(MODEL), lock=TEST_LOCK)
     try:
         assert wait_serving(client, served.v1.version, timeout=10)["adapter_sha256"] == content(served, served.v1)
     finally:
-        reg.move_production(served.v2, {"test": "alias moved back"}, expected=reg.production(MODEL))
+        reg.move_production(served.v2, {"test": "alias moved back"}, expected=reg.production(MODEL), lock=TEST_LOCK)
     wait_serving(client, served.v2.version, timeout=10)
 
 

@@ -21,6 +21,7 @@ from modelcd_assets.lib.operations.prometheus_server import PrometheusServer
 from modelcd_assets.lib.release.registry import PROMOTION, ROLLED_BACK
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets_tests.serving.conftest import MODEL, ServerProcess, free_port, gated_state
+from modelcd_assets_tests.conftest import TEST_LOCK
 
 pytestmark = pytest.mark.slow
 TEXTS = ["I was charged twice on my invoice", "the app crashes when I log in", "where is my parcel"]
@@ -144,7 +145,7 @@ def test_a_production_version_the_server_refused_is_named_not_judged(served, sta
     server, prometheus = stack
     server.admin("POST", "/v1/admin/faults", json={"version": served.v1.version})
     reg = served.env.registry
-    reg.move_production(served.ungated, {"test": "alias moved by hand to a version that was never gated"}, expected=reg.production(MODEL))
+    reg.move_production(served.ungated, {"test": "alias moved by hand to a version that was never gated"}, expected=reg.production(MODEL), lock=TEST_LOCK)
     try:
         time.sleep(3)  # a few polls: the server refuses the version and keeps serving v1
         assert httpx.get(f"{server.url}/readyz").json()["version"] == served.v1.version
@@ -153,7 +154,7 @@ def test_a_production_version_the_server_refused_is_named_not_judged(served, sta
         assert verdict.outcome == "inconclusive"
         assert f"the servers serve version {served.v1.version}, not production {served.ungated.version}" in " ".join(verdict.reasons)
     finally:
-        reg.move_production(served.v1, {"test": "alias moved back"}, expected=reg.production(MODEL))
+        reg.move_production(served.v1, {"test": "alias moved back"}, expected=reg.production(MODEL), lock=TEST_LOCK)
 
 
 def test_prometheus_down_is_a_skip_that_keeps_the_cursor(served):

@@ -14,13 +14,14 @@ from modelcd_assets.lib.operations.failpoints import failpoint
 from modelcd_assets.lib.operations.instance_config import PROMOTION_POOL
 from modelcd_assets.lib.release import attestation, servable
 from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.resources.alias_lock import AliasLockResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
 
 @dg.asset(partitions_def=candidates, deps=[evaluation, drift_report, benchmark_results], group_name="release", kinds={"mlflow"}, pool=PROMOTION_POOL)
 def production_model(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource,
-                     gate_graph: dg.ResourceParam[GateGraph]) -> dg.MaterializeResult:
+                     alias_lock: AliasLockResource, gate_graph: dg.ResourceParam[GateGraph]) -> dg.MaterializeResult:
     """Refuses unless every gate passed on this candidate's current lineage, and production is still what the gates compared against."""
     ref = CandidateRef.parse(context.partition_key)
     decision = read_gates(context.instance, context.partition_key, gate_graph)
@@ -42,7 +43,7 @@ def production_model(context: dg.AssetExecutionContext, state: LocalStateResourc
     servable.check(reg, state.root, ref, allow_rolled_back=True)
     reason = {"run_id": context.run_id, "gates": {r.gate: r.shown for r in decision.records}, "judged_against": record.production_version,
               "policy_source": record.policy_source, "attestation": attestation.local_path(state.root, ref.name, ref.version).name}
-    previous = reg.move_production(ref, reason, expected=record.baseline_ref)
+    previous = reg.move_production(ref, reason, expected=record.baseline_ref, lock=alias_lock.lock(context.instance, state.root))
     moved = "was already" if previous == ref else f"moved from {previous.version if previous else 'nothing'} to"
     context.log.info(f"production alias of {ref.name} {moved} {ref.version}")
     return dg.MaterializeResult(

@@ -9,6 +9,7 @@ from modelcd_assets.lib.operations.instance_config import PROMOTION_POOL
 from modelcd_assets.lib.release import servable
 from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.lib.release.rollback import roll_back, rollback_target
+from modelcd_assets.resources.alias_lock import AliasLockResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
@@ -28,7 +29,7 @@ def rollback_run_config(model: str, from_version: str, trigger: str, reason: dic
 
 @dg.asset(group_name="operations", kinds={"mlflow", "prometheus"}, pool=PROMOTION_POOL)
 def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfig, registry: MlflowRegistryResource,
-                        state: LocalStateResource) -> dg.MaterializeResult:
+                        state: LocalStateResource, alias_lock: AliasLockResource) -> dg.MaterializeResult:
     """One materialization per rollback: from which version, to which, and why."""
     reg = registry.registry()
     bad = CandidateRef(config.model, config.from_version)
@@ -40,7 +41,7 @@ def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfi
     # A target must hold a valid attestation over its bytes, as the server will check before it follows the alias there.
     target, passed_over = rollback_target(reg, bad, lambda ref: [why] if (why := servable.reason(reg, state.root, ref)) else [])
     reason = {"trigger": config.trigger, "run_id": context.run_id, "why": json.loads(config.reason)}
-    roll_back(reg, bad, target, reason)
+    roll_back(reg, bad, target, reason, alias_lock.lock(context.instance, state.root))
     context.log.info(f"production of {config.model} rolled back from {bad.version} to {target.version}")
     return dg.MaterializeResult(
         metadata={

@@ -20,6 +20,7 @@ from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.judging.safety import SafetyLimits, scan_artifact
 from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.operations.failpoints import failpoint
+from modelcd_assets.lib.release.alias_lock import AliasLock, AliasMoveLost
 from modelcd_assets.lib.release.signing import SIGNATURE_FILE, Keys, sign_folder, verify_folder
 from modelcd_assets.lib.tasks.names import DEFAULT_TASK, require_task, task_of_adapter, task_of_folder
 
@@ -363,31 +364,55 @@ class Registry:
         version = aliases.get(PRODUCTION)
         return CandidateRef(name, str(version)) if version is not None else None
 
-    def move_production(self, ref: CandidateRef, reason: dict, expected: CandidateRef | None) -> CandidateRef | None:
+    def move_production(self, ref: CandidateRef, reason: dict, expected: CandidateRef | None, lock: AliasLock) -> CandidateRef | None:
         """Point the production alias at ref only if it still points at expected (compare-and-set), recording why on ref.
 
-        Callers serialize moves of one model (the Dagster pool `modelcd_promotion`), so nothing moves the alias between
-        the compare and the set. Returns the previous version.
+        The compare and the set happen under lock (lib/release/alias_lock.py), which every writer of the alias holds; the
+        Dagster pool `modelcd_promotion` alone does not keep two moves apart. After the set the alias is read back: a move
+        that did not take, or whose recorded previous production no longer precedes it, raises AliasMoveLost, and a version
+        the alias did not reach keeps no promotion record. Returns the previous version.
         """
-        current = self.production(ref.name)
-        if current != expected:
-            raise Superseded(f"production of {ref.name} moved from {expected.version if expected else 'nothing'} to "
-                             f"{current.version if current else 'nothing'} while {ref.uri} was gated; re-gate it against "
-                             f"{current.version if current else 'nothing'} with 'modelcd gate {ref.name} {ref.version}'")
-        self.version(ref)
-        if current == ref:  # already production (re-gated, e.g. after a crash past the alias move): the record of that move stands
-            return current
-        record = {PROMOTION: json.dumps(reason, sort_keys=True), PREVIOUS_PRODUCTION: current.version if current else ""}
-        self.set_tags(ref, record)
-        failpoint("after_tags")
-        try:
-            self.client.set_registered_model_alias(ref.name, PRODUCTION, ref.version)
-        except Exception:
-            for k in record:
-                self.client.delete_model_version_tag(ref.name, ref.version, k)
-            raise
-        failpoint("after_alias")
+        with lock.held(ref.name):
+            current = self.production(ref.name)
+            if current != expected:
+                raise Superseded(f"production of {ref.name} moved from {expected.version if expected else 'nothing'} to "
+                                 f"{current.version if current else 'nothing'} while {ref.uri} was gated; re-gate it against "
+                                 f"{current.version if current else 'nothing'} with 'modelcd gate {ref.name} {ref.version}'")
+            self.version(ref)
+            if current == ref:  # already production (re-gated, e.g. after a crash past the alias move): the record of that move stands
+                return current
+            failpoint("between_compare_and_set")
+            record = {PROMOTION: json.dumps(reason, sort_keys=True), PREVIOUS_PRODUCTION: current.version if current else ""}
+            self.set_tags(ref, record)
+            failpoint("after_tags")
+            try:
+                self.client.set_registered_model_alias(ref.name, PRODUCTION, ref.version)
+            except Exception:
+                self._forget_move(ref, record)
+                raise
+            failpoint("after_alias")
+            self._read_back(ref, record, lock)
         return current
+
+    def _read_back(self, ref: CandidateRef, record: dict[str, str], lock: AliasLock) -> None:
+        """Raise AliasMoveLost unless the alias is ref and ref's recorded previous production is the one the move compared."""
+        now = self.production(ref.name)
+        previous = self.tags(ref).get(PREVIOUS_PRODUCTION)
+        if now == ref and previous == record[PREVIOUS_PRODUCTION]:
+            return
+        if now != ref:
+            self._forget_move(ref, record)
+        raise AliasMoveLost(
+            f"the production alias of {ref.name} was set to {ref.version} under {lock.shown}, but read back it points at "
+            f"{now.version if now else 'nothing'} and {ref.uri} records {previous or 'nothing'} as its previous production where the "
+            f"move compared {record[PREVIOUS_PRODUCTION] or 'nothing'}: another writer moved it without the lock. "
+            f"{'The promotion record on ' + ref.uri + ' was removed. ' if now != ref else ''}"
+            f"Check the chain with 'modelcd audit {ref.name}' before gating again")
+
+    def _forget_move(self, ref: CandidateRef, record: dict[str, str]) -> None:
+        """Remove the tags a move wrote on ref, which the alias did not reach."""
+        for k in record:
+            self.client.delete_model_version_tag(ref.name, ref.version, k)
 
     def versions(self, name: str) -> list[CandidateRef]:
         """All versions of a registered model, oldest first."""

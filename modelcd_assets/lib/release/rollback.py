@@ -7,6 +7,7 @@ from typing import Callable
 
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.operations.failpoints import failpoint
+from modelcd_assets.lib.release.alias_lock import AliasLock
 from modelcd_assets.lib.release.registry import PREVIOUS_PRODUCTION, ROLLED_BACK, CandidateRef, Registry
 
 
@@ -40,8 +41,8 @@ def rollback_target(registry: Registry, bad: CandidateRef, gate_problems_of: Cal
     raise ModelcdError(f"no earlier version of {bad.name} passed its gates ({detail}); production stays at {bad.version}: fix forward with a new candidate")
 
 
-def roll_back(registry: Registry, bad: CandidateRef, target: CandidateRef, reason: dict) -> None:
-    """Mark bad as rolled back from and point production at target, both with the reason."""
+def roll_back(registry: Registry, bad: CandidateRef, target: CandidateRef, reason: dict, lock: AliasLock) -> None:
+    """Mark bad as rolled back from and point production at target under the alias's lock, both with the reason."""
     registry.set_tags(bad, {ROLLED_BACK: json.dumps(reason, sort_keys=True)})
     failpoint("mid_rollback")
-    registry.move_production(target, {"rollback_from": bad.version, **reason}, expected=bad)
+    registry.move_production(target, {"rollback_from": bad.version, **reason}, expected=bad, lock=lock)

@@ -6,6 +6,7 @@ from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
 
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError, RegistryUnavailable, Superseded
 from modelcd_assets.lib.release.registry import CONTENT, KIND, PREVIOUS_PRODUCTION, PROMOTION, CandidateRef
+from modelcd_assets_tests.conftest import TEST_LOCK
 
 
 def test_register_fetch_and_alias(modelcd_env, tiny_base, tmp_path):
@@ -17,10 +18,10 @@ def test_register_fetch_and_alias(modelcd_env, tiny_base, tmp_path):
     got = reg.fetch(ref, tmp_path / "fetched")
     assert (got / "model.safetensors").read_bytes() == (tiny_base / "model.safetensors").read_bytes()
     assert reg.production("m") is None
-    assert reg.move_production(ref, {"why": "test"}, expected=None) is None
+    assert reg.move_production(ref, {"why": "test"}, expected=None, lock=TEST_LOCK) is None
     assert reg.production("m") == ref
     ref2 = reg.register(tiny_base, "m")
-    assert reg.move_production(ref2, {"why": "test"}, expected=ref) == ref
+    assert reg.move_production(ref2, {"why": "test"}, expected=ref, lock=TEST_LOCK) == ref
     assert reg.tags(ref2)["modelcd.previous_production"] == "1"
     assert reg.versions("m") == [ref, ref2]
     assert reg.candidate_models() == ["m"]
@@ -59,7 +60,7 @@ def test_role_clash_and_bad_references(modelcd_env, tiny_base):
 def test_a_registry_error_is_not_no_production(modelcd_env, tiny_base, monkeypatch, fault):
     reg = modelcd_env.registry
     ref = reg.register(tiny_base, "m")
-    reg.move_production(ref, {"why": "test"}, expected=None)
+    reg.move_production(ref, {"why": "test"}, expected=None, lock=TEST_LOCK)
 
     def broken(name):
         raise fault
@@ -79,10 +80,10 @@ def test_only_the_registry_saying_so_means_no_production(modelcd_env, tiny_base)
 def test_promotion_is_compare_and_set(modelcd_env, tiny_base):
     reg = modelcd_env.registry
     v1, v2, v3 = (reg.register(tiny_base, "m") for _ in range(3))
-    reg.move_production(v1, {"why": "test"}, expected=None)
-    reg.move_production(v2, {"why": "judged against 1"}, expected=v1)
+    reg.move_production(v1, {"why": "test"}, expected=None, lock=TEST_LOCK)
+    reg.move_production(v2, {"why": "judged against 1"}, expected=v1, lock=TEST_LOCK)
     with pytest.raises(Superseded, match="production of m moved from 1 to 2 while models:/m/3 was gated; re-gate it against 2"):
-        reg.move_production(v3, {"why": "judged against 1"}, expected=v1)
+        reg.move_production(v3, {"why": "judged against 1"}, expected=v1, lock=TEST_LOCK)
     assert reg.production("m") == v2
     assert PROMOTION not in reg.tags(v3) and PREVIOUS_PRODUCTION not in reg.tags(v3)
 
@@ -91,9 +92,9 @@ def test_promoting_what_is_already_production_keeps_the_chain(modelcd_env, tiny_
     """A re-gate after a crash past the alias move must not record the version as its own previous production."""
     reg = modelcd_env.registry
     v1, v2 = reg.register(tiny_base, "m"), reg.register(tiny_base, "m")
-    reg.move_production(v1, {"why": "test"}, expected=None)
-    reg.move_production(v2, {"why": "first"}, expected=v1)
-    assert reg.move_production(v2, {"why": "again"}, expected=v2) == v2
+    reg.move_production(v1, {"why": "test"}, expected=None, lock=TEST_LOCK)
+    reg.move_production(v2, {"why": "first"}, expected=v1, lock=TEST_LOCK)
+    assert reg.move_production(v2, {"why": "again"}, expected=v2, lock=TEST_LOCK) == v2
     assert reg.tags(v2)[PREVIOUS_PRODUCTION] == "1" and "first" in reg.tags(v2)[PROMOTION]
 
 
@@ -172,3 +173,42 @@ def test_a_registry_error_listing_models_is_not_no_models(modelcd_env, monkeypat
         reg.candidate_models()
     with pytest.raises(RegistryUnavailable):
         reg.require_candidate_model("m")
+
+
+def test_a_move_that_reads_back_as_another_is_lost_and_leaves_no_promotion_record(modelcd_env, tiny_base, monkeypatch):
+    """A writer that skips the lock moves the alias right after this move's set: the read-back fails the move loudly, and the
+    version the alias did not keep is not left tagged as promoted."""
+    from modelcd_assets.lib.release.alias_lock import AliasMoveLost
+
+    reg = modelcd_env.registry
+    v1, v2, rogue = (reg.register(tiny_base, "m") for _ in range(3))
+    reg.move_production(v1, {"why": "test"}, expected=None, lock=TEST_LOCK)
+    set_alias = reg.client.set_registered_model_alias
+
+    def and_then_another_writer(name, alias, version):
+        set_alias(name, alias, version)
+        set_alias(name, alias, rogue.version)
+
+    monkeypatch.setattr(reg.client, "set_registered_model_alias", and_then_another_writer)
+    with pytest.raises(AliasMoveLost, match=r"set to 2 under flock under .*, but read back it points at 3 .* another writer moved it without "
+                                            r"the lock. The promotion record on models:/m/2 was removed. Check the chain with 'modelcd audit m'"):
+        reg.move_production(v2, {"why": "judged against 1"}, expected=v1, lock=TEST_LOCK)
+    assert PROMOTION not in reg.tags(v2) and PREVIOUS_PRODUCTION not in reg.tags(v2)
+
+
+def test_a_move_whose_previous_production_was_rewritten_is_lost(modelcd_env, tiny_base, monkeypatch):
+    from modelcd_assets.lib.release.alias_lock import AliasMoveLost
+
+    reg = modelcd_env.registry
+    v1, v2 = (reg.register(tiny_base, "m") for _ in range(2))
+    reg.move_production(v1, {"why": "test"}, expected=None, lock=TEST_LOCK)
+    set_alias = reg.client.set_registered_model_alias
+
+    def and_then_the_record_is_rewritten(name, alias, version):
+        set_alias(name, alias, version)
+        reg.client.set_model_version_tag(name, version, PREVIOUS_PRODUCTION, "7")
+
+    monkeypatch.setattr(reg.client, "set_registered_model_alias", and_then_the_record_is_rewritten)
+    with pytest.raises(AliasMoveLost, match=r"points at 2 and models:/m/2 records 7 as its previous production where the move compared 1"):
+        reg.move_production(v2, {"why": "judged against 1"}, expected=v1, lock=TEST_LOCK)
+    assert reg.production("m") == v2  # the alias did reach it: its record stays, for the audit to show
