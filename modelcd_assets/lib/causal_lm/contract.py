@@ -1,8 +1,10 @@
 """The I/O contract of a causal-LM version: what its clients depend on besides the weights.
 
 The vocabulary and special tokens, the BOS, EOS and pad ids, the chat template, the context length and the rule for
-prompts beyond it, the generation config, and the adapter slots every version of the base fills. Read from the base
-build (what serves) and from any tokenizer or generation files the adapter ships. Changing any of them changes what a
+prompts beyond it, the generation config, and the adapter slots every version of the base fills. Read from what serves:
+the base build, and the base's generation config. An adapter's own copy of one of these files is refused at register unless
+it says what the base's says (lib/tasks/adapter_files.py), so it is never read here: a copy that only differs in bytes (the
+builder rewrites tokenizer_config.json) would otherwise show as a tokenizer change. Changing any of them changes what a
 client's prompt means or when generation stops: a MAJOR change, except a longer context or another generation default
 (MINOR)."""
 
@@ -24,15 +26,6 @@ GENERATION_FILE = "generation_config.json"
 LONG_PROMPTS = "refused"
 
 
-def shipped_files(adapter_dir: Path | None) -> list[str]:
-    """The tokenizer and generation files an adapter folder brings of its own."""
-    return sorted(n for n in (*TOKENIZER_FILES, GENERATION_FILE) if adapter_dir is not None and (Path(adapter_dir) / n).is_file())
-
-
-def _first(name: str, *folders: Path | None) -> Path | None:
-    return next((Path(f) / name for f in folders if f is not None and (Path(f) / name).is_file()), None)
-
-
 def chat_template(*folders: Path | None) -> str:
     """The chat template of the first folder that has one (chat_template.jinja, or tokenizer_config.json's)."""
     for folder in folders:
@@ -45,24 +38,22 @@ def chat_template(*folders: Path | None) -> str:
     return ""
 
 
-def lm_contract(build_dir: Path, base_dir: Path, adapter_dir: Path | None, slots: AdapterSlots) -> dict:
-    """The contract of an adapter (adapter_dir) on its base build (build_dir: the INT8 decoder folder)."""
+def lm_contract(build_dir: Path, base_dir: Path, slots: AdapterSlots) -> dict:
+    """The contract of an adapter on its base build (build_dir: the INT8 decoder folder)."""
     import onnx
     from tokenizers import Tokenizer
 
     from modelcd_assets.lib.judging.contract import _value_info
 
     genai = json.loads((Path(build_dir) / GENAI_CONFIG).read_text())["model"]
-    tokenizer_file = _first("tokenizer.json", adapter_dir, build_dir)
+    tokenizer_file = Path(build_dir) / "tokenizer.json"
     tok = Tokenizer.from_file(str(tokenizer_file))
     special = sorted(t["content"] for t in json.loads(tokenizer_file.read_text()).get("added_tokens", []) if t.get("special"))
-    generation_file = _first(GENERATION_FILE, adapter_dir, base_dir)
-    generation = json.loads(generation_file.read_text()) if generation_file else {}
+    generation_file = Path(base_dir) / GENERATION_FILE
+    generation = json.loads(generation_file.read_text()) if generation_file.is_file() else {}
     generation.pop("transformers_version", None)
     graph = onnx.load(str(Path(build_dir) / MODEL_FILE), load_external_data=False)
-    # What the version says generation stops at: its own generation config's EOS when it ships one (the base build stops at
-    # the base's, so an adapter that declares another one is flagged by the health report and changes the contract).
-    eos = generation.get("eos_token_id", genai["eos_token_id"]) if adapter_dir is not None and (Path(adapter_dir) / GENERATION_FILE).is_file() else genai["eos_token_id"]
+    eos = genai["eos_token_id"]
     return {
         "task": CAUSAL_LM,
         "inputs": [_value_info(v) for v in graph.graph.input if v.name not in slots.shapes],
@@ -73,8 +64,8 @@ def lm_contract(build_dir: Path, base_dir: Path, adapter_dir: Path | None, slots
         "bos_id": genai.get("bos_token_id"),
         "eos_ids": sorted(eos) if isinstance(eos, list) else [int(eos)],
         "pad_id": genai.get("pad_token_id"),
-        "tokenizer_sha256": text_hash(*(f"{n}:{file_sha256(p)}" for n in TOKENIZER_FILES if (p := _first(n, adapter_dir, build_dir)))),
-        "chat_template_sha256": text_hash(chat_template(adapter_dir, build_dir)),
+        "tokenizer_sha256": text_hash(*(f"{n}:{file_sha256(p)}" for n in TOKENIZER_FILES if (p := Path(build_dir) / n).is_file())),
+        "chat_template_sha256": text_hash(chat_template(build_dir)),
         "context_length": int(genai["context_length"]),
         "long_prompts": LONG_PROMPTS,
         "generation": generation,

@@ -10,23 +10,12 @@ import numpy as np
 
 from modelcd_assets.lib.causal_lm.adapter_file import ADAPTER_WEIGHTS, AdapterFit
 from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids
-from modelcd_assets.lib.causal_lm.contract import GENERATION_FILE, shipped_files
 from modelcd_assets.lib.causal_lm.decoder import Decoder
-from modelcd_assets.lib.hashing import file_sha256
 
 
 def weight_scale(candidate: dict[str, np.ndarray], production: dict[str, np.ndarray]) -> dict[str, float]:
     """Each slot's norm (alpha/rank folded in) over production's, for the slots both fill."""
     return {k: float(np.linalg.norm(v) / (np.linalg.norm(production[k]) + 1e-12)) for k, v in sorted(candidate.items()) if k in production}
-
-
-def _differing_files(adapter_dir: Path, build_dir: Path, base_dir: Path) -> list[str]:
-    """Tokenizer and generation files the adapter ships that differ from its base's: every adapter of a shared base is
-    served with the base build's tokenizer, template and EOS."""
-    def reference(name: str) -> Path:
-        return Path(base_dir if name == GENERATION_FILE else build_dir) / name
-
-    return [n for n in shipped_files(adapter_dir) if not reference(n).is_file() or file_sha256(Path(adapter_dir) / n) != file_sha256(reference(n))]
 
 
 def _gradients(base_dir: Path, adapter_dir: Path, chats: list[Chat]) -> dict:
@@ -60,8 +49,8 @@ def measure(adapter_dir: Path, base_dir: Path, build_dir: Path, fp32_dir: Path, 
     report: dict = {"nonfinite_tensors": {f"artifact/{ADAPTER_WEIGHTS}": nonfinite_tensors(Path(adapter_dir) / ADAPTER_WEIGHTS)}}
     if production_params is not None:
         report["weight_scale_vs_production"] = weight_scale(params, production_params)
-    report["merged_loading"] = {"missing_keys": fit.missing, "unexpected_keys": fit.extra, "mismatched_keys": fit.mismatched,
-                                "files_unlike_the_base": _differing_files(adapter_dir, build_dir, base_dir)}
+    # Files the adapter ships besides its weights are judged by artifact_is_safe (lib/tasks/adapter_files.py), before this.
+    report["merged_loading"] = {"missing_keys": fit.missing, "unexpected_keys": fit.extra, "mismatched_keys": fit.mismatched}
     report["adapter"] = {"shape_problems": fit.problems, "declared_base": fit.declared_base, "registered_base": registered_base,
                          "modules_matched": fit.slots_filled // 2 if not fit.problems else 0, "rank": fit.rank, "head_not_provided": [],
                          "max_output_change": 0.0}

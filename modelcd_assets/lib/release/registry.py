@@ -22,6 +22,7 @@ from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.operations.failpoints import failpoint
 from modelcd_assets.lib.release.alias_lock import AliasLock, AliasMoveLost
 from modelcd_assets.lib.release.signing import SIGNATURE_FILE, Keys, sign_folder, verify_folder
+from modelcd_assets.lib.tasks.adapter_files import refuse_unlisted_files
 from modelcd_assets.lib.tasks.names import DEFAULT_TASK, require_task, task_of_adapter, task_of_folder
 
 PRODUCTION = "production"
@@ -190,6 +191,7 @@ class Registry:
                     raise BadCandidate(f"the adapter in {folder} is a {claimed} adapter by {source}, but its base {base_ref.uri} is a {base_task} "
                                        f"model; register it against a {claimed} base")
             version_tags[TASK] = base_task
+            refuse_unlisted_files(folder, base_task, lambda dst: self.fetch(base_ref, dst), limits.allow)
         else:
             version_tags[TASK] = require_task(task) if task else task_of_folder(folder)
         manifest = folder_manifest(folder)

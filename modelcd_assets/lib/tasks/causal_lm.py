@@ -28,6 +28,7 @@ from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.model.artifact import ADAPTER
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CONTRACT, SEMVER, Registry
+from modelcd_assets.lib.tasks.adapter_files import adapter_files_of
 from modelcd_assets.lib.tasks.names import CAUSAL_LM
 from modelcd_assets.lib.tasks.semver import semver_report
 from modelcd_assets.lib.tasks.task import Json, Md, State, StepResult
@@ -141,6 +142,7 @@ def _prompt_drift(decoder: Decoder, reference: list[str], texts: list[str]) -> d
 
 class CausalLmTask:
     name = CAUSAL_LM
+    adapter_files = adapter_files_of(CAUSAL_LM)
 
     def prepare(self, record: CandidateRecord, state: State, registry: Registry) -> StepResult:
         """The base build (made once per base and slot layout), the adapter file, and the health report."""
@@ -199,7 +201,7 @@ class CausalLmTask:
             write_json(report_path, {"parity_max_abs_diff": diff, "parity_chats": PARITY_CHATS})
         report = read_json(report_path)
         prod = record.baseline_ref
-        contract = lm_contract(build.int8, Path(record.base_dir), Path(record.artifact_dir), build.slots())
+        contract = lm_contract(build.int8, Path(record.base_dir), build.slots())
         semver = semver_report(contract, registry.tags(ref), registry.tags(prod) if prod else None, False, regating_production=prod == ref)
         write_json(record.files.contract, semver)
         registry.set_tags(ref, {CONTRACT: json.dumps(contract, sort_keys=True), SEMVER: semver["semver"]})

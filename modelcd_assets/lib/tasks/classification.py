@@ -30,6 +30,7 @@ from modelcd_assets.lib.release.calibration import read_texts
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CONTRACT, SEMVER, TOKENIZER_CHANGE, Registry
 from modelcd_assets.lib.splits import read_split
+from modelcd_assets.lib.tasks.adapter_files import adapter_files_of
 from modelcd_assets.lib.tasks.names import CLASSIFICATION
 from modelcd_assets.lib.tasks.semver import semver_report
 from modelcd_assets.lib.tasks.task import Json, Md, State, StepResult
@@ -136,6 +137,7 @@ def served_labels(record: CandidateRecord, split_sha256: str, texts: list[str], 
 
 class ClassificationTask:
     name = CLASSIFICATION
+    adapter_files = adapter_files_of(CLASSIFICATION)
 
     def prepare(self, record: CandidateRecord, state: State, registry: Registry) -> StepResult:
         """One deployable model folder (reused when the same base and adapter were merged before), and its health report."""

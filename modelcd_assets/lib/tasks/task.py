@@ -17,6 +17,7 @@ from modelcd_assets.lib.layout import CandidateFiles
 from modelcd_assets.lib.release.calibration import CalibrationStore
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CandidateRef, Registry
+from modelcd_assets.lib.tasks.adapter_files import AdapterFile
 from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, require_task
 
 
@@ -64,6 +65,7 @@ class Task(Protocol):
     against, its effective policy) and the state folder; each writes the report its gates judge where lib/layout.py says."""
 
     name: str
+    adapter_files: tuple[AdapterFile, ...]  # what an adapter folder may hold and what happens to each file (lib/tasks/adapter_files.py)
 
     def prepare(self, record: CandidateRecord, state: State, registry: Registry) -> StepResult:
         """merged_model: the deployable model (a classifier's merged folder; a causal LM's base build and adapter slots), and the health report."""
