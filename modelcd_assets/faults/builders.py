@@ -454,3 +454,87 @@ def adapter_shapes_for_another_base(prod: Production, out: Path) -> Candidate:
     edit_tensors(folder, widen_lora)
     edit_json(folder / "adapter_config.json", lambda cfg: cfg.__setitem__("base_model_name_or_path", OTHER_BASE))
     return Candidate(folder, base=prod.base_uri)
+
+
+# Tokenizer and config files an adapter ships beside its weights: every one is compared with the base's copy at register.
+
+
+def base_files_copied(prod: Production, out: Path, task: str) -> Candidate:
+    """Production's adapter with every file of its base that the task compares copied beside it, byte for byte: a clean control."""
+    from modelcd_assets.lib.tasks.adapter_files import COMPARED, adapter_files_of
+
+    _require_adapter(prod, "base_files_copied")
+    folder = _copy(prod.artifact, out)
+    for f in adapter_files_of(task):
+        if f.treatment == COMPARED and (prod.base / f.pattern).is_file():
+            shutil.copy2(prod.base / f.pattern, folder / f.pattern)
+    return Candidate(folder)
+
+
+def shipped_beside(prod: Production, out: Path, name: str, content: str | dict, fault: str, raw: bool = False) -> Candidate:
+    """Production's adapter with one more file (JSON when content is a dict) beside its weights."""
+    _require_adapter(prod, fault)
+    folder = _copy(prod.artifact, out)
+    (folder / name).write_text(json.dumps(content, indent=2) if isinstance(content, dict) else content)
+    return Candidate(folder, raw=raw)
+
+
+def base_json(prod: Production, name: str, fault: str) -> dict:
+    """The base's copy of a JSON file, for a fault to edit."""
+    if prod.base is None or not (prod.base / name).is_file():
+        raise ModelcdError(f"{fault} needs the base's {name}; production's base has none")
+    return json.loads((prod.base / name).read_text())
+
+
+def new_tokens(prod: Production, names: list[str]) -> dict[str, int]:
+    """added_tokens.json declaring names with ids past the base's embedding table (its config's vocab_size) and past any it declares."""
+    declared = json.loads((prod.base / "added_tokens.json").read_text()) if (prod.base / "added_tokens.json").is_file() else {}
+    rows = max([int(base_json(prod, "config.json", "added_tokens_file")["vocab_size"]) - 1, *declared.values()]) + 1
+    return {**declared, **{name: rows + i for i, name in enumerate(names)}}
+
+
+def added_tokens_file(prod: Production, out: Path, raw: bool = False) -> Candidate:
+    """added_tokens.json beside the adapter: three tokens with ids past the base's embedding table, which a merged model never reads."""
+    return shipped_beside(prod, out, "added_tokens.json", new_tokens(prod, ["sku1", "sku2", "sku3"]), "added_tokens_file", raw)
+
+
+def special_tokens_map_changed(prod: Production, out: Path) -> Candidate:
+    """The base's special_tokens_map.json with another end-of-sequence token ([SEP] replaced by [MASK]), beside the adapter."""
+    tokens = base_json(prod, "special_tokens_map.json", "special_tokens_map_changed")
+    tokens["sep_token"] = tokens.get("mask_token", "[MASK]")
+    return shipped_beside(prod, out, "special_tokens_map.json", tokens, "special_tokens_map_changed")
+
+
+def tokenizer_config_changed(prod: Production, out: Path) -> Candidate:
+    """The base's tokenizer_config.json with do_lower_case flipped, beside the adapter: cased text would map to other ids."""
+    cfg = base_json(prod, "tokenizer_config.json", "tokenizer_config_changed")
+    cfg["do_lower_case"] = not cfg.get("do_lower_case", True)
+    return shipped_beside(prod, out, "tokenizer_config.json", cfg, "tokenizer_config_changed")
+
+
+def tokenizer_json_changed(prod: Production, out: Path) -> Candidate:
+    """The base's tokenizer.json without lowercasing, beside the adapter."""
+    tok = base_json(prod, "tokenizer.json", "tokenizer_json_changed")
+    if not isinstance(tok.get("normalizer"), dict) or "lowercase" not in tok["normalizer"]:
+        raise ModelcdError("tokenizer_json_changed needs a base tokenizer.json whose normalizer lowercases (a BERT WordPiece tokenizer)")
+    tok["normalizer"]["lowercase"] = False
+    return shipped_beside(prod, out, "tokenizer.json", tok, "tokenizer_json_changed")
+
+
+def vocab_txt_edited(prod: Production, out: Path) -> Candidate:
+    """The base's vocab.txt with two words swapped, beside the adapter: each would read as the other."""
+    if prod.base is None or not (prod.base / "vocab.txt").is_file():
+        raise ModelcdError("vocab_txt_edited needs the base's vocab.txt (a WordPiece vocabulary); production's base has none")
+    words = (prod.base / "vocab.txt").read_text().splitlines()
+    i = len(words) // 2
+    words[i], words[i + 1] = words[i + 1], words[i]
+    return shipped_beside(prod, out, "vocab.txt", "\n".join(words) + "\n", "vocab_txt_edited")
+
+
+def config_json_changed(prod: Production, out: Path) -> Candidate:
+    """The base's config.json with its first two labels swapped, beside the adapter: the merged model takes its base's config."""
+    cfg = base_json(prod, "config.json", "config_json_changed")
+    names = _labels(cfg)
+    names[0], names[1] = names[1], names[0]
+    _set_labels(cfg, names)
+    return shipped_beside(prod, out, "config.json", cfg, "config_json_changed")

@@ -36,6 +36,11 @@ class FaultClass:
         return (fn.__doc__ or "").strip().splitlines()[0] if fn else f"production itself, judged on {self.traffic}"
 
 
+def _unlike_the_base(name: str) -> Outcome:
+    """Refused at register, naming the file: an adapter's copy of a file its base serves differs from the base's."""
+    return Outcome(REFUSED, detail=f" {name}: ")  # the space: config.json is not tokenizer_config.json
+
+
 CLASSES: tuple[FaultClass, ...] = (
     # Weights and numerics
     FaultClass("nan_weights", "weights", blocked("weights_are_finite"), b.nan_weights),
@@ -72,6 +77,15 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("adapter_shapes_for_another_base", "contract", Outcome(BAD_INPUT, detail="does not fit base"), b.adapter_shapes_for_another_base, adapter_only=True),
     FaultClass("dropped_head", "contract", blocked("model_loads_cleanly"), b.dropped_head),
     FaultClass("contract_change_as_patch", "contract", blocked("semver_covers_contract_change"), b.contract_change_as_patch),
+    # Tokenizer and config files beside an adapter's weights: the merged model is served with its base's, so each is refused at
+    # register unless it says what the base's copy says (lib/tasks/adapter_files.py); without `modelcd register`, artifact_is_safe.
+    FaultClass("adapter_added_tokens_file", "contract", _unlike_the_base("added_tokens.json"), b.added_tokens_file, adapter_only=True),
+    FaultClass("raw_adapter_added_tokens_file", "contract", blocked("artifact_is_safe"), b.raw(b.added_tokens_file), adapter_only=True),
+    FaultClass("adapter_special_tokens_map_changed", "contract", _unlike_the_base("special_tokens_map.json"), b.special_tokens_map_changed, adapter_only=True),
+    FaultClass("adapter_tokenizer_config_changed", "contract", _unlike_the_base("tokenizer_config.json"), b.tokenizer_config_changed, adapter_only=True),
+    FaultClass("adapter_tokenizer_json_changed", "contract", _unlike_the_base("tokenizer.json"), b.tokenizer_json_changed, adapter_only=True),
+    FaultClass("adapter_vocab_txt_edited", "contract", _unlike_the_base("vocab.txt"), b.vocab_txt_edited, adapter_only=True),
+    FaultClass("adapter_config_json_changed", "contract", _unlike_the_base("config.json"), b.config_json_changed, adapter_only=True),
     # Data
     FaultClass("drifted_traffic", "data", blocked("no_drift_detected"), traffic="traffic_shifted"),
     # Infrastructure
@@ -110,12 +124,18 @@ LM_CLASSES: tuple[FaultClass, ...] = (
     # perplexity gate is never reached); on the tiny test model perplexity or drift blocks it.
     _lm("lm_same_reply_for_everything", "weights", blocked("perplexity_within_tolerance", "no_drift_detected", "int8_agrees_with_fp32"), lm.same_reply),
     _lm("lm_slow_adapter", "weights", blocked("throughput_within_tolerance"), reproducible=lm.one_graph_for_every_adapter),
-    _lm("lm_added_special_token", "contract", blocked("tokenizer_fits_model"), lm.added_special_token),
-    # Every adapter of a base is served with the base build's template and EOS: an adapter that ships another is refused
-    # where it is fetched (model_loads_cleanly, before export), and its contract's template or EOS differs from production's
-    # (a MAJOR change, declared as a PATCH), which the SemVer gate would judge next.
-    _lm("lm_chat_template_as_patch", "contract", blocked("model_loads_cleanly", "semver_covers_contract_change"), lm.chat_template_as_patch),
-    _lm("lm_eos_changed", "contract", blocked("model_loads_cleanly", "semver_covers_contract_change"), lm.eos_changed),
+    # Every adapter of a base is served with the base build's tokenizer, template, EOS and config: a file of these beside the
+    # adapter's weights is refused at register unless it says what the base's copy says (lib/tasks/adapter_files.py).
+    _lm("lm_added_special_token", "contract", _unlike_the_base("tokenizer.json"), lm.added_special_token),
+    _lm("lm_chat_template_as_patch", "contract", _unlike_the_base("chat_template.jinja"), lm.chat_template_as_patch),
+    _lm("lm_eos_changed", "contract", _unlike_the_base("generation_config.json"), lm.eos_changed),
+    _lm("lm_added_tokens_file", "contract", _unlike_the_base("added_tokens.json"), lm.added_tokens_file),
+    _lm("lm_special_tokens_map_eos", "contract", _unlike_the_base("special_tokens_map.json"), lm.special_tokens_map_eos),
+    _lm("lm_tokenizer_config_eos", "contract", _unlike_the_base("tokenizer_config.json"), lm.tokenizer_config_eos),
+    _lm("lm_tokenizer_config_chat_template", "contract", _unlike_the_base("tokenizer_config.json"), lm.tokenizer_config_chat_template),
+    _lm("lm_vocab_json_edited", "contract", _unlike_the_base("vocab.json"), lm.vocab_json_edited),
+    _lm("lm_merges_txt_edited", "contract", _unlike_the_base("merges.txt"), lm.merges_txt_edited),
+    _lm("lm_config_json_changed", "contract", _unlike_the_base("config.json"), lm.config_json_changed),
     _lm("lm_adapter_of_another_base", "contract", blocked("adapter_fits_base"), lm.adapter_of_another_base),
     _lm("lm_other_rank", "contract", blocked("adapter_fits_base"), lm.other_rank),
     _lm("lm_other_targets", "contract", blocked("adapter_fits_base"), lm.other_targets),

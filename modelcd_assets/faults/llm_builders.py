@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from modelcd_assets.faults.builders import Candidate, Production, _copy, _require_adapter, edit_json, edit_tensors, widen_lora
+from modelcd_assets.faults.builders import Candidate, Production, _copy, _require_adapter, base_json, edit_json, edit_tensors, new_tokens, shipped_beside, widen_lora
 from modelcd_assets.lib.causal_lm.contract import GENERATION_FILE, chat_template
 from modelcd_assets.lib.release.registry import BUMP_DECLARED
 
@@ -153,3 +153,77 @@ def one_graph_for_every_adapter(sb) -> tuple[bool, str]:
                    "changes the slots' values, never the work per token; an adapter that asks for more (another rank or targets) "
                    "is refused by adapter_fits_base (classes other_rank, other_targets)")
 
+
+
+# Tokenizer and config files an adapter ships beside its weights, each the base's copy with one change (or, where the base
+# has no such file, one made from its tokenizer.json): every adapter of a base is served with the base build's own.
+
+
+def _other_special_token(prod: Production, current: str) -> str:
+    """A special token of the base's tokenizer other than current."""
+    added = base_json(prod, "tokenizer.json", "another EOS")["added_tokens"]
+    return next(t["content"] for t in added if t.get("special") and t["content"] != current)
+
+
+def _eos(prod: Production) -> str:
+    eos = base_json(prod, "tokenizer_config.json", "another EOS")["eos_token"]
+    return eos["content"] if isinstance(eos, dict) else eos
+
+
+def added_tokens_file(prod: Production, out: Path) -> Candidate:
+    """added_tokens.json beside the adapter: three tokens with ids past the base's embedding table (49152-49154 on SmolLM2)."""
+    return shipped_beside(prod, out, "added_tokens.json", new_tokens(prod, ["<|tool|>", "<|call|>", "<|result|>"]), "lm_added_tokens_file")
+
+
+def special_tokens_map_eos(prod: Production, out: Path) -> Candidate:
+    """special_tokens_map.json beside the adapter with another EOS: the base's copy, or the special tokens its tokenizer_config.json names."""
+    if (prod.base / "special_tokens_map.json").is_file():
+        tokens = base_json(prod, "special_tokens_map.json", "lm_special_tokens_map_eos")
+    else:
+        tokens = {k: v for k, v in base_json(prod, "tokenizer_config.json", "lm_special_tokens_map_eos").items() if k.endswith("_token")}
+    tokens["eos_token"] = _other_special_token(prod, _eos(prod))
+    return shipped_beside(prod, out, "special_tokens_map.json", tokens, "lm_special_tokens_map_eos")
+
+
+def tokenizer_config_eos(prod: Production, out: Path) -> Candidate:
+    """The base's tokenizer_config.json with another eos_token, beside the adapter."""
+    cfg = base_json(prod, "tokenizer_config.json", "lm_tokenizer_config_eos")
+    cfg["eos_token"] = _other_special_token(prod, _eos(prod))
+    return shipped_beside(prod, out, "tokenizer_config.json", cfg, "lm_tokenizer_config_eos")
+
+
+def tokenizer_config_chat_template(prod: Production, out: Path) -> Candidate:
+    """The base's tokenizer_config.json with another chat_template (role headers changed), beside the adapter."""
+    cfg = base_json(prod, "tokenizer_config.json", "lm_tokenizer_config_chat_template")
+    cfg["chat_template"] = "### " + chat_template(prod.base)
+    return shipped_beside(prod, out, "tokenizer_config.json", cfg, "lm_tokenizer_config_chat_template")
+
+
+def vocab_json_edited(prod: Production, out: Path) -> Candidate:
+    """vocab.json beside the adapter with two tokens' ids swapped: the base's copy, or the vocabulary of its tokenizer.json."""
+    if (prod.base / "vocab.json").is_file():
+        vocab = base_json(prod, "vocab.json", "lm_vocab_json_edited")
+    else:
+        vocab = base_json(prod, "tokenizer.json", "lm_vocab_json_edited")["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[-2:]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    return shipped_beside(prod, out, "vocab.json", vocab, "lm_vocab_json_edited")
+
+
+def merges_txt_edited(prod: Production, out: Path) -> Candidate:
+    """merges.txt beside the adapter with its first two merges swapped: the base's copy, or the merges of its tokenizer.json."""
+    if (prod.base / "merges.txt").is_file():
+        lines = (prod.base / "merges.txt").read_text().splitlines()
+    else:
+        merges = base_json(prod, "tokenizer.json", "lm_merges_txt_edited")["model"]["merges"]
+        lines = ["#version: 0.2", *(m if isinstance(m, str) else " ".join(m) for m in merges)]
+    first = 1 if lines[0].startswith("#version") else 0
+    lines[first], lines[first + 1] = lines[first + 1], lines[first]
+    return shipped_beside(prod, out, "merges.txt", "\n".join(lines) + "\n", "lm_merges_txt_edited")
+
+
+def config_json_changed(prod: Production, out: Path) -> Candidate:
+    """The base's config.json with twice its context (max_position_embeddings), beside the adapter: the base build serves its own."""
+    cfg = base_json(prod, "config.json", "lm_config_json_changed")
+    cfg["max_position_embeddings"] = 2 * int(cfg["max_position_embeddings"])
+    return shipped_beside(prod, out, "config.json", cfg, "lm_config_json_changed")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from modelcd_assets.faults.builders import Candidate, identical
+from modelcd_assets.faults.builders import Candidate, base_files_copied, identical
 from modelcd_assets.faults.catalog import FaultClass, select
 from modelcd_assets.faults.outcomes import CODE_RAN, ERROR, NOT_REPRODUCIBLE, REFUSED, Outcome
 from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport
@@ -80,8 +80,15 @@ def _retrained_controls(sb: Sandbox, n: int, train: Callable[[Path, int], Path])
     return [(f"retrained-{i}", f"retrained, seed {CONTROL_SEEDS + i}", train(sb.work / f"retrained-{i}", CONTROL_SEEDS + i)) for i in range(1, n + 1)]
 
 
+def _base_files_control(sb: Sandbox) -> list[tuple[str, str, Path]]:
+    """Production's adapter with its base's tokenizer and config files copied beside it, byte for byte (an adapter production only)."""
+    if not sb.prod.is_adapter:
+        return []
+    return [("base-files", "base's tokenizer and config files copied", base_files_copied(sb.prod, sb.work / "base-files", sb.task).folder)]
+
+
 def _lm_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: LmTraining) -> list[tuple[str, str, Path]]:
-    """A causal LM's clean controls: byte-identical copies, LoRA B x 1.001, and adapters retrained with other seeds."""
+    """A causal LM's clean controls: byte-identical copies, LoRA B x 1.001, the base's files copied, and adapters retrained with other seeds."""
     from modelcd_assets.faults.llm_builders import lora_b_noise
     from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
     from modelcd_assets.lib.causal_lm.training import train_lm_adapter
@@ -89,6 +96,7 @@ def _lm_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: LmTr
     chats = read_chats(split_path(sb.data, chat_split("train"))) if retrained_n else []
     return [*_identical_controls(sb, identical_n),
             ("lora-b-x1.001", "LoRA B x 1.001", lora_b_noise(sb.prod, sb.work / "lora-b-x1.001").folder),
+            *_base_files_control(sb),
             *_retrained_controls(sb, retrained_n, lambda folder, seed: train_lm_adapter(
                 sb.prod.base, chats, folder, replace(training, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"))]
 
@@ -104,7 +112,7 @@ def _control_candidates(sb: Sandbox, identical_n: int, retrained_n: int, trainin
     from modelcd_assets.lib.model.training import train_adapter
 
     train = read_split(split_path(sb.data, "train")) if retrained_n else []
-    return [*_identical_controls(sb, identical_n),
+    return [*_identical_controls(sb, identical_n), *_base_files_control(sb),
             *_retrained_controls(sb, retrained_n, lambda folder, seed: train_adapter(
                 sb.prod.base, train, folder, replace(training, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"))]
 

@@ -1,14 +1,17 @@
-"""Every fault builder makes its candidate from production's files without touching them; only the file faults fail the scan."""
+"""Every fault builder makes its candidate from production's files without touching them; only the file faults fail the scan
+or the adapter's file list (lib/tasks/adapter_files.py), and the base's own files copied beside an adapter pass both."""
 
 import pytest
 
-from modelcd_assets.faults.builders import Production
+from modelcd_assets.faults.builders import Production, base_files_copied
 from modelcd_assets.faults.catalog import BY_NAME, CLASSES, LM_CLASSES, select
 from modelcd_assets.faults.outcomes import REFUSED, blocked
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest
 from modelcd_assets.lib.judging.safety import scan_artifact
 from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
+from modelcd_assets.lib.tasks.adapter_files import adapter_file_findings
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION
 
 BUILT = [fc for fc in CLASSES if fc.build is not None]
 
@@ -40,8 +43,11 @@ def test_each_builder_leaves_production_alone_and_only_file_faults_fail_the_scan
     cand = fc.build(production, tmp_path / fc.name)
     assert folder_manifest(production.artifact) == before
     findings = scan_artifact(cand.folder)
+    if not findings and inspect_artifact(cand.folder).kind == ADAPTER:
+        findings = adapter_file_findings(cand.folder, CLASSIFICATION, production.base)
     if fc.expected.kind == REFUSED or fc.expected.gate == "artifact_is_safe":
-        assert findings, "a file fault the safety scan does not see"
+        assert findings, "a file fault neither the safety scan nor the adapter's file list sees"
+        assert fc.expected.kind != REFUSED or fc.expected.detail in f"refusing: {'; '.join(map(str, findings))}"
         assert cand.raw == (fc.expected.gate == "artifact_is_safe")
     else:
         assert findings == [], findings  # it must get past the scan to reach the gate it is meant for
@@ -70,5 +76,20 @@ def test_each_causal_lm_builder_leaves_production_alone_and_passes_the_scan(fc, 
     before = folder_manifest(lm_production.artifact)
     cand = fc.build(lm_production, tmp_path / fc.name)
     assert folder_manifest(lm_production.artifact) == before
-    assert scan_artifact(cand.folder) == []  # every causal-LM fault must reach the gate it is meant for
+    assert scan_artifact(cand.folder) == []  # every causal-LM fault must reach the gate it is meant for, or its file list
     assert inspect_artifact(cand.folder).kind == ADAPTER
+    refused = [str(f) for f in adapter_file_findings(cand.folder, CAUSAL_LM, lm_production.base)]
+    if fc.expected.kind == REFUSED:
+        assert len(refused) == 1 and fc.expected.detail in f"refusing: {refused[0]}", refused
+    else:
+        assert refused == []
+
+
+@pytest.mark.parametrize("task", [CLASSIFICATION, CAUSAL_LM])
+def test_the_bases_own_files_copied_beside_the_adapter_pass_the_file_list(task, request, tmp_path):
+    prod = request.getfixturevalue("production" if task == CLASSIFICATION else "lm_production")
+    cand = base_files_copied(prod, tmp_path / "base-files", task)
+    copied = sorted(set(folder_manifest(cand.folder)) - set(folder_manifest(prod.artifact)))
+    assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= set(copied), copied
+    assert all(folder_manifest(cand.folder)[n] == folder_manifest(prod.base)[n] for n in copied)
+    assert scan_artifact(cand.folder) == [] and adapter_file_findings(cand.folder, task, prod.base) == []

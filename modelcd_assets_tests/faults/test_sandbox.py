@@ -49,8 +49,10 @@ def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_p
     assert {r.name: f"{r.actual}: {r.actual.detail}" for r in report.classes if not r.ok} == {}
     assert {str(r.expected).split(" gate ")[0] for r in report.classes} == {
         "refused at register", "manifest mismatch", "blocked by", "bad input", "superseded", "run failed, nothing promoted", "sensor skipped, nothing launched"}
-    assert [c.outcome.kind for c in report.controls] == [PROMOTED, PROMOTED], [c.outcome.detail for c in report.controls]
-    assert report.exit_code == 0 and report.false_block_upper == pytest.approx(0.8419, abs=1e-4)
+    # Two byte-identical copies and the base's tokenizer and config files copied beside production's adapter.
+    assert [(c.label, c.outcome.kind) for c in report.controls] == [("identical-1", PROMOTED), ("identical-2", PROMOTED), ("base-files", PROMOTED)], \
+        [c.outcome.detail for c in report.controls]
+    assert report.exit_code == 0 and report.false_block_upper == pytest.approx(0.7076, abs=1e-4)
     assert reg.production(MODEL) == prod and [v.version for v in reg.versions(MODEL)] == [prod.version]
     assert "modelcd.contract" not in reg.tags(prod)  # never gated here: the sandbox gated its own copy
     assert {k: os.environ.get(k) for k in env.env} == env.env  # the sandbox's environment is gone
@@ -80,7 +82,7 @@ def test_ways_around_a_verdict_end_as_expected_and_the_sandbox_production_stays(
     assert "production's genuine verdict copied over" in details["attestation_forged_with_another_key"]
     assert "the attestation is about" in details["attestation_forged_with_another_key"]
     # The sandbox's production was restored after every class, so the clean control after them is promoted against it.
-    assert [c.outcome.kind for c in report.controls] == [PROMOTED], [c.outcome.detail for c in report.controls]
+    assert [c.outcome.kind for c in report.controls] == [PROMOTED, PROMOTED], [c.outcome.detail for c in report.controls]
     assert report.exit_code == 0 and env.registry.production(MODEL) == prod
     assert Registry.from_env(local_defaults(tmp_path / "sandbox" / "home")).candidate_models() == [MODEL]  # the second model is gone
 
@@ -156,7 +158,7 @@ def test_causal_lm_classes_end_as_expected_and_the_clean_controls_pass(tmp_path,
     print(report.render())
     assert {r.name: f"{r.actual}: {r.actual.detail}" for r in report.classes if not r.ok and r.actual.kind != NOT_REPRODUCIBLE} == {}
     assert [r.name for r in report.classes if r.actual.kind == NOT_REPRODUCIBLE] == ["lm_slow_adapter"]
-    assert [(c.label, c.outcome.kind) for c in report.controls] == [("identical-1", PROMOTED), ("lora-b-x1.001", PROMOTED)], \
+    assert [(c.label, c.outcome.kind) for c in report.controls] == [("identical-1", PROMOTED), ("lora-b-x1.001", PROMOTED), ("base-files", PROMOTED)], \
         [c.outcome.detail for c in report.controls]
     assert any("without a server under load" in n for n in report.notes)
     assert report.exit_code == 0 and env.registry.production("tiny-reply") == prod
