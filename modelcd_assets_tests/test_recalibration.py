@@ -16,6 +16,7 @@ from modelcd_assets.cli import EXIT_BAD_INPUT, EXIT_BLOCKED, EXIT_PROMOTED, main
 from modelcd_assets.launch import PROMOTED, SUPERSEDED, definitions, latest_gate_rows, run_gate
 from modelcd_assets.lib.demo.tickets import generate
 from modelcd_assets.lib.hashing import file_sha256
+from modelcd_assets.lib.inference.quantize import artifact_id
 from modelcd_assets.lib.judging.policy import ServingPolicy
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CALIBRATION, REVISION_OF, WEIGHTS_VERSION, CandidateRef
@@ -67,7 +68,7 @@ def production_v1(env, instance, tiny_trained, tiny_adapters):
 def test_the_first_version_is_pinned_to_the_data_folders_calibration_split(env, production_v1):
     pinned = env.registry.tags(production_v1)[CALIBRATION]
     assert pinned == file_sha256(env.data / "calibration.jsonl")
-    assert record(env, "1").quantization()["artifact_id"] == f"static_{pinned[:16]}"
+    assert record(env, "1").quantization()["artifact_id"] == artifact_id("static", pinned)
 
 
 @pytest.mark.parametrize("problem, texts, reason", [
@@ -115,7 +116,7 @@ def test_a_poor_set_makes_a_revision_the_gates_block_and_production_keeps_its_ar
     rec = record(env, revision.version)
     assert rec.build_dir == served.build_dir and rec.content_hash == served.content_hash  # the same weights, not retrained
     fidelity = rec.quantization()
-    assert fidelity["chosen"] == "static" and fidelity["artifact_id"] == f"static_{poor[:16]}"
+    assert fidelity["chosen"] == "static" and fidelity["artifact_id"] == artifact_id("static", poor)
     assert env.registry.production(MODEL) == production_v1
     # What production serves was not overwritten by its revision's quantization.
     assert file_sha256(served.chosen_int8()) == artifact_before
