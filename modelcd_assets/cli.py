@@ -185,6 +185,25 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_audit(args) -> int:
+    """The production chain of each model (default: every candidate model) walked back and checked against its promotion records and
+    attestations (lib/release/chain_audit.py). Exit 0 when every chain is intact, 3 when one is broken."""
+    import json
+
+    from modelcd_assets.lib.release.chain_audit import audit
+
+    reg = _registry()
+    names = args.names or reg.candidate_models()
+    for name in args.names:
+        reg.require_candidate_model(name)
+    audits = [audit(reg, name) for name in names]
+    if args.json:
+        print(json.dumps([a.to_dict() for a in audits]))
+    else:
+        print("\n".join(a.shown for a in audits) or "no candidate models are registered: no chain to audit")
+    return 0 if all(a.intact for a in audits) else EXIT_BLOCKED
+
+
 def cmd_verdict(args) -> int:
     """Whether one version may be served or promoted: a valid signed verdict over its bytes (lib/release/servable.py, the reader the server,
     promotion and rollback use), with its gates' latest results beside it. Exit 0 when it holds one, 3 when not."""
@@ -325,6 +344,11 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("version", type=int)
     v.add_argument("--json", action="store_true", help="print {model, version, servable, why_not, promotable, problems} as JSON")
     v.set_defaults(func=cmd_verdict)
+    au = sub.add_parser("audit", help="walk each production chain back to the first version against its promotion records and attestations; "
+                                      "exit 0 intact, 3 broken")
+    au.add_argument("names", nargs="*", metavar="NAME", help="registered models (default: every candidate model)")
+    au.add_argument("--json", action="store_true", help="print [{model, production, chain, intact, problems, unseen}] as JSON")
+    au.set_defaults(func=cmd_audit)
     k = sub.add_parser("keys", help="the signing key pair: registrations and verdicts are signed with it, and verified with its public half")
     ksub = k.add_subparsers(dest="keys_command", required=True)
     ki = ksub.add_parser("init", help="make an EC P-256 key pair ($MODELCD_SIGNING_KEY, 0600; $MODELCD_VERIFY_KEY); refuses to replace one")

@@ -5,6 +5,7 @@ import dagster as dg
 
 from modelcd_assets.defs.assets.gate_selftest import gate_selftest
 from modelcd_assets.defs.assets.live_traffic import live_traffic
+from modelcd_assets.defs.assets.production_chain import production_chain
 from modelcd_assets.defs.assets.production_recheck import production_recheck
 from modelcd_assets.lib.operations import traffic_log
 from modelcd_assets.resources.registry import MlflowRegistryResource
@@ -38,8 +39,9 @@ PRODUCTION_RECHECK_JOB = "recheck_production"
 
 recheck_production = dg.define_asset_job(
     PRODUCTION_RECHECK_JOB,
-    selection=dg.AssetSelection.assets(production_recheck),
-    description="Time production's INT8 model again and compare with the throughput and p99 its gate recorded.",
+    selection=dg.AssetSelection.assets(production_recheck, production_chain),
+    description=("Time production's INT8 model again and compare with the throughput and p99 its gate recorded; audit each production "
+                 "chain back to its first version (modelcd audit)."),
 )
 
 

@@ -50,10 +50,11 @@ def serve(env, texts: list[str], version: str) -> None:
         log.append(version, texts[i:i + 8])
 
 
-def run_job(instance, name: str):
+def run_job(instance, name: str, asset: str | None = None):
+    """The job run in process, and the check and materialization metadata of asset (default: the one the job is named after)."""
     result = definitions().resolve_job_def(name).execute_in_process(instance=instance, raise_on_error=False)
-    (check,) = result.get_asset_check_evaluations()
-    asset = "live_traffic" if name == LIVE_TRAFFIC_JOB else "production_recheck"
+    asset = asset or ("live_traffic" if name == LIVE_TRAFFIC_JOB else "production_recheck")
+    (check,) = [e for e in result.get_asset_check_evaluations() if e.asset_key == dg.AssetKey(asset)]
     (materialization,) = result.asset_materializations_for_node(asset)
     return result, check, materialization.metadata
 
@@ -136,6 +137,30 @@ def test_production_is_retimed_against_what_its_gate_recorded(env, instance, pro
     assert result.success and not check.passed
     assert check.description.startswith(f"production no longer meets its throughput gate in {MODEL}")
     assert "its gate recorded, below 0.5" in check.description
+
+
+def test_the_nightly_recheck_audits_the_production_chain_and_finds_a_tag_edited_by_hand(env, instance, production):
+    """The chain of a version promoted by its gated run is intact (its record and its signed attestation agree); a previous
+    production written by hand on it is found, naming the versions, and so is `modelcd audit` (exit 3)."""
+    from modelcd_assets.cli import EXIT_BLOCKED, main
+    from modelcd_assets.lib.release.registry import PREVIOUS_PRODUCTION
+
+    result, check, metadata = run_job(instance, PRODUCTION_RECHECK_JOB, "production_chain")
+    assert result.success and check.passed, check.description
+    assert check.severity == dg.AssetCheckSeverity.WARN and f"{MODEL}: {production.version}: intact" in check.description
+    assert main(["audit", MODEL]) == 0
+    original = env.registry.tags(production)[PREVIOUS_PRODUCTION]
+    env.registry.set_tags(production, {PREVIOUS_PRODUCTION: "7"})
+    try:
+        result, check, metadata = run_job(instance, PRODUCTION_RECHECK_JOB, "production_chain")
+        code = main(["audit", MODEL])
+    finally:
+        env.registry.set_tags(production, {PREVIOUS_PRODUCTION: original})
+    assert result.success and not check.passed and code == EXIT_BLOCKED
+    assert check.description.startswith(f"the production chain is broken in {MODEL}")
+    assert f"{production.version} was promoted judged against nothing, but the alias moved to it from 7" in check.description
+    assert f"{production.version} records 7 as its previous production, which is not a version of {MODEL}" in check.description
+    assert "| model | chain (production first) | status | problems |" in metadata["results"].value
 
 
 def test_plain_dagster_job_execute_in_the_repo_needs_no_variable(env, production, tmp_path):
