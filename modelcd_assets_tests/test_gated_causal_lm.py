@@ -83,6 +83,34 @@ def test_a_noise_level_change_passes(env, instance, base, tiny_lm, tmp_path):
     assert run.outcome == PROMOTED, (run.error, statuses(run))
 
 
+def test_productions_weights_saved_as_bf16_are_promoted_and_judged_by_the_base_builds_speed(env, instance, base, tiny_lm, tmp_path):
+    """A clean control: the adapter's bytes change, not its graph. Its speed verdict names the build's hash and the scan,
+    its cost the tokens of its answers against production's; the build was timed once, by the first adapter."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from modelcd_assets.lib.causal_lm.build import BaseBuild
+    from modelcd_assets.lib.layout import StateLayout
+    from modelcd_assets.lib.tasks.causal_lm import BASES_CACHE
+
+    folder = tmp_path / "bf16"
+    shutil.copytree(tiny_lm.adapter, folder)
+    weights = folder / "adapter_model.safetensors"
+    save_file({k: v.to(torch.bfloat16) for k, v in load_file(str(weights)).items()}, str(weights))
+    ref = env.registry.register(folder, MODEL)
+    run = run_gate(ref, instance=instance)
+    assert run.outcome == PROMOTED, (run.error, statuses(run))
+    report = json.loads(CandidateRecord.of(env.home, ref).files.benchmark.read_text())
+    recorded = BaseBuild(StateLayout(env.home).cache(BASES_CACHE) / report["served_graph"]["base_build"]).recorded_int8_sha256
+    speed = next(r for r in run.rows if r.gate == "throughput_within_tolerance")
+    assert speed.reason.startswith("no per-adapter timing") and f"sha256 {recorded[:12]}" in speed.reason, speed.reason
+    assert "0 subnormal, 0 NaN, 0 Inf" in speed.reason and "measured now" not in speed.reason
+    assert "per answer vs production" in next(r for r in run.rows if r.gate == "cost_within_budget").measured
+    assert report["build_timing"]["measured_now"] is False and report["served_graph"]["recorded_sha256"] == recorded
+
+
 def test_an_adapter_of_another_rank_fails_the_fit_and_nothing_runs_on_it(env, instance, base, tiny_lm):
     before = env.registry.production(MODEL)
     other = tiny_lm.train("rank8", LmTraining(steps=2, rank=8, alpha=16))

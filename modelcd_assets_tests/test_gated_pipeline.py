@@ -121,7 +121,9 @@ def test_shifted_traffic_fails_the_drift_gate(env, instance, base):
     assert run.outcome == BLOCKED
     assert got["no_drift_detected"] == "fail", got
     assert "traffic has drifted" in next(r.reason for r in run.rows if r.gate == "no_drift_detected")
-    assert {s for g, s in got.items() if g != "no_drift_detected"} <= {"pass", "no golden cases declared"}
+    # benchmark_results follows drift_report (a causal LM prices its answers' tokens there): its gates do not run.
+    assert {g for g, s in got.items() if s == "not run"} == {"throughput_within_tolerance", "cost_within_budget"}, got
+    assert {s for g, s in got.items() if g != "no_drift_detected"} <= {"pass", "no golden cases declared", "not run"}
     assert production(env) == prod
 
 

@@ -1,6 +1,6 @@
 """A candidate's own build: its peft LoRA weights as an ONNX Runtime adapter file (.onnx_adapter) for its base's slots.
 
-Read with safetensors' numpy loader: no torch, and nothing in the adapter is executed. A slot's weight is laid out as
+Read without torch (lib/weights.py; float16 and bfloat16 widened to float32, exactly), and nothing in the adapter is executed. A slot's weight is laid out as
 the builder lays it (A transposed to [in, rank], B to [rank, out] times alpha/rank), so the adapter on the INT8 base is
 the same function as the adapter unmerged in torch + peft. An adapter that does not fill the slots exactly (another
 rank, other targets, another base's shapes, extra trained modules) is reported, never padded or cut to fit.
@@ -17,6 +17,7 @@ import numpy as np
 
 from modelcd_assets.lib.causal_lm.slots import AdapterSlots
 from modelcd_assets.lib.errors import BadCandidate
+from modelcd_assets.lib.weights import read_tensors
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -48,8 +49,6 @@ def _targets(config: dict) -> list[str]:
 
 def adapter_parameters(adapter_dir: Path, slots: AdapterSlots) -> tuple[dict[str, np.ndarray], AdapterFit]:
     """The slot name -> FP32 array of an adapter folder, and how it fits the slots; parameters are empty when it does not."""
-    from safetensors.numpy import load_file
-
     adapter_dir = Path(adapter_dir)
     if not (adapter_dir / ADAPTER_CONFIG).is_file() or not (adapter_dir / ADAPTER_WEIGHTS).is_file():
         raise BadCandidate(f"{adapter_dir} is not a peft LoRA adapter: it needs {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS} (PeftModel.save_pretrained writes both)")
@@ -65,7 +64,7 @@ def adapter_parameters(adapter_dir: Path, slots: AdapterSlots) -> tuple[dict[str
         fit.problems.append(f"targets {fit.targets}, but the base's slots are for {sorted(slots.targets)}; train with target_modules={sorted(slots.targets)}")
     if config.get("modules_to_save"):
         fit.problems.append(f"it also trains {config['modules_to_save']} in full (modules_to_save), which no slot can carry")
-    weights = load_file(str(adapter_dir / ADAPTER_WEIGHTS))
+    weights = read_tensors(adapter_dir / ADAPTER_WEIGHTS)
     wanted = {slots.peft_key(slot): slot for slot in slots.shapes}
     fit.extra = sorted(k for k in weights if k not in wanted)
     if fit.extra:
@@ -108,3 +107,22 @@ def write_adapter_file(params: dict[str, np.ndarray], path: Path) -> Path:
     del values
     tmp.replace(path)
     return path
+
+
+def scan_adapter_file(path: Path) -> dict:
+    """What a CPU computes with in the base build's LoRA slots, read back from the adapter file that is served: per tensor,
+    the subnormal floats (a slow path of floating-point hardware on the same graph), NaN and Inf. A float16 value below
+    float16's normal range is a normal float32 once widened, so only the served float32 values are scanned."""
+    import onnxruntime as ort
+
+    tiny = np.finfo(np.float32).tiny
+    params = ort.AdapterFormat.read_adapter(str(path)).get_parameters()
+    per_tensor, values = {}, 0
+    for name, value in sorted(params.items()):
+        v = value.numpy()
+        values += v.size
+        counts = {"subnormal": int(np.count_nonzero((v != 0) & (np.abs(v) < tiny))), "nan": int(np.isnan(v).sum()), "inf": int(np.isinf(v).sum())}
+        if any(counts.values()):
+            per_tensor[name] = counts
+    totals = {k: sum(c[k] for c in per_tensor.values()) for k in ("subnormal", "nan", "inf")}
+    return {"file": Path(path).name, "tensors": len(params), "values": values, **totals, "per_tensor": per_tensor}

@@ -19,10 +19,11 @@ from pathlib import Path
 
 from modelcd_assets.lib.causal_lm.slots import SLOT, TARGETS, AdapterSlots
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError
-from modelcd_assets.lib.hashing import text_hash
+from modelcd_assets.lib.hashing import folder_hash, text_hash
 
-# Bump when the way base builds are made changes, so stale cached builds are not reused.
-BASE_BUILD_RECIPE = "modelcd-llm-base-1"
+# Bump when the way base builds are made changes, so stale cached builds are not reused. 2: build.json records the INT8
+# files' sha256, which the throughput gate checks the served graph against.
+BASE_BUILD_RECIPE = "modelcd-llm-base-2"
 MODEL_FILE = "model.onnx"
 
 
@@ -57,6 +58,17 @@ class BaseBuild:
     @property
     def slots_file(self) -> Path:
         return self.dir / "slots.json"
+
+    @property
+    def timing_dir(self) -> Path:
+        """The build's own timings, one file per timing setup (lib/causal_lm/benchmark.build_timing)."""
+        return self.dir / "timing"
+
+    @property
+    def recorded_int8_sha256(self) -> str | None:
+        """The INT8 decoder folder's hash as the build recorded it when it was made (None for a build that did not)."""
+        path = self.dir / "build.json"
+        return json.loads(path.read_text()).get("int8_sha256") if path.is_file() else None
 
     @property
     def done(self) -> bool:
@@ -139,7 +151,8 @@ def build_base(base_dir: Path, build: BaseBuild, options: BaseBuildOptions) -> B
         _copy_side_files(work / "raw", staged / "int8")
         quantizer.model.save_model_to_file(str(staged / "int8" / MODEL_FILE), use_external_data_format=True)
         slots.write(staged / "slots.json")
-        (staged / "build.json").write_text(json.dumps({"recipe": BASE_BUILD_RECIPE, "options": json.loads(options.key())}, indent=2))
+        (staged / "build.json").write_text(json.dumps({"recipe": BASE_BUILD_RECIPE, "options": json.loads(options.key()),
+                                                       "int8_sha256": folder_hash(staged / "int8")}, indent=2))
         shutil.rmtree(build.dir, ignore_errors=True)
         staged.rename(build.dir)
     return build

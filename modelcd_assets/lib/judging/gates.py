@@ -323,6 +323,146 @@ def judge_throughput(ratio_median: float, ratio_lo: float, ratio_hi: float, p99_
                    f">= {policy.min_ratio}x, p99 <= {policy.p99_slo_ms} ms", reason, numbers)
 
 
+_SEVERITY = {PASS: 0, NO_CASES: 0, INCONCLUSIVE: 1, FAIL: 2}
+
+
+def judge_paired_speed(batches: dict[str, dict], has_production: bool, policy: ThroughputPolicy) -> Verdict:
+    """Each batch size's paired throughput (a causal LM's: each concurrency's) with the first one's p99; the worse verdict counts."""
+    p99 = batches[next(iter(batches))]["candidate_p99_ms"]
+    verdicts = {b: judge_throughput(r["ratio_median"], r["ratio_ci_low"], r["ratio_ci_high"], p99, has_production, policy) for b, r in batches.items()}
+    worst = max(verdicts.values(), key=lambda v: _SEVERITY[v.status])
+    return Verdict("throughput", worst.status, "; ".join(f"b{b}: {v.measured}" for b, v in verdicts.items()), worst.threshold,
+                   "; ".join(f"batch {b}: {v.reason}" for b, v in verdicts.items()),
+                   {f"b{b}_{k}": x for b, v in verdicts.items() for k, x in v.numbers.items()})
+
+
+def _graph_problems(graph: dict | None) -> tuple[list[str], list[str]]:
+    """(fails, unmeasured) of the served graph: the base build's INT8 files as hashed now, as the build recorded them, as
+    quantized_model judged the adapter on them, and as the build was timed."""
+    if not graph or not graph.get("sha256"):
+        return [], ["the base build's INT8 files were not hashed"]
+    now, differ, unmeasured = graph["sha256"], [], []
+    for key, what in (("recorded_sha256", "recorded when the build was made"), ("gated_sha256", "quantized_model judged this adapter on"),
+                      ("timed_sha256", "the build's timing was measured on")):
+        if not graph.get(key):
+            unmeasured.append(f"no hash of the INT8 files {what}" + (f"; delete {graph['base_build']} from the base builds' cache to rebuild it" if key == "recorded_sha256" else ""))
+        elif graph[key] != now:
+            differ.append(f"the {graph[key][:12]} {what}")
+    fails = [f"the base build {graph['base_build']}'s INT8 files hash to {now[:12]}, not {' nor '.join(differ)}: this adapter would not be "
+             "served on the graph that was judged; re-gate it on a fresh build"] if differ else []
+    return fails, unmeasured
+
+
+def _scan_problems(scan: dict | None, policy: ThroughputPolicy) -> tuple[list[str], list[str]]:
+    if not scan:
+        return [], ["the adapter's served values were not scanned"]
+    def where(kind: str) -> str:
+        worst = max(scan["per_tensor"].items(), key=lambda kv: kv[1][kind])
+        return f"{worst[1][kind]} in {worst[0]}"
+    fails = []
+    if scan["nan"] or scan["inf"]:
+        kind = "nan" if scan["nan"] else "inf"
+        fails.append(f"{scan['nan']} NaN and {scan['inf']} Inf among the adapter's {scan['values']} served values (e.g. {where(kind)})")
+    share = scan["subnormal"] / max(1, scan["values"])
+    if share > policy.max_subnormal_share:
+        fails.append(f"{scan['subnormal']} of the adapter's {scan['values']} served values are subnormal ({share:.3%}, at most {policy.max_subnormal_share:.3%}; "
+                     f"e.g. {where('subnormal')}): a CPU computes with them on a slow path, on the same graph")
+    return fails, []
+
+
+def judge_shared_graph_speed(report: dict, policy: ThroughputPolicy) -> Verdict:
+    """A causal-LM adapter's speed, which its base build decides: every adapter of a base runs the build's graph, so there is
+    no per-adapter timing. It passes when the served graph is the build's (by hash), the adapter's served values hold no NaN,
+    Inf or more subnormal floats than allowed, and the build's own timing meets the TTFT SLO (and on another build than
+    production's, the paired ratio against production's build). policy.p99_slo_ms is the TTFT SLO. What was not measured blocks."""
+    graph, scan, timing = report.get("served_graph"), report.get("adapter_scan"), report.get("build_timing")
+    fails, unmeasured = _graph_problems(graph)
+    f, u = _scan_problems(scan, policy)
+    fails, unmeasured = fails + f, unmeasured + u
+    batches = (timing or {}).get("batches") or {}
+    against = (timing or {}).get("against")
+    numbers: dict = {"subnormal_values": (scan or {}).get("subnormal"), "nonfinite_values": (scan or {}).get("nan", 0) + (scan or {}).get("inf", 0) if scan else None,
+                     "max_subnormal_share": policy.max_subnormal_share, "p99_slo_ms": policy.p99_slo_ms}
+    paired = None
+    if not batches:
+        unmeasured.append("the base build has no timing")
+    elif against:
+        paired = judge_paired_speed(batches, True, policy)
+        numbers |= paired.numbers
+        (fails if paired.status == FAIL else unmeasured if paired.status == INCONCLUSIVE else []).append(f"against production's build {against}: {paired.reason}")
+    else:
+        p99 = batches[next(iter(batches))]["candidate_p99_ms"]
+        numbers |= {"ttft_p99_ms": p99} | {f"c{c}_tokens_per_s": r["candidate_items_per_s"] for c, r in batches.items()}
+        if not np.isfinite(p99):
+            unmeasured.append("the base build's TTFT p99 is not a number")
+        elif p99 > policy.p99_slo_ms:
+            fails.append(f"the base build's TTFT p99 is {p99:.1f} ms, over the {policy.p99_slo_ms:g} ms SLO")
+    sha = (graph or {}).get("sha256") or "?"
+    speeds = ", ".join(f"c{c} {r['candidate_items_per_s']:.1f} tokens/s" for c, r in batches.items())
+    scanned = f"{scan['subnormal']} subnormal, {scan['nan']} NaN, {scan['inf']} Inf of {scan['values']} values" if scan else "values not scanned"
+    timed = (f"{speeds}, TTFT p99 {batches[next(iter(batches))]['candidate_p99_ms']:.1f} ms" if batches else "no timing")
+    measured = f"graph {sha[:12]}; {scanned}; build {timed}" + (f"; vs production's build: {paired.measured}" if paired else "")
+    threshold = (f"graph = the build's, subnormal share <= {policy.max_subnormal_share:g}, no NaN/Inf, TTFT p99 <= {policy.p99_slo_ms:g} ms"
+                 + (f", >= {policy.min_ratio}x production's build" if against else ""))
+    if fails:
+        return Verdict("throughput", FAIL, measured, threshold, "; ".join(fails), numbers)
+    if unmeasured:
+        return Verdict("throughput", INCONCLUSIVE, measured, threshold, "inconclusive: " + "; ".join(unmeasured) + "; gate again", numbers)
+    where = f"against production's build {against}: {paired.reason}" if against else "production, if any, runs on the same build"
+    reason = (f"no per-adapter timing: every adapter of this base runs the base build's graph ({graph['base_build']}, INT8 files sha256 {sha[:12]}, "
+              f"as recorded when it was built), whose LoRA slots fix the rank and targets, so an adapter changes values, never the work per token; "
+              f"its served values: {scanned}; the build's own timing ({'measured now' if timing.get('measured_now') else 'measured ' + str(timing.get('measured_at'))}): "
+              f"{timed}; {where}")
+    return Verdict("throughput", PASS, measured, threshold, reason, numbers)
+
+
+def judge_answer_cost(cost: dict, policy: CostPolicy) -> Verdict:
+    """A causal LM's cost per answer: its mean generated tokens per answer on the traffic prompts x the base build's cost per
+    token, under the per-token and per-answer ceilings, and against production's answers to the same prompts (on another
+    build, at the fast end of the paired speed CI). An adapter whose answers run longer costs more per request on the same graph."""
+    speed, tokens, prod_tokens = cost.get("tokens_per_s"), cost.get("answer_tokens") or [], cost.get("production_answer_tokens")
+    ceiling = f"<= {policy.max_usd_per_1m_tokens:g} USD per 1M tokens, <= {policy.max_usd_per_1k_answers:g} USD per 1,000 answers"
+    missing = []
+    if speed is None or not np.isfinite(speed) or speed <= 0:
+        missing.append("the base build's tokens/s is not measured")
+    if not tokens:
+        missing.append("the candidate's answers to the traffic prompts were not found in its drift report (re-run drift_report)")
+    if cost.get("production") and (not prod_tokens or len(prod_tokens) != len(tokens)):
+        missing.append(f"production {cost['production']}'s answers to the same traffic prompts were not found")
+    ratio = cost.get("speed_ratio")
+    if ratio is not None and not np.isfinite(ratio).all():
+        missing.append("the paired speed ratio against production's build is not a number")
+    if missing:
+        return Verdict("cost", INCONCLUSIVE, "not measured", ceiling, "inconclusive: " + "; ".join(missing) + "; gate again", {})
+    per_token = cost_per_unit(policy.node_usd_per_hour, speed, 1.0)
+    mean = float(np.mean(tokens))
+    per_1m, per_1k = per_token * 1e6, per_token * mean * 1e3
+    numbers: dict = {"usd_per_1m_tokens": per_1m, "tokens_per_answer": mean, "usd_per_1k_answers": per_1k, "answers": len(tokens),
+                     "cut_at_max_new_tokens": cost.get("cut_at_cap", 0), "node_usd_per_hour": policy.node_usd_per_hour,
+                     "ceiling_usd_per_1m_tokens": policy.max_usd_per_1m_tokens, "ceiling_usd_per_1k_answers": policy.max_usd_per_1k_answers}
+    problems = []
+    if per_1m > policy.max_usd_per_1m_tokens:
+        problems.append(f"{per_1m:.4g} USD per 1M tokens is above the ceiling {policy.max_usd_per_1m_tokens:g}")
+    if per_1k > policy.max_usd_per_1k_answers:
+        problems.append(f"{per_1k:.4g} USD per 1,000 answers ({mean:.1f} tokens each) is above the ceiling {policy.max_usd_per_1k_answers:g}")
+    measured = f"{per_1k:.4g} USD per 1,000 answers: {mean:.1f} tokens each x {per_1m:.4g} USD per 1M tokens at ${policy.node_usd_per_hour:g}/node-hour"
+    if prod_tokens is not None:
+        prod_mean = float(np.mean(prod_tokens))
+        length = mean / prod_mean if prod_mean > 0 else float("inf")
+        median, hi = (ratio[0], ratio[2]) if ratio is not None else (1.0, 1.0)  # the same build: the same cost per token
+        point, least = length / median - 1, length / hi - 1
+        numbers |= {"production_tokens_per_answer": prod_mean, "answer_length_ratio": length, "cost_change": point, "cost_change_at_best": least,
+                    "tolerance": policy.tolerance}
+        ceiling += f", <= production x {1 + policy.tolerance:g} per answer"
+        speed_note = f", and its build's speed {median:.2f}x production's" if ratio is not None else " on the same build"
+        measured += f" ({point:+.1%} per answer vs production: {mean:.1f} tokens against {prod_mean:.1f}{speed_note})"
+        if least > policy.tolerance:
+            problems.append(f"an answer costs {point:+.1%} against production's" + (f" (at least {least:+.1%} by the paired speed CI)" if ratio is not None else "")
+                            + f": its answers to the same {len(tokens)} traffic prompts run {mean:.1f} tokens on average against {prod_mean:.1f}, "
+                            f"more than the {policy.tolerance:+.0%} allowed")
+    return _verdict("cost", problems, measured, measured, ceiling, numbers)
+
+
 def judge_golden(predicted: list[str], expected: list[str], texts: list[str]) -> Verdict:
     """Every golden inference test from the policy predicts its expected label."""
     misses = [(t, e, p) for t, e, p in zip(texts, expected, predicted) if e != p]

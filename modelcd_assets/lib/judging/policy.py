@@ -64,9 +64,12 @@ class GenerationPolicy(_Strict):
 
 class CostPolicy(_Strict):
     node_usd_per_hour: float = Field(0.10, gt=0, description="What one serving node costs an hour, USD: cost per token = this / (tokens/s x 3600).")
-    tolerance: float = Field(0.15, ge=0, description="How far the candidate's cost per unit may rise above production's, as a fraction, judged at the fast end of the paired speed CI (0.15 matches throughput.min_ratio 0.88: 1/0.88 - 1 = 0.136).")
+    tolerance: float = Field(0.15, ge=0, description="How far the candidate's cost per unit (a causal LM's: per answer) may rise above production's, as a fraction, judged at the fast end of the paired speed CI (0.15 matches throughput.min_ratio 0.88: 1/0.88 - 1 = 0.136).")
     max_usd_per_1m_tokens: float = Field(5.0, gt=0, description="Ceiling on a causal LM's cost per 1M generated tokens, USD.")
     max_usd_per_1k_requests: float = Field(0.05, gt=0, description="Ceiling on a classifier's cost per 1,000 requests at batch 1, USD.")
+    max_usd_per_1k_answers: float = Field(0.3, gt=0, description=(
+        "Ceiling on a causal LM's cost per 1,000 answers, USD: its mean generated tokens per answer on the drift gate's traffic prompts x "
+        "the base build's cost per token (0.3: 64-token answers at the 5 USD per 1M tokens ceiling cost 0.32)."))
 
 
 class GoldenPrompt(_Strict):
@@ -110,6 +113,11 @@ class ThroughputPolicy(_Strict):
     max_pairs: int = Field(36, ge=2, le=1000, description="Pairs allowed in total before the verdict is 'inconclusive'.")
     confidence: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence of the interval on the median ratio.")
     on_inconclusive: str = Field("block", pattern="^(block|pass)$", description="What an inconclusive throughput verdict does.")
+    # A trained LoRA holds no subnormal value: an update of size ~learning rate lands within 1.2e-38 of zero with odds of
+    # ~1e-34, and float16 or bfloat16 weights widen to normal float32 values. Any share above 0 is a choice to let some through.
+    max_subnormal_share: float = Field(0.0, ge=0, le=1, description=(
+        "Causal LM: the share of an adapter's served float32 LoRA values that may be subnormal (below 1.18e-38, a slow path of CPU "
+        "floating point on the base build's graph); NaN and Inf are never allowed."))
 
     @model_validator(mode="after")
     def _pairs_fit(self) -> "ThroughputPolicy":

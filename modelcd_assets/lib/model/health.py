@@ -23,10 +23,10 @@ NORM_OUTLIER_RATIO = 0.5
 
 
 def nonfinite_tensors(safetensors_file: Path) -> list[str]:
-    """Names of tensors holding NaN or Inf; reads the file with safetensors, never pickle."""
-    from safetensors.numpy import load_file
+    """Names of tensors holding NaN or Inf (float16 and bfloat16 too); reads the file's bytes, never pickle."""
+    from modelcd_assets.lib.weights import read_tensors
 
-    return sorted(k for k, v in load_file(str(safetensors_file)).items() if np.issubdtype(v.dtype, np.floating) and not np.isfinite(v).all())
+    return sorted(k for k, v in read_tensors(safetensors_file).items() if np.issubdtype(v.dtype, np.floating) and not np.isfinite(v).all())
 
 
 def _loading_info(model_dir: Path) -> tuple[torch.nn.Module, dict]:

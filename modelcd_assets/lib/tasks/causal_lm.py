@@ -1,6 +1,6 @@
 """The causal LM: a LoRA adapter of a registered base, served as an adapter file on the base's INT8 build (made once per
 base and slot layout), judged on per-reply NLL against production, INT8-vs-FP32 token fidelity, generation, drift of
-what it answers, speed and cost. The gates judge exactly "this INT8 base + this adapter file", whose hashes are recorded."""
+what it answers, its base build's speed and its answers' cost. The gates judge exactly "this INT8 base + this adapter file", whose hashes are recorded."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from modelcd_assets.lib.causal_lm.adapter_file import ADAPTER_FILE, adapter_parameters, write_adapter_file
-from modelcd_assets.lib.causal_lm.benchmark import Side, paired_generation
+from modelcd_assets.lib.causal_lm.adapter_file import ADAPTER_FILE, adapter_parameters, scan_adapter_file, write_adapter_file
+from modelcd_assets.lib.causal_lm.benchmark import Side, build_timing, paired_generation
 from modelcd_assets.lib.causal_lm.build import BaseBuild, BaseBuildOptions, build_base
 from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids, chat_split, read_chats
 from modelcd_assets.lib.causal_lm.contract import lm_contract
@@ -19,11 +19,19 @@ from modelcd_assets.lib.causal_lm.decoder import PROBE_LOGITS_OF, Decoder
 from modelcd_assets.lib.causal_lm.scoring import FidelityTally, repeated_ngram_share, target_nll
 from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.hashing import file_sha256, folder_hash
-from modelcd_assets.lib.inference.benchmark import cost_inputs, merge_runs, summarize
 from modelcd_assets.lib.inference.builds import folder_lock, read_json, save_array, write_json
 from modelcd_assets.lib.inference.tokens import check_generation_length
 from modelcd_assets.lib.judging.drift import input_drift, length_drift, prediction_drift
-from modelcd_assets.lib.judging.gates import Verdict, judge_generation, judge_golden_completions, judge_perplexity, judge_production_recheck, judge_token_fidelity
+from modelcd_assets.lib.judging.gates import (
+    Verdict,
+    judge_answer_cost,
+    judge_generation,
+    judge_golden_completions,
+    judge_perplexity,
+    judge_production_recheck,
+    judge_shared_graph_speed,
+    judge_token_fidelity,
+)
 from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.model.artifact import ADAPTER
 from modelcd_assets.lib.release.candidate import CandidateRecord
@@ -311,8 +319,13 @@ class CausalLmTask:
         # (bench/results/faults_llm.json, the demo): which word a reply opens with is style, not a regression, where a reply
         # that grows or shrinks is. A distance that is not a number stays one (inconclusive).
         pred = outputs["response_length"] if outputs else None
+        # What the cost gate prices per answer: each generated token is a decode step, the EOS one included.
+        steps = lambda runs: [a["tokens"] + bool(a["stopped_at_eos"]) for a in runs]  # noqa: E731
+        answer_tokens = {"candidate": steps(cand), "production": steps(prod) if prod_record else None, "max_new_tokens": gen.max_new_tokens,
+                         "cut_at_cap": sum(not a["stopped_at_eos"] for a in cand)}
         report = {"traffic_sample": traffic_sample, "reference_sample": reference_sample, "traffic_examples": len(traffic), "input_drift": inputs,
-                  "prediction_drift": pred, "output_drift": outputs, "generated_from": len(sample), "production": prod_record.ref.key if prod_record else None}
+                  "prediction_drift": pred, "output_drift": outputs, "generated_from": len(sample), "production": prod_record.ref.key if prod_record else None,
+                  "answer_tokens": answer_tokens}
         write_json(record.files.drift, report)
         rows = "\n".join(f"| {k} | {v:.3f} |" for k, v in inputs.items())
         return StepResult(metadata={
@@ -326,39 +339,55 @@ class CausalLmTask:
         return _prompt_drift(Decoder(base_build(record, state).int8), reference, texts)
 
     def benchmark(self, record: CandidateRecord, state: State) -> StepResult:
-        """Generated tokens/s and time to first token, candidate against production interleaved, at each concurrency."""
+        """No per-adapter timing: every adapter of a base runs the base build's graph. What decides the speed and cost instead:
+        the served graph's hash against the build's record, a scan of the adapter file's values, the base build's own timing
+        (once per build and timing setup; against production's build when the candidate's is another), and the tokens of its
+        answers to the drift gate's traffic prompts."""
         policy = record.effective_policy()
         tp, gen = policy.throughput, policy.generation
-        sessions = _Sessions("int8")
+        build = base_build(record, state)
         prod_record = record.baseline(state.root)
-        cand = Side(sessions.of(record, state, CANDIDATE), CANDIDATE)
-        prod = Side(sessions.of(prod_record, state, PRODUCTION), PRODUCTION) if prod_record else cand  # self-paired: the noise floor
-        items = chats(state, "evaluation", gen.speed_prompts)
-        prompts = [cand.decoder.encode_chat(c.messages()) for c in items]
-        for p in prompts:
-            check_generation_length(len(p), gen.speed_tokens, cand.decoder.context_length)
-        results = {}
-        for concurrency in gen.concurrency:
-            run = paired_generation(cand, prod, prompts, concurrency, tp.pairs, gen.speed_tokens)
-            summary = summarize(run, tp.confidence)
-            while summary["ratio_ci_low"] < tp.min_ratio <= summary["ratio_ci_high"] and len(run.ratios) < tp.max_pairs:
-                run = merge_runs(run, paired_generation(cand, prod, prompts, concurrency, min(tp.pairs, tp.max_pairs - len(run.ratios)), gen.speed_tokens, warmup=0))
-                summary = summarize(run, tp.confidence)
-            results[str(concurrency)] = summary
-        busiest = results[str(max(gen.concurrency))]
-        report = {"inputs": {"prompts": len(prompts), "max_new_tokens": gen.speed_tokens, "median_prompt_tokens": float(np.median([len(p) for p in prompts]))},
-                  "production": prod_record.ref.key if prod_record else None, "batches": results, "latency_metric": "ttft",
-                  "cost": cost_inputs("tokens", busiest, prod_record is not None)}
+        prod_build = base_build(prod_record, state) if prod_record else None
+        against = prod_build if prod_build and prod_build.dir != build.dir else None
+        timing = build_timing(build, against, chats(state, "evaluation", gen.speed_prompts), gen, tp)
+        graph = {"base_build": build.dir.name, "sha256": folder_hash(build.int8), "recorded_sha256": build.recorded_int8_sha256,
+                 "gated_sha256": record.quantization().get("base_sha256"), "timed_sha256": timing.get("int8_sha256"),
+                 "production_base_build": prod_build.dir.name if prod_build else None}
+        scan = scan_adapter_file(adapter_file(record))
+        answers = read_json(record.files.drift).get("answer_tokens") or {}
+        busiest = timing["batches"][str(max(gen.concurrency))]
+        cost = {"unit": "answers", "tokens_per_s": busiest["candidate_items_per_s"], "production": prod_record.ref.key if prod_record else None,
+                "speed_ratio": [busiest["ratio_median"], busiest["ratio_ci_low"], busiest["ratio_ci_high"]] if against else None,
+                "answer_tokens": answers.get("candidate"), "production_answer_tokens": answers.get("production") if prod_record else None,
+                "cut_at_cap": answers.get("cut_at_cap"), "max_new_tokens": answers.get("max_new_tokens")}
+        why = (f"no per-adapter timing: every adapter of this base runs the base build's graph ({build.dir.name}, INT8 files sha256 "
+               f"{graph['sha256'][:12]}), so an adapter cannot change the work per token; its served values: {scan['subnormal']} subnormal, "
+               f"{scan['nan']} NaN, {scan['inf']} Inf of {scan['values']}")
+        report = {"production": prod_record.ref.key if prod_record else None, "latency_metric": "ttft", "no_adapter_timing": why,
+                  "served_graph": graph, "adapter_scan": scan, "build_timing": {k: v for k, v in timing.items() if k != "setup"},
+                  "batches": timing["batches"], "cost": cost}
         write_json(record.files.benchmark, report)
-        rows = "\n".join(f"| {c} | {r['pairs']} | {r['candidate_items_per_s']:.1f} | {r['production_items_per_s']:.1f} | {r['ratio_median']:.3f} "
-                         f"[{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}] | {r['candidate_p50_ms']:.1f} / {r['candidate_p99_ms']:.1f} |"
-                         for c, r in results.items())
+        rows = "\n".join(f"| {c} | {r['pairs']} | {r['candidate_items_per_s']:.1f} | {r['ratio_median']:.3f} [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}] "
+                         f"| {r['candidate_p50_ms']:.1f} / {r['candidate_p99_ms']:.1f} |" for c, r in timing["batches"].items())
+        side = f"production's build {against.dir.name}" if against else "itself (the noise floor)"
         return StepResult(metadata={
-            **{f"tokens_per_s_ratio_c{c}": r["ratio_median"] for c, r in results.items()},
-            "ttft_p99_ms_c1": results[str(gen.concurrency[0])]["candidate_p99_ms"],
-            "production_version": prod_record.ref.key if prod_record else "none (self-paired)",
-            "results": Md("| concurrency | pairs | candidate tokens/s | production tokens/s | ratio median [CI] | TTFT p50 / p99 ms |\n"
-                          "|---|---|---|---|---|---|\n" + rows)})
+            "base_build": build.dir.name, "base_sha256": graph["sha256"], "timed_now": timing["measured_now"],
+            "subnormal_values": scan["subnormal"], "nonfinite_values": scan["nan"] + scan["inf"],
+            **{f"build_tokens_per_s_c{c}": r["candidate_items_per_s"] for c, r in timing["batches"].items()},
+            "ttft_p99_ms_c1": timing["batches"][str(gen.concurrency[0])]["candidate_p99_ms"],
+            **({"tokens_per_answer": float(np.mean(cost["answer_tokens"]))} if cost["answer_tokens"] else {}),
+            "production_version": prod_record.ref.key if prod_record else "none",
+            "why_no_adapter_timing": Md(why),
+            "build_timing": Md(f"the base build {build.dir.name} against {side}, measured {timing['measured_at']}\n\n"
+                               "| concurrency | pairs | tokens/s | ratio median [CI] | TTFT p50 / p99 ms |\n|---|---|---|---|---|\n" + rows)})
+
+    def throughput_verdict(self, record: CandidateRecord, state: State) -> Verdict:
+        policy = record.effective_policy()
+        tp = policy.throughput.model_copy(update={"p99_slo_ms": policy.generation.ttft_p99_slo_ms})
+        return judge_shared_graph_speed(read_json(record.files.benchmark), tp)
+
+    def cost_verdict(self, record: CandidateRecord, state: State) -> Verdict:
+        return judge_answer_cost(read_json(record.files.benchmark)["cost"], record.effective_policy().cost)
 
     def fidelity_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         return judge_token_fidelity(record.quantization()["fidelity"], record.effective_policy().token_fidelity)

@@ -17,7 +17,7 @@ from modelcd_assets.lib.inference.runtime import OnnxModel, logits, session
 from modelcd_assets.lib.inference.tokens import BATCH, encode, tokenizer_hash
 from modelcd_assets.lib.judging.contract import extract_contract
 from modelcd_assets.lib.judging.drift import describe, input_drift, prediction_drift
-from modelcd_assets.lib.judging.gates import Verdict, judge_accuracy, judge_fidelity, judge_golden, judge_production_recheck
+from modelcd_assets.lib.judging.gates import Verdict, judge_accuracy, judge_cost, judge_fidelity, judge_golden, judge_paired_speed, judge_production_recheck
 from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.model.artifact import ADAPTER
 from modelcd_assets.lib.model.config import labels_of
@@ -407,6 +407,14 @@ class ClassificationTask:
                 "latency_b1": Md(latency_plot_md(plots, f"batch 1, {len(texts)} evaluation texts, median {shape['median_tokens']:.0f} tokens")),
             }
         )
+
+    def throughput_verdict(self, record: CandidateRecord, state: State) -> Verdict:
+        """Its own graph against production's, interleaved: the paired ratio at batch 1 and 32, and the p99 at batch 1."""
+        report = read_json(record.files.benchmark)
+        return judge_paired_speed(report["batches"], report["production"] is not None, record.effective_policy().throughput)
+
+    def cost_verdict(self, record: CandidateRecord, state: State) -> Verdict:
+        return judge_cost(read_json(record.files.benchmark)["cost"], record.effective_policy().cost)
 
     def fidelity_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         """Top-1 agreement of the chosen INT8 variant with FP32 on the evaluation split."""

@@ -86,7 +86,14 @@ class Task(Protocol):
         """live_traffic: a window of production's sampled request texts against the split it was validated on, per descriptor."""
 
     def benchmark(self, record: CandidateRecord, state: State) -> StepResult:
-        """benchmark_results: candidate vs production speed, interleaved, and what a unit of work costs."""
+        """benchmark_results: what decides the speed (a classifier: its graph against production's, interleaved; a causal LM: its
+        base build's), and what a unit of work costs."""
+
+    def throughput_verdict(self, record: CandidateRecord, state: State) -> Verdict:
+        """The speed, by what decides it for this task."""
+
+    def cost_verdict(self, record: CandidateRecord, state: State) -> Verdict:
+        """What a unit of work costs (a request, an answer), under the policy's ceilings and against production's."""
 
     def fidelity_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         """INT8 against FP32, by this task's measure."""

@@ -76,3 +76,36 @@ def test_extra_trained_modules_and_dora_are_reported(tiny_lm, tmp_path):
 def test_a_folder_that_is_no_adapter_is_refused(tiny_lm, tmp_path):
     with pytest.raises(BadCandidate, match="not a peft LoRA adapter"):
         adapter_parameters(tmp_path, tiny_lm.build.slots())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_an_adapter_saved_as_bf16_or_fp16_is_read_and_widened_exactly(tiny_lm, tmp_path, dtype):
+    from safetensors.torch import load_file as load_torch
+    from safetensors.torch import save_file as save_torch
+
+    folder = tmp_path / str(dtype)
+    folder.mkdir()
+    (folder / ADAPTER_CONFIG).write_text((tiny_lm.adapter / ADAPTER_CONFIG).read_text())
+    weights = {k: v.to(dtype) for k, v in load_torch(str(tiny_lm.adapter / ADAPTER_WEIGHTS)).items()}
+    save_torch(weights, str(folder / ADAPTER_WEIGHTS))
+    params, fit = adapter_parameters(folder, tiny_lm.build.slots())
+    full, _ = adapter_parameters(tiny_lm.adapter, tiny_lm.build.slots())
+    assert fit.problems == [] and params.keys() == full.keys()
+    slots = tiny_lm.build.slots()
+    for key, slot in ((slots.peft_key(s), s) for s in slots.shapes):
+        want = weights[key].float().numpy().T * (np.float32(fit.scaling) if ".lora_B." in key else np.float32(1))
+        assert params[slot].dtype == np.float32 and np.array_equal(params[slot], want)
+    # float16 keeps 10 mantissa bits, bfloat16 7: the same adapter to within their rounding
+    assert max(np.abs(params[s] - full[s]).max() / np.abs(full[s]).max() for s in full) < 2**-7
+
+
+def test_the_scan_counts_subnormal_nan_and_inf_served_values_per_tensor(tmp_path):
+    from modelcd_assets.lib.causal_lm.adapter_file import scan_adapter_file
+
+    clean = scan_adapter_file(write_adapter_file({"a": np.ones((2, 3), np.float32), "b": np.zeros(4, np.float32)}, tmp_path / "clean.onnx_adapter"))
+    assert clean == {"file": "clean.onnx_adapter", "tensors": 2, "values": 10, "subnormal": 0, "nan": 0, "inf": 0, "per_tensor": {}}
+    tiny = np.finfo(np.float32).tiny
+    bad = np.array([1e-39, -1e-40, tiny, -tiny, 0.0, np.nan, np.inf, -np.inf], np.float32)  # tiny itself is the smallest normal
+    scan = scan_adapter_file(write_adapter_file({"a": np.ones(3, np.float32), "b": bad}, tmp_path / "bad.onnx_adapter"))
+    assert (scan["subnormal"], scan["nan"], scan["inf"], scan["values"]) == (2, 1, 2, 11)
+    assert scan["per_tensor"] == {"b": {"subnormal": 2, "nan": 1, "inf": 2}}

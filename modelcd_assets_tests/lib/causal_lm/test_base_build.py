@@ -58,3 +58,10 @@ def test_targets_the_builder_has_no_slot_for_are_refused(tiny_lm, tmp_path):
     with pytest.raises(BadCandidate, match="no LoRA slot can be made for"):
         build_base(tiny_lm.base, BaseBuild(tmp_path / "b"), BaseBuildOptions(rank=4, targets=("embed_tokens",)))
     assert not (tmp_path / "b").exists()
+
+
+def test_a_build_records_the_hash_of_its_int8_files(tiny_lm):
+    from modelcd_assets.lib.hashing import folder_hash
+
+    assert tiny_lm.build.recorded_int8_sha256 == folder_hash(tiny_lm.build.int8)
+    assert BaseBuild(tiny_lm.build.dir / "nowhere").recorded_int8_sha256 is None

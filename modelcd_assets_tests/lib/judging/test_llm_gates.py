@@ -8,13 +8,15 @@ from modelcd_assets.lib.judging.gates import (
     INCONCLUSIVE,
     PASS,
     cost_per_unit,
+    judge_answer_cost,
     judge_cost,
     judge_generation,
     judge_golden_completions,
     judge_perplexity,
+    judge_shared_graph_speed,
     judge_token_fidelity,
 )
-from modelcd_assets.lib.judging.policy import CostPolicy, GenerationPolicy, PerplexityPolicy, TokenFidelityPolicy
+from modelcd_assets.lib.judging.policy import CostPolicy, GenerationPolicy, PerplexityPolicy, ThroughputPolicy, TokenFidelityPolicy
 from modelcd_assets.lib.judging.promotion import NO_CASES
 from modelcd_assets.lib.judging.stats import paired_perplexity_ci, perplexity_change, sign_test_worse_pvalue
 
@@ -134,6 +136,109 @@ def test_cost_per_token_and_request():
     assert judge_cost(_cost(100.0, 100.0, [1.0, float("nan"), 1.0]), policy).status == INCONCLUSIVE
 
 
+SHA = "ab" * 32
+
+
+def _speed_report(graph=None, scan=None, batches=None, against=None, **timing):
+    summary = {"pairs": 6, "ratio_median": 1.0, "ratio_ci_low": 0.97, "ratio_ci_high": 1.03, "candidate_items_per_s": 120.0,
+               "production_items_per_s": 120.0, "candidate_p50_ms": 40.0, "candidate_p99_ms": 60.0}
+    return {"served_graph": {"base_build": "b" * 24, "sha256": SHA, "recorded_sha256": SHA, "gated_sha256": SHA, "timed_sha256": SHA} | (graph or {}),
+            "adapter_scan": {"file": "adapter.onnx_adapter", "tensors": 4, "values": 1000, "subnormal": 0, "nan": 0, "inf": 0, "per_tensor": {}} | (scan or {}),
+            "build_timing": {"against": against, "measured_now": False, "measured_at": "2026-01-01T00:00:00+00:00",
+                             "batches": {c: summary | (batches or {}).get(c, {}) for c in ("1", "4")}} | timing}
+
+
+TTFT = ThroughputPolicy(p99_slo_ms=1000.0)
+
+
+def test_an_adapter_on_its_base_build_is_judged_without_timing_and_says_why():
+    ok = judge_shared_graph_speed(_speed_report(), TTFT)
+    assert ok.status == PASS and ok.reason.startswith("no per-adapter timing: every adapter of this base runs the base build's graph")
+    assert f"sha256 {SHA[:12]}" in ok.reason and "0 subnormal, 0 NaN, 0 Inf of 1000 values" in ok.reason and "the same build" in ok.reason
+
+
+@pytest.mark.parametrize("graph, words", [
+    ({"sha256": "cd" * 32}, "not the abababababab recorded when the build was made"),
+    ({"gated_sha256": "cd" * 32}, "not the cdcdcdcdcdcd quantized_model judged this adapter on"),
+    ({"timed_sha256": "cd" * 32}, "the build's timing was measured on"),
+])
+def test_a_changed_base_build_hash_fails(graph, words):
+    bad = judge_shared_graph_speed(_speed_report(graph), TTFT)
+    assert bad.status == FAIL and words in bad.reason and "would not be served on the graph that was judged" in bad.reason
+
+
+def test_subnormal_nan_or_inf_served_values_fail_the_scan():
+    sub = judge_shared_graph_speed(_speed_report(scan={"subnormal": 250, "per_tensor": {"lora_A.q": {"subnormal": 250, "nan": 0, "inf": 0}}}), TTFT)
+    assert sub.status == FAIL and "250 of the adapter's 1000 served values are subnormal (25.000%" in sub.reason and "250 in lora_A.q" in sub.reason
+    assert sub.numbers["subnormal_values"] == 250
+    allowed = judge_shared_graph_speed(_speed_report(scan={"subnormal": 1, "per_tensor": {"a": {"subnormal": 1, "nan": 0, "inf": 0}}}),
+                                       TTFT.model_copy(update={"max_subnormal_share": 0.01}))
+    assert allowed.status == PASS
+    nan = judge_shared_graph_speed(_speed_report(scan={"nan": 1, "inf": 2, "per_tensor": {"b": {"subnormal": 0, "nan": 1, "inf": 2}}}),
+                                   TTFT.model_copy(update={"max_subnormal_share": 1.0}))
+    assert nan.status == FAIL and "1 NaN and 2 Inf among the adapter's 1000 served values (e.g. 1 in b)" in nan.reason
+
+
+def test_the_builds_timing_meets_the_ttft_slo_and_another_build_is_judged_against_productions():
+    slow = judge_shared_graph_speed(_speed_report(batches={"1": {"candidate_p99_ms": 1500.0}}), TTFT)
+    assert slow.status == FAIL and "TTFT p99 is 1500.0 ms, over the 1000 ms SLO" in slow.reason
+    against = _speed_report(against="c" * 24)
+    assert judge_shared_graph_speed(against, TTFT).status == PASS and "against production's build" in judge_shared_graph_speed(against, TTFT).reason
+    slower = judge_shared_graph_speed(_speed_report(against="c" * 24, batches={"4": {"ratio_median": 0.7, "ratio_ci_low": 0.65, "ratio_ci_high": 0.75}}), TTFT)
+    assert slower.status == FAIL and "against production's build cccc" in slower.reason and "entirely below 0.88" in slower.reason
+    straddles = _speed_report(against="c" * 24, batches={"1": {"ratio_median": 0.9, "ratio_ci_low": 0.8, "ratio_ci_high": 0.95}})
+    assert judge_shared_graph_speed(straddles, TTFT).status == INCONCLUSIVE
+
+
+@pytest.mark.parametrize("report, words", [
+    ({"served_graph": None}, "were not hashed"),
+    ({"adapter_scan": None}, "served values were not scanned"),
+    ({"build_timing": None}, "the base build has no timing"),
+    (_speed_report({"recorded_sha256": None}), "no hash of the INT8 files recorded when the build was made; delete bbbb"),
+    (_speed_report(batches={"1": {"candidate_p99_ms": float("nan")}}), "TTFT p99 is not a number"),
+])
+def test_what_was_not_measured_is_inconclusive_never_a_pass(report, words):
+    verdict = judge_shared_graph_speed(_speed_report() | report, TTFT)
+    assert verdict.status == INCONCLUSIVE and words in verdict.reason and not verdict.passed
+
+
+def _answers(tokens, prod=None, speed=100.0, ratio=None, production="tiny-reply:1"):
+    return {"unit": "answers", "tokens_per_s": speed, "production": production if prod is not None else None, "speed_ratio": ratio,
+            "answer_tokens": tokens, "production_answer_tokens": prod, "cut_at_cap": 0, "max_new_tokens": 64}
+
+
+def test_the_cost_of_an_answer_is_its_tokens_times_the_builds_cost_per_token():
+    policy = CostPolicy(node_usd_per_hour=0.36, tolerance=0.15, max_usd_per_1m_tokens=2.0, max_usd_per_1k_answers=0.05)
+    first = judge_answer_cost(_answers([20, 40]), policy)  # 1 USD per 1M tokens, 30 tokens an answer: 0.03 USD per 1,000
+    assert first.status == PASS and first.numbers["usd_per_1k_answers"] == pytest.approx(0.03) and "production" not in first.threshold
+    longer = judge_answer_cost(_answers([60, 80]), policy)  # 70 tokens: 0.07
+    assert longer.status == FAIL and "0.07 USD per 1,000 answers (70.0 tokens each) is above the ceiling 0.05" in longer.reason
+    assert judge_answer_cost(_answers([20, 40], speed=40.0), policy).status == FAIL  # 2.5 USD per 1M tokens
+
+
+def test_answers_that_run_longer_than_productions_cost_more_per_request_on_the_same_graph():
+    policy = CostPolicy(node_usd_per_hour=0.36, tolerance=0.15)
+    same = judge_answer_cost(_answers([30, 30], [30, 30]), policy)
+    assert same.status == PASS and same.numbers["cost_change"] == 0 and "on the same build" in same.measured
+    longer = judge_answer_cost(_answers([40, 40], [30, 30]), policy)
+    assert longer.status == FAIL and "an answer costs +33.3% against production's: its answers to the same 2 traffic prompts run 40.0 tokens" in longer.reason
+    assert judge_answer_cost(_answers([34, 34], [30, 30]), policy).status == PASS  # +13%
+    # Another build: its speed ratio counts too, at the CI's fast end.
+    faster = judge_answer_cost(_answers([40, 40], [30, 30], ratio=[1.25, 1.2, 1.3]), policy)
+    assert faster.status == PASS and faster.numbers["cost_change_at_best"] == pytest.approx(4 / 3 / 1.3 - 1)
+
+
+@pytest.mark.parametrize("cost, words", [
+    (_answers([30], speed=float("nan")), "tokens/s is not measured"),
+    (_answers([]), "answers to the traffic prompts were not found in its drift report"),
+    (_answers([30, 30], [30]), "production tiny-reply:1's answers to the same traffic prompts were not found"),
+    (_answers([30], [30], ratio=[1.0, float("nan"), 1.0]), "paired speed ratio against production's build is not a number"),
+])
+def test_an_answer_cost_not_measured_is_inconclusive(cost, words):
+    verdict = judge_answer_cost(cost, CostPolicy())
+    assert verdict.status == INCONCLUSIVE and words in verdict.reason and not verdict.passed
+
+
 # What each causal-LM verdict says, word for word and number for number (a user reads these on the gate report): one
 # snapshot per case, failing and passing alike.
 SNAPSHOT_CASES = {
@@ -170,6 +275,15 @@ SNAPSHOT_CASES = {
     "cost_requests": lambda: judge_cost(_cost(10.0, unit="requests"), CostPolicy(node_usd_per_hour=0.36, max_usd_per_1k_requests=0.005)),
     "cost_not_measured": lambda: judge_cost(_cost(float("nan"), 100.0, [1.0, 1.0, 1.0]), CostPolicy()),
     "cost_ratio_not_measured": lambda: judge_cost(_cost(100.0, 100.0, [1.0, float("nan"), 1.0], unit="requests"), CostPolicy()),
+    "speed_on_the_base_build": lambda: judge_shared_graph_speed(_speed_report(), TTFT),
+    "speed_subnormal_values": lambda: judge_shared_graph_speed(_speed_report(scan={"subnormal": 250, "per_tensor": {"a": {"subnormal": 250, "nan": 0, "inf": 0}}}), TTFT),
+    "speed_graph_changed": lambda: judge_shared_graph_speed(_speed_report({"sha256": "cd" * 32}), TTFT),
+    "speed_against_productions_build": lambda: judge_shared_graph_speed(_speed_report(against="c" * 24), TTFT),
+    "speed_not_timed": lambda: judge_shared_graph_speed(_speed_report() | {"build_timing": None}, TTFT),
+    "answer_cost_first": lambda: judge_answer_cost(_answers([20, 40]), CostPolicy(node_usd_per_hour=0.36)),
+    "answer_cost_longer_than_production": lambda: judge_answer_cost(_answers([40, 40], [30, 30]), CostPolicy(node_usd_per_hour=0.36)),
+    "answer_cost_another_build": lambda: judge_answer_cost(_answers([40, 40], [30, 30], ratio=[1.25, 1.2, 1.3]), CostPolicy(node_usd_per_hour=0.36)),
+    "answer_cost_not_measured": lambda: judge_answer_cost(_answers([]), CostPolicy()),
 }
 
 
