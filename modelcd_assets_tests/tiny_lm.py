@@ -15,8 +15,8 @@ from modelcd_assets.lib.demo.replies import chats, corpus
 
 TINY_OPTIONS = BaseBuildOptions(rank=4, targets=("q_proj", "v_proj"))
 TINY_ADAPTER = LmTraining(steps=30, rank=4, alpha=8, learning_rate=5e-3)
-# The tiny base's slots (rank 4), a tiny model's perplexity, short timing rounds, and on a loaded 2-core machine an
-# inconclusive speed passes (the inconclusive path is tested in lib/judging/test_gates.py).
+# The tiny base's slots (rank 4), a tiny model's perplexity, and short timing rounds of the base build. No adapter is
+# timed (every adapter of the base runs its build's graph), so an inconclusive speed blocks, as by default.
 TINY_LM_POLICY = """\
 adapter_slots:
   rank: 4
@@ -31,7 +31,6 @@ generation:
 throughput:
   pairs: 6
   max_pairs: 6
-  on_inconclusive: pass
 golden_prompts:
   - prompt: "i was charged twice for my invoice. please advise."
     expect: "billing"

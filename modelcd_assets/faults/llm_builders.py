@@ -14,6 +14,7 @@ from modelcd_assets.lib.release.registry import BUMP_DECLARED
 
 B_OVERDRIVE = 50.0  # LoRA B times this: the update fifty times as strong
 B_NOISE = 1.001  # LoRA B times this: a clean control, a change below any gate's resolution
+SUBNORMAL, SUBNORMAL_SHARE = 1e-39, 0.25  # a float32 subnormal (below 1.18e-38), and the share of each LoRA A set to it
 SAME_REPLY = "thank you for contacting us."  # what the same-text adapter answers to everything
 # A golden prompt no small model's context holds: each word is at least one token, and SmolLM2's context is 8,192 (6,000
 # words fit it: the sandbox measured them answered, not refused).
@@ -147,12 +148,33 @@ def golden_prompt_beyond_context(sb, ref) -> contextlib.AbstractContextManager[N
     return sb.policy_edited(add)
 
 
-def one_graph_for_every_adapter(sb) -> tuple[bool, str]:
-    """A slower adapter cannot be made: every adapter of a base runs the base build's graph, whose LoRA slots have a fixed rank and targets."""
-    return False, ("every adapter of a base runs one graph: the base build's LoRA slots fix the rank and target modules, so an adapter "
-                   "changes the slots' values, never the work per token; an adapter that asks for more (another rank or targets) "
-                   "is refused by adapter_fits_base (classes other_rank, other_targets)")
+def subnormal_lora(prod: Production, out: Path) -> Candidate:
+    """The smallest quarter of every LoRA A's values replaced by subnormal floats (+-1e-39): the same function to within
+    those values, on a slow path of CPU floating point. The only way an adapter can change the speed of its base's graph."""
+    import torch
 
+    _require_adapter(prod, "subnormal_lora")
+
+    def denormalize(w):
+        for k, v in w.items():
+            if ".lora_A." in k:
+                small = v.abs() <= v.abs().float().quantile(SUBNORMAL_SHARE).to(v.dtype)
+                w[k] = torch.where(small, torch.where(v < 0, -SUBNORMAL, SUBNORMAL).to(v.dtype), v)
+
+    return Candidate(edit_tensors(_copy(prod.artifact, out), denormalize))
+
+
+def saved_as(dtype_name: str):
+    """A builder of production's adapter with its weights saved in another float type: a clean control (peft users ship bf16 and fp16)."""
+    def build(prod: Production, out: Path) -> Candidate:
+        import torch
+
+        _require_adapter(prod, f"saved_as({dtype_name})")
+        dtype = getattr(torch, dtype_name)
+        return Candidate(edit_tensors(_copy(prod.artifact, out), lambda w: {k: v.to(dtype) for k, v in w.items()}))
+
+    build.__doc__ = f"Production's adapter saved as {dtype_name}: a clean control."
+    return build
 
 
 # Tokenizer and config files an adapter ships beside its weights, each the base's copy with one change (or, where the base

@@ -88,8 +88,9 @@ def _base_files_control(sb: Sandbox) -> list[tuple[str, str, Path]]:
 
 
 def _lm_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: LmTraining) -> list[tuple[str, str, Path]]:
-    """A causal LM's clean controls: byte-identical copies, LoRA B x 1.001, the base's files copied, and adapters retrained with other seeds."""
-    from modelcd_assets.faults.llm_builders import lora_b_noise
+    """A causal LM's clean controls: byte-identical copies, LoRA B x 1.001, the base's files copied, production's weights saved as
+    bfloat16 and as float16, and adapters retrained with other seeds."""
+    from modelcd_assets.faults.llm_builders import lora_b_noise, saved_as
     from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
     from modelcd_assets.lib.causal_lm.training import train_lm_adapter
 
@@ -97,6 +98,8 @@ def _lm_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: LmTr
     return [*_identical_controls(sb, identical_n),
             ("lora-b-x1.001", "LoRA B x 1.001", lora_b_noise(sb.prod, sb.work / "lora-b-x1.001").folder),
             *_base_files_control(sb),
+            *((label, f"production's weights saved as {dtype}", saved_as(dtype)(sb.prod, sb.work / label).folder)
+              for label, dtype in (("bf16", "bfloat16"), ("fp16", "float16"))),
             *_retrained_controls(sb, retrained_n, lambda folder, seed: train_lm_adapter(
                 sb.prod.base, chats, folder, replace(training, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"))]
 

@@ -139,7 +139,7 @@ def test_gate_selftest_asset_reports_the_table_and_interception_rate(tmp_path, m
 
 # The causal-LM classes that take seconds on the tiny LM (same_reply trains an adapter; its builder is tested in test_builders.py).
 LM_FAST = ["lm_nan_in_lora_b", "lm_lora_b_x50", "lm_added_special_token", "lm_chat_template_as_patch", "lm_eos_changed", "lm_other_rank",
-           "lm_adapter_of_another_base", "lm_prompt_beyond_context", "lm_slow_adapter"]
+           "lm_adapter_of_another_base", "lm_prompt_beyond_context", "lm_subnormal_lora"]
 
 
 def test_causal_lm_classes_end_as_expected_and_the_clean_controls_pass(tmp_path, monkeypatch, tiny_lm):
@@ -157,8 +157,10 @@ def test_causal_lm_classes_end_as_expected_and_the_clean_controls_pass(tmp_path,
     report = run_selftest("tiny-reply", env.env, only=LM_FAST, identical_controls=1, retrained_controls=0, under_load=True, root=tmp_path / "sandbox")
     print(report.render())
     assert {r.name: f"{r.actual}: {r.actual.detail}" for r in report.classes if not r.ok and r.actual.kind != NOT_REPRODUCIBLE} == {}
-    assert [r.name for r in report.classes if r.actual.kind == NOT_REPRODUCIBLE] == ["lm_slow_adapter"]
-    assert [(c.label, c.outcome.kind) for c in report.controls] == [("identical-1", PROMOTED), ("lora-b-x1.001", PROMOTED), ("base-files", PROMOTED)], \
-        [c.outcome.detail for c in report.controls]
+    assert [r.name for r in report.classes if r.actual.kind == NOT_REPRODUCIBLE] == []
+    subnormal = next(r for r in report.classes if r.name == "lm_subnormal_lora")
+    assert "served values are subnormal" in subnormal.actual.detail, subnormal.actual.detail
+    assert [(c.label, c.outcome.kind) for c in report.controls] == [("identical-1", PROMOTED), ("lora-b-x1.001", PROMOTED), ("base-files", PROMOTED),
+                                                                    ("bf16", PROMOTED), ("fp16", PROMOTED)], [c.outcome.detail for c in report.controls]
     assert any("without a server under load" in n for n in report.notes)
     assert report.exit_code == 0 and env.registry.production("tiny-reply") == prod
