@@ -215,7 +215,9 @@ def llm(d: dict) -> str:
             "\n\n| adapter of the base | seconds, registration to verdict | outcome | " + " | ".join(f"{a} s" for a in assets) + " |\n|---|---|---|"
             + "---|" * len(assets) + "\n" + gates +
             f"\n\nThe later adapters over the first: **{d['nth_over_first']:.2f}** (target ≤ {t['nth_over_first']:g}; the first builds the base "
-            f"once); a later adapter's registration to verdict: **{d['later_verdict_seconds']:.0f} s** (target ≤ {t['later_verdict_seconds']:.0f} s).")
+            f"once); a later adapter's registration to verdict: **{d['later_verdict_seconds']:.0f} s** (target ≤ {t['later_verdict_seconds']:.0f} s)."
+            + (" Load average (1 min) on the machine before and after the gating: {:.2f} and {:.2f} on {} cores.".format(
+                d["load_average"]["before_gating"][0], d["load_average"]["after_gating"][0], d["machine"]["cores"]) if "load_average" in d else ""))
 
 
 def llm_serving(d: dict) -> str:
