@@ -174,8 +174,10 @@ def tiny_adapters(tiny_trained: Path, tmp_path_factory) -> dict[str, Path]:
     train = generate(3000, 1)
     return {
         "good": train_adapter(tiny_trained, train, root / "good", Training(steps=10, learning_rate=1e-4, rank=4, alpha=8, seed=3), "models:/tiny-base/1"),
-        # A second passable adapter, different weights: serving swaps between the two.
-        "good2": train_adapter(tiny_trained, train, root / "good2", Training(steps=10, learning_rate=1e-4, rank=4, alpha=8, seed=5), "models:/tiny-base/1"),
+        # A second passable adapter, different weights: serving swaps between the two. The same seed as good, so the two differ
+        # only by their step size: with another seed (5), on an AVX2-only AMD EPYC, its INT8 disagreed with good's on 45 of
+        # the 2,400 evaluation texts, 42 of them against it, and the paired accuracy gate rightly blocked it (p=4.3e-10).
+        "good2": train_adapter(tiny_trained, train, root / "good2", Training(steps=10, learning_rate=1.2e-4, rank=4, alpha=8, seed=3), "models:/tiny-base/1"),
         "worse": train_adapter(tiny_trained, train, root / "worse", Training(steps=60, learning_rate=3e-3, rank=4, alpha=8, seed=4, label_noise=0.5), "models:/tiny-base/1"),
     }
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from modelcd_assets.lib.layout import StateLayout
 from modelcd_assets.lib.operations.failpoints import ENV as FAILPOINT
 from modelcd_assets.lib.release.alias_lock import AliasLockUnavailable, FileAliasLock, PostgresAliasLock, lock_key
 from modelcd_assets.lib.release.registry import PREVIOUS_PRODUCTION, PROMOTION, CandidateRef
@@ -32,7 +33,7 @@ def backend(request, tmp_path, monkeypatch):
     """A state folder (registry on SQLite, or on the session's PostgreSQL server) and the lock its writers share."""
     pg_url = request.getfixturevalue("pg_server").url if request.param == "postgres" else ""
     env = make_env(tmp_path / "home", monkeypatch, pg_url)
-    lock = f"postgres:{pg_url}" if pg_url else f"file:{tmp_path / 'home' / 'locks'}"
+    lock = f"postgres:{pg_url}" if pg_url else f"file:{StateLayout(tmp_path / 'home').locks()}"
     return env, lock
 
 
