@@ -55,6 +55,7 @@ def test_a_causal_lm_adapters_files_are_refused_unless_they_are_the_bases_own(tm
     assert "the base has no added_tokens.json, and this one declares <|call|>, <|result|>, <|tool|>" in details["lm_added_tokens_file"]
     assert "differs from the base's copy in eos_token" in details["lm_tokenizer_config_eos"]
     assert "differs from the base's copy in chat_template" in details["lm_tokenizer_config_chat_template"]
-    assert [(c.label, c.outcome.kind) for c in report.controls] == [("identical-1", PROMOTED), ("lora-b-x1.001", PROMOTED), ("base-files", PROMOTED)], \
+    assert [(c.label, c.outcome.kind) for c in report.controls] == [("identical-1", PROMOTED), ("lora-b-x1.001", PROMOTED), ("base-files", PROMOTED),
+                                                                    ("bf16", PROMOTED), ("fp16", PROMOTED)], \
         [c.outcome.detail for c in report.controls]
     assert report.exit_code == 0 and env.registry.production("tiny-reply") == prod
