@@ -99,7 +99,7 @@ def _link_problems(registry: Registry, ref: CandidateRef, tags: dict[str, str], 
 def audit(registry: Registry, name: str) -> ChainAudit:
     """Walk name's chain from production back and check every link; RegistryUnavailable propagates (not checked is not intact)."""
     production = registry.production(name)
-    tags_by_version = {ref.version: registry.tags(ref) for ref in registry.versions(name)}
+    tags_by_version = registry.tags_by_version(name)
 
     def tags_of(version: str) -> dict[str, str]:
         return tags_by_version.get(version, {})

@@ -416,6 +416,11 @@ class Registry:
         for k in record:
             self.client.delete_model_version_tag(ref.name, ref.version, k)
 
+    def tags_by_version(self, name: str) -> dict[str, dict[str, str]]:
+        """Every version of a registered model with its tags, from one paged listing."""
+        mvs = self._all_pages(self.client.search_model_versions, filter_string=f"name='{name}'")
+        return {str(v.version): dict(v.tags) for v in mvs}
+
     def versions(self, name: str) -> list[CandidateRef]:
         """All versions of a registered model, oldest first."""
         mvs = self._all_pages(self.client.search_model_versions, filter_string=f"name='{name}'")
