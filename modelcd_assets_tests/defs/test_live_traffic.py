@@ -21,7 +21,7 @@ from modelcd_assets_tests.conftest import module_state_fixtures
 pytestmark = pytest.mark.slow
 MODEL = "tiny-intent"
 # As test_gated_pipeline's policy; the re-timing compares with figures recorded minutes earlier on a busy 2-core test
-# machine, so its ratio threshold is loose here: the test of a real fall below it inflates the recorded figures instead.
+# machine, so the test scales the recorded figures far past the ratio threshold both ways.
 POLICY = ("accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n"
           "  min_ratio: 0.5\ndrift:\n  live_window: 600\n  live_min_records: 200\n")
 
@@ -119,21 +119,28 @@ def test_a_registry_that_refuses_the_tag_fails_the_run(env, instance, production
 
 
 def test_production_is_retimed_against_what_its_gate_recorded(env, instance, production):
-    result, check, metadata = run_job(instance, PRODUCTION_RECHECK_JOB)
+    """The recheck times production again and compares with the figures its gate recorded. Those were timed minutes ago, at
+    another load of this machine, so each half scales them by far more than the load moves a 2-core machine: as if the gate
+    had run on a node ten times slower, production passes; a hundred times faster, it has fallen below them. (Judging today's
+    timing against the record as it is asserted on the machine's load: a fresh-clone run beside a busy core failed there.)"""
+    report = StateLayout(root(env)).candidate(production).benchmark
+    original = report.read_text()
+
+    def recheck_against_record_times(factor: float):
+        scaled = json.loads(original)
+        for batch in scaled["batches"].values():
+            batch["candidate_items_per_s"] *= factor
+        report.write_text(json.dumps(scaled))
+        try:
+            return run_job(instance, PRODUCTION_RECHECK_JOB)
+        finally:
+            report.write_text(original)
+
+    result, check, metadata = recheck_against_record_times(0.1)
     assert result.success and check.passed, check.description
     assert check.severity == dg.AssetCheckSeverity.WARN
     assert "median of all trials" in metadata["method"].value and "| b1 items/s now / recorded |" in metadata["results"].value
-    # The same figures recorded as if the gate had run on a node ten times faster: today's production has fallen below them.
-    report = StateLayout(root(env)).candidate(production).benchmark
-    original = report.read_text()
-    inflated = json.loads(original)
-    for batch in inflated["batches"].values():
-        batch["candidate_items_per_s"] *= 10
-    report.write_text(json.dumps(inflated))
-    try:
-        result, check, _ = run_job(instance, PRODUCTION_RECHECK_JOB)
-    finally:
-        report.write_text(original)
+    result, check, _ = recheck_against_record_times(100)
     assert result.success and not check.passed
     assert check.description.startswith(f"production no longer meets its throughput gate in {MODEL}")
     assert "its gate recorded, below 0.5" in check.description
