@@ -31,7 +31,9 @@ class FidelityPolicy(_Strict):
 class PerplexityPolicy(_Strict):
     max_relative_increase: float = Field(0.01, ge=0, description="How far the candidate's perplexity on the evaluation replies may rise above production's, as a fraction (0.01: +1%).")
     max_perplexity: float = Field(50.0, gt=1, description="Perplexity ceiling on the evaluation replies; the first candidate is judged on it alone.")
-    alpha: float = Field(0.05, gt=0, lt=0.5, description="One-sided significance level of the paired sign test for 'the candidate is worse on more replies than it is better'.")
+    alpha: float = Field(0.05, gt=0, lt=0.5, description=(
+        "One-sided significance level of the paired sign test for 'the candidate is worse on more replies than it is better'. "
+        "A significant result blocks only while the 95% CI of the perplexity change reaches beyond max_relative_increase."))
     min_nll_difference: float = Field(1e-3, ge=0, description="A reply counts as worse or better only when its mean NLL moved by more than this, nats per token: numerical noise is a tie.")
     bootstrap_samples: int = Field(2000, ge=200, le=100_000, description="Paired bootstrap resamples of the replies for the CI on the perplexity change.")
 
