@@ -81,6 +81,11 @@ def test_byte_identical_reregistration_passes_every_gate(env, instance, base, ti
     run = run_gate(ref, instance=instance)
     assert run.outcome == PROMOTED, (run.error, statuses(run))
     assert set(statuses(run).values()) == {"pass", "no golden cases declared"}
+    # Production's own INT8 bytes: its speed and cost are production's by hash, whatever the machine's load did to the
+    # timing (the crafted "slow" candidate below, another graph, is still timed and blocked).
+    speed = next(r for r in run.rows if r.gate == "throughput_within_tolerance")
+    assert "1x by hash" in speed.measured and "not judged" in speed.reason, (speed.measured, speed.reason)
+    assert "production's own INT8 graph" in next(r for r in run.rows if r.gate == "cost_within_budget").measured
     assert production(env) == ref
     assert not run.report_error, run.report_error
     assert code_location_loads["in a run"] == 0

@@ -115,7 +115,10 @@ def merge_runs(a: PairedRun, b: PairedRun) -> PairedRun:
 
 def cost_inputs(unit: str, summary: dict, has_production: bool) -> dict:
     """What the cost gate prices, from one paired summary: the candidate's units/s, and against production the paired
-    speed ratio's CI (lib/judging/gates.judge_cost)."""
+    speed ratio's CI (lib/judging/gates.judge_cost). A candidate that runs production's own graph bytes
+    (same_graph_sha256) has production's speed by construction: its ratio is exactly 1, not the timing's noise."""
+    same = summary.get("same_graph_sha256") if has_production else None
+    ratio = [1.0, 1.0, 1.0] if same else [summary["ratio_median"], summary["ratio_ci_low"], summary["ratio_ci_high"]]
     return {"unit": unit, "candidate_units_per_s": summary["candidate_items_per_s"],
             "production_units_per_s": summary["production_items_per_s"] if has_production else None,
-            "speed_ratio": [summary["ratio_median"], summary["ratio_ci_low"], summary["ratio_ci_high"]] if has_production else None}
+            "speed_ratio": ratio if has_production else None, **({"same_graph_sha256": same} if same else {})}

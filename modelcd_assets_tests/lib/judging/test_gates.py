@@ -11,6 +11,7 @@ from modelcd_assets.lib.judging.gates import (
     judge_accuracy,
     judge_adapter_changes_outputs,
     judge_adapter_fits_base,
+    judge_cost,
     judge_drift,
     judge_fidelity,
     judge_golden,
@@ -23,7 +24,7 @@ from modelcd_assets.lib.judging.gates import (
     judge_tokenizer,
     judge_weights_finite,
 )
-from modelcd_assets.lib.judging.policy import AccuracyPolicy, DriftPolicy, FidelityPolicy, ThroughputPolicy
+from modelcd_assets.lib.judging.policy import AccuracyPolicy, CostPolicy, DriftPolicy, FidelityPolicy, ThroughputPolicy
 from modelcd_assets.lib.judging.promotion import NO_CASES, GateRecord
 
 
@@ -83,6 +84,29 @@ def test_throughput_pass_fail_inconclusive_and_slo():
     assert judge_throughput(0.5, 0.4, 0.6, 10, False, p).status == PASS  # no production: SLO only
     lenient = ThroughputPolicy(on_inconclusive="pass")
     assert judge_throughput(0.88, 0.80, 0.95, 10, True, lenient).status == PASS
+
+
+def test_production_s_own_graph_passes_throughput_by_hash_whatever_the_timing_and_still_answers_to_the_slo():
+    p, sha = ThroughputPolicy(), "ab" * 32
+    for timing in [(0.88, 0.80, 0.95), (0.6, 0.55, 0.65)]:  # inconclusive and failing timings: noise, on the same bytes
+        v = judge_throughput(*timing, 10, True, p, same_graph_sha256=sha)
+        assert v.status == PASS and "abababababab" in v.reason and "not judged" in v.reason and v.numbers["same_graph_sha256"] == sha
+    assert judge_throughput(1.0, 1.0, 1.0, 500, True, p, same_graph_sha256=sha).status == FAIL  # the p99 SLO is still judged
+    assert judge_throughput(0.6, 0.55, 0.65, 10, True, p, same_graph_sha256=None).status == FAIL
+
+
+def test_production_s_own_graph_is_priced_at_production_s_speed():
+    from modelcd_assets.lib.inference.benchmark import cost_inputs
+
+    timed = {"candidate_items_per_s": 700.0, "production_items_per_s": 1000.0, "ratio_median": 0.7, "ratio_ci_low": 0.6, "ratio_ci_high": 0.75}
+    policy = CostPolicy(node_usd_per_hour=0.1, tolerance=0.1, max_usd_per_1k_requests=1.0)
+    noisy = judge_cost(cost_inputs("requests", timed, True), policy)
+    assert noisy.status == FAIL  # another graph at 0.6-0.75x: costs more than +10%
+    same = cost_inputs("requests", timed | {"same_graph_sha256": "cd" * 32}, True)
+    assert same["speed_ratio"] == [1.0, 1.0, 1.0] and same["same_graph_sha256"] == "cd" * 32
+    v = judge_cost(same, policy)
+    assert v.status == PASS and "production's own INT8 graph, sha256 cdcdcdcdcdcd" in v.measured
+    assert "same_graph_sha256" not in cost_inputs("requests", timed | {"same_graph_sha256": "cd" * 32}, False)  # no production: nothing to share
 
 
 def test_golden():
