@@ -108,23 +108,27 @@ def judge_perplexity(candidate_nll: np.ndarray, production_nll: np.ndarray | Non
         problems.append(f"perplexity {ppl:.3f} is above the ceiling {policy.max_perplexity:g}")
     if change > policy.max_relative_increase:
         problems.append(f"perplexity is {change:+.2%} against production's, more than the {policy.max_relative_increase:+.2%} allowed")
-    # The sign test blocks a consistent shift the mean hides, but only while the CI cannot rule out a change beyond the
-    # tolerance: a retrained seed is often worse on more replies than better by a margin well inside it, and on enough
-    # replies any such shift is significant. Significant and shown within the tolerance is what the tolerance allows.
+    # The sign test is a test of the median reply, so its effect size is the median reply's change, as Kayenta pairs a
+    # significance test with an effect size: it blocks when the typical reply got worse by more than the tolerance, which
+    # the pooled mean can hide (most replies worse, a few much better). A retrained seed is often worse on more replies
+    # than better by a margin inside the tolerance, and on enough replies any such shift is significant: that alone is
+    # what the tolerance allows.
+    median_change = float(np.expm1(np.median(cand - prod)))
+    numbers["median_reply_change"] = median_change
     significant = p_worse < policy.alpha
-    if significant and hi > policy.max_relative_increase:
+    if significant and median_change > policy.max_relative_increase:
         problems.append(f"worse than production on significantly more replies than better (sign test, one-sided p={p_worse:.3g} < alpha {policy.alpha}), "
-                        f"and the change's 95% CI reaches {hi:+.2%}, beyond the {policy.max_relative_increase:+.2%} allowed")
+                        f"the median reply by {median_change:+.2%}, more than the {policy.max_relative_increase:+.2%} allowed")
     if problems:
         reason = "; ".join(problems)
     elif significant:
         reason = (f"worse than production on significantly more replies than better (sign test, one-sided p={p_worse:.3g} < alpha {policy.alpha}), "
-                  f"but the change's whole 95% CI [{lo:+.2%}, {hi:+.2%}] is within the {policy.max_relative_increase:+.2%} allowed")
+                  f"but by {median_change:+.2%} on the median reply and {change:+.2%} over all, within the {policy.max_relative_increase:+.2%} allowed")
     else:
         reason = f"within {policy.max_relative_increase:+.2%} of production's perplexity and not significantly worse (p={p_worse:.3g})"
-    measured = f"{ppl:.3f} (Δ {change:+.2%}, 95% CI [{lo:+.2%}, {hi:+.2%}], p_worse={p_worse:.3g})"
+    measured = f"{ppl:.3f} (Δ {change:+.2%}, 95% CI [{lo:+.2%}, {hi:+.2%}], median reply Δ {median_change:+.2%}, p_worse={p_worse:.3g})"
     return Verdict("perplexity", FAIL if problems else PASS, measured,
-                   f"Δ <= {policy.max_relative_increase:+.2%}, p >= {policy.alpha} or CI high <= {policy.max_relative_increase:+.2%}, <= {policy.max_perplexity:g}",
+                   f"Δ <= {policy.max_relative_increase:+.2%}, p >= {policy.alpha} or median reply Δ <= {policy.max_relative_increase:+.2%}, <= {policy.max_perplexity:g}",
                    reason, numbers)
 
 

@@ -33,7 +33,7 @@ class PerplexityPolicy(_Strict):
     max_perplexity: float = Field(50.0, gt=1, description="Perplexity ceiling on the evaluation replies; the first candidate is judged on it alone.")
     alpha: float = Field(0.05, gt=0, lt=0.5, description=(
         "One-sided significance level of the paired sign test for 'the candidate is worse on more replies than it is better'. "
-        "A significant result blocks only while the 95% CI of the perplexity change reaches beyond max_relative_increase."))
+        "A significant result blocks when the median reply's perplexity also rose by more than max_relative_increase (its effect size)."))
     min_nll_difference: float = Field(1e-3, ge=0, description="A reply counts as worse or better only when its mean NLL moved by more than this, nats per token: numerical noise is a tie.")
     bootstrap_samples: int = Field(2000, ge=200, le=100_000, description="Paired bootstrap resamples of the replies for the CI on the perplexity change.")
 
