@@ -294,7 +294,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "llm_serving": ("benchmarks.md", "llm_serving.json", llm_serving, "make bench-llm-serving"),
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
-    "faults_llm": ("reliability.md", "faults_llm.json", faults, "modelcd faults run --task causal-lm --controls 2 --json bench/results/faults_llm.json"),
+    "faults_llm": ("reliability.md", "faults_llm.json", faults, "modelcd faults run --task causal-lm --controls 10 --json bench/results/faults_llm.json"),
 }
 
 
