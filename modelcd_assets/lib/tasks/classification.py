@@ -379,7 +379,8 @@ class ClassificationTask:
         # Production's own INT8 bytes, run on the same feeds, do the same work per item: the ratio is 1 by construction,
         # and a timing could only judge the machine's noise. One round still measures the p99 and the items/s the SLO and
         # the cost ceiling judge; no second round is added for a ratio that is not judged.
-        same_graph = file_sha256(cand_path) if prod_record and file_sha256(cand_path) == file_sha256(prod_path) else None
+        cand_sha256 = file_sha256(cand_path)
+        same_graph = cand_sha256 if prod_record and cand_sha256 == file_sha256(prod_path) else None
         results, plots = {}, {}
         for batch in (1, 32):
             run = paired_throughput(cand, prod, feeds, batch, tp.pairs)
