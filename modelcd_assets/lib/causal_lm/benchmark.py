@@ -2,8 +2,9 @@
 another on the same prompts and cores, at a given number of concurrent generations; and a base build's own timing.
 
 Each trial generates from every prompt, `concurrency` at a time; throughput is all generated tokens over the trial's
-wall time (what a node serves, and what the cost gate prices), latency is each generation's time to first token. Trials
-alternate A B, then B A, so drift in machine load hits both (lib/inference/benchmark.PairedRun, summarize).
+wall time (what a node serves, and what the cost ceiling prices) and over the process's CPU time (the judged ratio's),
+latency is each generation's time to first token. Trials alternate A B, then B A, so drift in machine load hits both
+(lib/inference/benchmark: PairedRun, summarize).
 
 Every adapter of a base runs the base build's graph, its LoRA slots of a fixed rank and targets: an adapter changes the
 values in the slots, never the work per token. So the speed is a property of the build, timed once per build and timing
@@ -23,7 +24,7 @@ from modelcd_assets.lib.causal_lm.build import BaseBuild
 from modelcd_assets.lib.causal_lm.chats import Chat
 from modelcd_assets.lib.causal_lm.decoder import Decoder
 from modelcd_assets.lib.hashing import folder_hash, text_hash
-from modelcd_assets.lib.inference.benchmark import PairedRun, merge_runs, summarize
+from modelcd_assets.lib.inference.benchmark import PairedRun, Stopwatch, Trial, merge_runs, summarize
 from modelcd_assets.lib.inference.builds import folder_lock, read_json, write_json
 from modelcd_assets.lib.inference.tokens import check_generation_length
 from modelcd_assets.lib.judging.policy import GenerationPolicy, ThroughputPolicy
@@ -35,12 +36,11 @@ class Side:
     adapter: str | None
 
 
-def _trial(side: Side, prompts: list[list[int]], concurrency: int, max_new_tokens: int) -> tuple[float, list[float]]:
-    start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        runs = list(pool.map(lambda p: side.decoder.generate(p, max_new_tokens, side.adapter), prompts))
-    elapsed = time.perf_counter() - start
-    return sum(len(r.tokens) + r.stopped_at_eos for r in runs) / elapsed, [1000 * r.first_token_s for r in runs]
+def _trial(side: Side, prompts: list[list[int]], concurrency: int, max_new_tokens: int) -> Trial:
+    with Stopwatch() as sw:
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            runs = list(pool.map(lambda p: side.decoder.generate(p, max_new_tokens, side.adapter), prompts))
+    return sw.trial(sum(len(r.tokens) + r.stopped_at_eos for r in runs), [1000 * r.first_token_s for r in runs])
 
 
 def paired_generation(candidate: Side, production: Side, prompts: list[list[int]], concurrency: int, pairs: int,
@@ -48,16 +48,15 @@ def paired_generation(candidate: Side, production: Side, prompts: list[list[int]
     for _ in range(max(0, warmup)):
         for side in (candidate, production):
             _trial(side, prompts[:concurrency], concurrency, max_new_tokens)
-    tc, tp, lc, lp = [], [], [], []
+    tc: list[Trial] = []
+    tp: list[Trial] = []
     for i in range(pairs):
-        order = [(candidate, tc, lc), (production, tp, lp)]
+        order = [(candidate, tc), (production, tp)]
         if i % 2:
             order.reverse()
-        for side, throughput, latency in order:
-            t, ttft = _trial(side, prompts, concurrency, max_new_tokens)
-            throughput.append(t)
-            latency.extend(ttft)
-    return PairedRun(concurrency, tc, tp, lc, lp)
+        for side, trials in order:
+            trials.append(_trial(side, prompts, concurrency, max_new_tokens))
+    return PairedRun.of(concurrency, tc, tp)
 
 
 def timed(a: Side, b: Side, prompts: list[list[int]], gen: GenerationPolicy, tp: ThroughputPolicy) -> dict[str, dict]:

@@ -1,4 +1,13 @@
-"""Interleaved A/B latency and throughput measurement of ONNX Runtime sessions."""
+"""Interleaved A/B latency and throughput measurement of ONNX Runtime sessions.
+
+Each trial is timed twice: by the wall clock (what a user waits for, and what the p99 SLO and the cost ceiling judge) and
+by the process's CPU time, over all its threads (the work each item costs). The paired speed ratio is judged on the CPU
+time: another process on the machine stretches a trial's wall time by whenever it holds the cores, which differs from one
+trial to the next, but not the CPU time the trial's own work takes, so beside a busy core the CPU ratio still tells two
+graphs apart while the wall ratio measures mostly the other process. What the CPU ratio cannot see is a graph that does
+the same work on fewer threads; the p99 latency at batch 1, on the wall clock, is judged for that. Spinning is off in
+every session (runtime.session), so a thread that waits is not counted as work.
+"""
 
 from __future__ import annotations
 
@@ -18,31 +27,68 @@ SAMPLE_TEXTS = 64
 
 
 @dataclass(frozen=True)
+class Trial:
+    """One side's trial: items per wall second, items per CPU second of the process, and each call's latency (ms)."""
+
+    items_per_s: float
+    items_per_cpu_s: float
+    latency_ms: list[float]
+
+
+class Stopwatch:
+    """Wall and process CPU time of a block: `with Stopwatch() as sw: ...`, then sw.wall_s and sw.cpu_s."""
+
+    def __enter__(self) -> "Stopwatch":
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s, self.cpu_s = time.perf_counter() - self._wall, time.process_time() - self._cpu
+
+    def trial(self, items: int, latency_ms: list[float]) -> Trial:
+        # The CPU clock ticks in nanoseconds on Linux; a trial of real work never reads 0, but a floor keeps a ratio finite.
+        return Trial(items / self.wall_s, items / max(self.cpu_s, 1e-9), latency_ms)
+
+
+@dataclass(frozen=True)
 class PairedRun:
-    """Per-pair throughputs (items/s) of candidate and production, and batch-1 latencies (ms)."""
+    """Per-pair throughputs of candidate and production (items per wall second, and per process CPU second), and
+    batch-1 latencies (ms)."""
 
     batch_size: int
     candidate_throughput: list[float]
     production_throughput: list[float]
     candidate_latency_ms: list[float]
     production_latency_ms: list[float]
+    candidate_cpu_throughput: list[float]
+    production_cpu_throughput: list[float]
+
+    @classmethod
+    def of(cls, batch_size: int, candidate: list[Trial], production: list[Trial]) -> "PairedRun":
+        return cls(batch_size, [t.items_per_s for t in candidate], [t.items_per_s for t in production],
+                   [ms for t in candidate for ms in t.latency_ms], [ms for t in production for ms in t.latency_ms],
+                   [t.items_per_cpu_s for t in candidate], [t.items_per_cpu_s for t in production])
 
     @property
     def ratios(self) -> np.ndarray:
+        """The judged ratio of each pair: candidate's items per CPU second over production's."""
+        return np.asarray(self.candidate_cpu_throughput) / np.asarray(self.production_cpu_throughput)
+
+    @property
+    def wall_ratios(self) -> np.ndarray:
         return np.asarray(self.candidate_throughput) / np.asarray(self.production_throughput)
 
 
-def _trial(sess: ort.InferenceSession, batches: list[dict[str, np.ndarray]], passes: int) -> tuple[float, list[float]]:
-    """passes over every batch; returns items/s and the latency of each call (ms)."""
+def _trial(sess: ort.InferenceSession, batches: list[dict[str, np.ndarray]], passes: int) -> Trial:
+    """passes over every batch, timed on the wall clock and the process's CPU clock, with the latency of each call."""
     lat = []
-    start = time.perf_counter()
-    for _ in range(passes):
-        for feed in batches:
-            t = time.perf_counter()
-            sess.run(["logits"], feed)
-            lat.append(1000 * (time.perf_counter() - t))
-    elapsed = time.perf_counter() - start
-    return passes * sum(len(b["input_ids"]) for b in batches) / elapsed, lat
+    with Stopwatch() as sw:
+        for _ in range(passes):
+            for feed in batches:
+                t = time.perf_counter()
+                sess.run(["logits"], feed)
+                lat.append(1000 * (time.perf_counter() - t))
+    return sw.trial(passes * sum(len(b["input_ids"]) for b in batches), lat)
 
 
 def paired_throughput(candidate: OnnxModel, production: OnnxModel, feeds: dict[str, np.ndarray],
@@ -65,16 +111,15 @@ def paired_throughput(candidate: OnnxModel, production: OnnxModel, feeds: dict[s
             _trial(sess, feed, 1)
             slowest = max(slowest, time.perf_counter() - t)
     passes_per_trial = max(passes_per_trial, int(np.ceil(min_trial_s / max(slowest, 1e-6))))
-    tc, tp, lc, lp = [], [], [], []
+    tc: list[Trial] = []
+    tp: list[Trial] = []
     for i in range(pairs):
-        order = [(candidate, feed_c, tc, lc), (production, feed_p, tp, lp)]
+        order = [(candidate, feed_c, tc), (production, feed_p, tp)]
         if i % 2:
             order.reverse()
-        for sess, feed, thr, lat in order:
-            t, l = _trial(sess, feed, passes_per_trial)
-            thr.append(t)
-            lat.extend(l)
-    return PairedRun(batch_size, tc, tp, lc, lp)
+        for sess, feed, trials in order:
+            trials.append(_trial(sess, feed, passes_per_trial))
+    return PairedRun.of(batch_size, tc, tp)
 
 
 def best_items_per_s(models: dict[str, OnnxModel], feeds: dict[str, np.ndarray], rounds: int, batch_size: int) -> dict[str, float]:
@@ -92,12 +137,16 @@ def best_items_per_s(models: dict[str, OnnxModel], feeds: dict[str, np.ndarray],
 
 
 def summarize(run: PairedRun, confidence: float) -> dict:
-    """Median paired ratio with CI, throughput and latency percentiles of both sides."""
+    """Median paired ratio with CI (the judged one, per CPU second, and the wall clock's), throughput and latency
+    percentiles of both sides."""
     med, lo, hi = median_ci(run.ratios, confidence)
+    wall_med, wall_lo, wall_hi = median_ci(run.wall_ratios, confidence)
     return {
         "batch_size": run.batch_size,
         "pairs": len(run.ratios),
+        "ratio_basis": "cpu",
         "ratio_median": med, "ratio_ci_low": lo, "ratio_ci_high": hi,
+        "wall_ratio_median": wall_med, "wall_ratio_ci_low": wall_lo, "wall_ratio_ci_high": wall_hi,
         "candidate_items_per_s": float(np.median(run.candidate_throughput)),
         "production_items_per_s": float(np.median(run.production_throughput)),
         "candidate_p50_ms": float(np.percentile(run.candidate_latency_ms, 50)),
@@ -110,7 +159,8 @@ def summarize(run: PairedRun, confidence: float) -> dict:
 def merge_runs(a: PairedRun, b: PairedRun) -> PairedRun:
     """One run of the pairs of both (a second round after an inconclusive first)."""
     return PairedRun(a.batch_size, a.candidate_throughput + b.candidate_throughput, a.production_throughput + b.production_throughput,
-                     a.candidate_latency_ms + b.candidate_latency_ms, a.production_latency_ms + b.production_latency_ms)
+                     a.candidate_latency_ms + b.candidate_latency_ms, a.production_latency_ms + b.production_latency_ms,
+                     a.candidate_cpu_throughput + b.candidate_cpu_throughput, a.production_cpu_throughput + b.production_cpu_throughput)
 
 
 def cost_inputs(unit: str, summary: dict, has_production: bool) -> dict:

@@ -17,6 +17,7 @@ from modelcd_assets.lib.judging.gates import (
     judge_golden,
     judge_gradients,
     judge_loads_cleanly,
+    judge_paired_speed,
     judge_probe,
     judge_safety,
     judge_semver,
@@ -84,6 +85,43 @@ def test_throughput_pass_fail_inconclusive_and_slo():
     assert judge_throughput(0.5, 0.4, 0.6, 10, False, p).status == PASS  # no production: SLO only
     lenient = ThroughputPolicy(on_inconclusive="pass")
     assert judge_throughput(0.88, 0.80, 0.95, 10, True, lenient).status == PASS
+
+
+def test_the_ratio_per_cpu_second_is_judged_and_the_wall_clock_s_is_shown_beside_it():
+    p = ThroughputPolicy()
+    # Beside a busy core the wall ratio straddles min_ratio while the CPU time per item tells the graphs apart.
+    v = judge_throughput(0.99, 0.96, 1.02, 10, True, p, wall=(0.86, 0.72, 1.15))
+    assert v.status == PASS and "per CPU second" in v.reason and "wall 0.86x [0.72, 1.15]" in v.measured, (v.measured, v.reason)
+    assert v.numbers["wall_ratio_ci_low"] == 0.72
+    # A graph that does more work per item fails on its CPU time, whatever the wall clock said.
+    v = judge_throughput(0.6, 0.55, 0.65, 10, True, p, wall=(0.95, 0.9, 1.0))
+    assert v.status == FAIL and "per CPU second is 0.60x" in v.reason
+    assert judge_throughput(0.88, 0.80, 0.95, 10, True, p, wall=(1.0, 0.99, 1.01)).status == INCONCLUSIVE
+
+
+def test_paired_speed_reads_the_wall_ratio_only_of_a_summary_judged_per_cpu_second():
+    row = {"ratio_median": 0.99, "ratio_ci_low": 0.96, "ratio_ci_high": 1.02, "candidate_p99_ms": 5.0,
+           "wall_ratio_median": 0.5, "wall_ratio_ci_low": 0.4, "wall_ratio_ci_high": 0.6}
+    v = judge_paired_speed({"1": row | {"ratio_basis": "cpu"}}, True, ThroughputPolicy())
+    assert v.status == PASS and "wall 0.50x" in v.measured and v.numbers["b1_wall_ratio_median"] == 0.5
+    # A summary recorded before the CPU clock was read: its ratio_* are the wall clock's, judged as such, no wall shown twice.
+    v = judge_paired_speed({"1": {k: x for k, x in row.items() if not k.startswith("wall")}}, True, ThroughputPolicy())
+    assert v.status == PASS and "wall" not in v.measured and "per CPU" not in v.reason
+
+
+def test_a_paired_run_s_ratio_is_per_cpu_second_and_its_wall_ratio_is_kept():
+    from modelcd_assets.lib.inference.benchmark import PairedRun, Trial, merge_runs, summarize
+
+    # The candidate's wall time doubled by another process in every trial; its CPU time per item is production's.
+    cand = [Trial(50.0, 100.0, [1.0]), Trial(40.0, 101.0, [2.0]), Trial(60.0, 99.0, [1.0])] * 2
+    prod = [Trial(100.0, 100.0, [1.0])] * 6
+    run = PairedRun.of(1, cand, prod)
+    assert len(run.candidate_latency_ms) == 6 and run.ratios.tolist() == [1.0, 1.01, 0.99] * 2
+    s = summarize(run, 0.95)
+    assert s["ratio_basis"] == "cpu" and s["ratio_median"] == 1.0 and s["wall_ratio_median"] == 0.5
+    assert s["candidate_items_per_s"] == 50.0  # what a user waits for stays the wall clock's: the SLO and the cost ceiling judge it
+    merged = merge_runs(run, run)
+    assert len(merged.ratios) == 12 and len(merged.wall_ratios) == 12
 
 
 def test_production_s_own_graph_passes_throughput_by_hash_whatever_the_timing_and_still_answers_to_the_slo():
