@@ -158,7 +158,8 @@ def run_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: Trai
         with serving_under_load(sb.env, sb.name, texts, sb.root / "serve-under-load.log") as stats:
             gate_all([c for c in controls if c[0] in loaded])
         load = {"requests": stats.requests, "errors": stats.errors}
-        notes.append(f"server under load: {stats.requests} requests answered while {len(loaded)} controls were gated, {stats.errors} failed")
+        notes.append(f"server under load: {stats.requests} requests answered while {len(loaded)} controls were gated, {stats.errors} failed"
+                     + "".join(f"; {f}" for f in stats.failures))
     gate_all([c for c in controls if c[0] not in loaded])
     return results, load
 

@@ -42,16 +42,19 @@ def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_p
     env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
     reg = env.registry
 
-    report = run_selftest(MODEL, env.env, only=FAST, identical_controls=2, retrained_controls=0, under_load=False, root=tmp_path / "sandbox")
+    report = run_selftest(MODEL, env.env, only=FAST, identical_controls=2, retrained_controls=0, under_load=True, root=tmp_path / "sandbox")
     print(report.render())
 
     assert sorted(r.name for r in report.classes) == sorted(FAST)
     assert {r.name: f"{r.actual}: {r.actual.detail}" for r in report.classes if not r.ok} == {}
     assert {str(r.expected).split(" gate ")[0] for r in report.classes} == {
         "refused at register", "manifest mismatch", "blocked by", "bad input", "superseded", "run failed, nothing promoted", "sensor skipped, nothing launched"}
-    # Two byte-identical copies and the base's tokenizer and config files copied beside production's adapter.
-    assert [(c.label, c.outcome.kind) for c in report.controls] == [("identical-1", PROMOTED), ("identical-2", PROMOTED), ("base-files", PROMOTED)], \
-        [c.outcome.detail for c in report.controls]
+    # Two byte-identical copies and the base's tokenizer and config files copied beside production's adapter; the first
+    # of each kind gated first, beside the sandbox's server answering a load generator process until those gates had ended.
+    assert [(c.label, c.outcome.kind, c.under_load) for c in report.controls] == [
+        ("identical-1", PROMOTED, True), ("base-files", PROMOTED, True), ("identical-2", PROMOTED, False)], [c.outcome.detail for c in report.controls]
+    assert report.load["requests"] > 0 and report.load["errors"] == 0, (report.load, report.notes)
+    assert not any("load generator exited" in n for n in report.notes), report.notes
     assert report.exit_code == 0 and report.false_block_upper == pytest.approx(0.7076, abs=1e-4)
     assert reg.production(MODEL) == prod and [v.version for v in reg.versions(MODEL)] == [prod.version]
     assert "modelcd.contract" not in reg.tags(prod)  # never gated here: the sandbox gated its own copy
