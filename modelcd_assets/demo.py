@@ -57,9 +57,10 @@ adapter_slots:
   rank: 8
   targets: [q_proj, v_proj]
 perplexity:
-  # +1% is the default; a second training seed of the good recipe measured +1.43% (the fault sandbox's retrained control),
-  # so the demo allows seed noise and leaves consistent regressions to the sign test and the ceiling.
-  max_relative_increase: 0.03
+  # +1% is the default. The demo's good recipe retrained with 10 other seeds (make bench-lm-seeds, bench/results/lm_seeds.json)
+  # moved the median reply's perplexity by -1.4% to +4.8% (mean +1.8%, sd 2.1%) and all of it by up to +3.9%: +8%, the
+  # mean + 3 sd, lets a retrained seed through, and the worse recipe (+52.7%, median reply +42.6%) is still blocked.
+  max_relative_increase: 0.08
   max_perplexity: 20
   alpha: 0.05
 token_fidelity:
