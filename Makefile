@@ -6,7 +6,7 @@ export MODELCD_HOME ?= $(CURDIR)/.modelcd
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving llama-cpp docs clean
+.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-seeds llama-cpp docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,10 @@ bench-recalibration: install
 bench-llm: install
 	$(BIN)/python bench/bench_llm.py
 	$(BIN)/python bench/render_docs.py
+
+# The good LM recipe's seed spread under the perplexity gate (after make demo): what the demo's tolerance is set from.
+bench-lm-seeds: install
+	$(BIN)/python bench/bench_lm_seeds.py
 
 # A causal LM's server against a hand-written one and llama.cpp's, swaps under load, many adapters on one base,
 # batching, and the roofline (bench/bench_llm_serving.py).
