@@ -104,7 +104,26 @@ def faults(d: dict) -> str:
             + (f"{under_load} gated beside a server that answered {d['load']['requests']:,} requests with {d['load']['errors']} failures"
                if d["load"] else "none gated beside a server under load")
             + f"); production before and after: {d['production']} → {d['user_production_after']}.\n\n"
-            "| class | group | expected | actual | ok |\n|---|---|---|---|---|\n" + rows + measured)
+            "| class | group | expected | actual | ok |\n|---|---|---|---|---|\n" + rows + measured
+            + "\n\n| clean control | kind | beside the server under load | outcome | s |\n|---|---|---|---|---|\n"
+            + "\n".join(f"| {c['label']} | {cell(c['kind'])} | {'yes' if c['under_load'] else 'no'} | "
+                        f"{cell(c['outcome']) if not c['blocked'] else '**' + cell(c['detail']) + '**'} | {c['seconds']:.0f} |" for c in d["control_results"]))
+
+
+def lm_seeds(d: dict) -> str:
+    pct = lambda x: f"{x:+.2%}"  # noqa: E731
+    tol = d["policy"]["max_relative_increase"]
+    rows = "\n".join(f"| {label} | {pct(r['relative_change'])} [{pct(r['ci'][0])}, {pct(r['ci'][1])}] | {pct(r['median_reply_change'])} | "
+                     f"{r['p_worse']:.3g} | {r['status']} |" for label, r in d["rows"].items() if label not in ("seed 0",))
+    m = d["summary"]["median_reply_change"]
+    sweep = " · ".join(f"{float(t):+.0%}: {v['retrained_passed']}/{len(d['retrained_seeds'])} seeds pass, worse {v['worse']}" for t, v in d["tolerance_sweep"].items())
+    shown = lambda x: x if isinstance(x, str) else f"{x:.4g}"  # noqa: E731
+    targets = "\n".join(f"| {t['target']} | {shown(t['measured'])} | {'yes' if t['met'] else '**no**'} |" for t in d["targets"].values())
+    return (f"On {_machine(d['machine'])}; {d['evaluation_replies']} evaluation replies ({d['tokens']} tokens), production (seed 0) perplexity "
+            f"{d['production_perplexity']:.4f}, judged under the demo's policy (max_relative_increase {pct(tol)}, alpha {d['policy']['alpha']}). "
+            f"The median reply's change over the {len(d['retrained_seeds'])} retrained seeds: {pct(m['min'])} to {pct(m['max'])}, mean {pct(m['mean'])}, "
+            f"sd {m['std']:.2%}.\n\n| adapter | perplexity change [95% CI] | median reply change | sign test p | verdict |\n|---|---|---|---|---|\n"
+            + rows + f"\n\nThe same replies judged at other tolerances: {sweep}.\n\n| target | measured | met |\n|---|---|---|\n" + targets)
 
 
 def false_block(d: dict) -> str:
@@ -295,6 +314,9 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
     "faults_llm": ("reliability.md", "faults_llm.json", faults, "modelcd faults run --task causal-lm --controls 10 --json bench/results/faults_llm.json"),
+    "faults_llm_controls": ("reliability.md", "faults_llm_controls.json", faults,
+                            "modelcd faults run --task causal-lm --only lm_lora_b_x50 --controls 10 --json bench/results/faults_llm_controls.json"),
+    "lm_seeds": ("reliability.md", "lm_seeds.json", lm_seeds, "make bench-lm-seeds"),
 }
 
 
