@@ -314,8 +314,6 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
     "faults_llm": ("reliability.md", "faults_llm.json", faults, "modelcd faults run --task causal-lm --controls 10 --json bench/results/faults_llm.json"),
-    "faults_llm_controls": ("reliability.md", "faults_llm_controls.json", faults,
-                            "modelcd faults run --task causal-lm --only lm_lora_b_x50 --controls 10 --json bench/results/faults_llm_controls.json"),
     "lm_seeds": ("reliability.md", "lm_seeds.json", lm_seeds, "make bench-lm-seeds"),
 }
 
