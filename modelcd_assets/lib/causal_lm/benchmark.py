@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 
 from modelcd_assets.lib.causal_lm.build import BaseBuild
 from modelcd_assets.lib.causal_lm.chats import Chat
-from modelcd_assets.lib.causal_lm.decoder import Decoder
+from modelcd_assets.lib.causal_lm.decoder import Decoder, cores
 from modelcd_assets.lib.hashing import folder_hash, text_hash
 from modelcd_assets.lib.inference.benchmark import PairedRun, Stopwatch, Trial, merge_runs, summarize
 from modelcd_assets.lib.inference.builds import folder_lock, read_json, write_json
@@ -79,15 +79,16 @@ def build_timing(build: BaseBuild, against: BaseBuild | None, chats: list[Chat],
     timed against itself (the noise floor), or interleaved against another build (production's) when against is given.
     measured_now says whether this call timed it."""
     setup = {"prompts": [[c.system, c.user] for c in chats], "speed_tokens": gen.speed_tokens, "concurrency": list(gen.concurrency),
-             "pairs": tp.pairs, "confidence": tp.confidence, **({"min_ratio": tp.min_ratio, "max_pairs": tp.max_pairs} if against else {})}
+             "pairs": tp.pairs, "confidence": tp.confidence, **({"min_ratio": tp.min_ratio, "max_pairs": tp.max_pairs} if against else {}),
+             "threads": cores()}
     key = text_hash(json.dumps(setup, sort_keys=True), against.dir.name if against else "itself")[:16]
     path = build.timing_dir / f"{key}.json"
     with folder_lock(build.dir, ".timing.lock"):  # one timing of a build at a time: two would slow each other
         if path.is_file():
             return read_json(path) | {"measured_now": False}
         start = time.perf_counter()
-        side = Side(Decoder(build.int8), None)
-        other = Side(Decoder(against.int8), None) if against else side
+        side = Side(Decoder(build.int8, setup["threads"]), None)
+        other = Side(Decoder(against.int8, setup["threads"]), None) if against else side
         prompts = [side.decoder.encode_chat(c.messages()) for c in chats]
         record = {"build": build.dir.name, "int8_sha256": folder_hash(build.int8), "against": against.dir.name if against else None,
                   "against_int8_sha256": folder_hash(against.int8) if against else None, "setup": setup,

@@ -7,6 +7,7 @@ with the adapters loaded into it by name; a generator runs one sequence on one a
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,7 +57,18 @@ class NonFinite(Exception):
     """A generation step's logits held NaN or Inf: nothing more is generated from it."""
 
 
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container's cpuset narrows)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 class Decoder:
+    """threads: ONNX Runtime's intra-op threads; None is every core this process may run on. Set here, because ONNX Runtime
+    GenAI 0.18 left to itself ran one thread on this 2-core machine (measured: 1.00 CPU seconds per second). Idle threads
+    do not spin, as in every modelcd session (lib/inference/runtime.py): beside a busy core, spinning made 2 threads 1.3x
+    slower than 1, where without it 2 threads are 1.3x faster idle and as fast beside a busy core (24 greedy answers of the
+    causal-LM demo, Intel Xeon, 2 cores). The logits are the same bits at any thread count (tests/test_decoder)."""
+
     def __init__(self, folder: Path, threads: int | None = None):
         import onnxruntime_genai as og
 
@@ -64,9 +76,11 @@ class Decoder:
         if not (folder / GENAI_CONFIG).is_file():
             raise BadCandidate(f"{folder} is not an ONNX Runtime GenAI model folder (no {GENAI_CONFIG}); build the base first")
         self._og = og
+        self.threads = int(threads or cores())
         config = og.Config(str(folder))
-        if threads:
-            config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": int(threads)}}}}))
+        # Keys that are not GenAI's own pass through to ONNX Runtime as session config entries.
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": {
+            "intra_op_num_threads": self.threads, "session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}}}}))
         self.model = og.Model(config)
         self.tokenizer = og.Tokenizer(self.model)
         self._genai = genai = json.loads((folder / GENAI_CONFIG).read_text())["model"]

@@ -83,3 +83,23 @@ def test_a_template_that_never_ends_the_turn_is_reported():
 def test_a_folder_that_is_no_genai_model_is_refused(tmp_path):
     with pytest.raises(BadCandidate, match="genai_config.json"):
         Decoder(tmp_path)
+
+
+def test_the_logits_and_greedy_tokens_are_the_same_bits_on_one_thread_and_on_every_core(tiny_lm):
+    """A decoder runs every core this process may use (GenAI's own default ran one here); what it computes must not depend
+    on it, because a candidate's scores are paired with production's kept ones, computed in another process."""
+    from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
+    from modelcd_assets.lib.causal_lm.decoder import cores
+
+    path = write_adapter_file(adapter_parameters(tiny_lm.adapter, tiny_lm.build.slots())[0], tiny_lm.root / "threads-test.onnx_adapter")
+    assert Decoder(tiny_lm.build.int8).threads == cores() >= 1
+    runs = {}
+    for threads in (1, 2):
+        decoder = Decoder(tiny_lm.build.int8, threads=threads)
+        assert decoder.threads == threads
+        decoder.load_adapter(path, "a")
+        sequences = [chat_ids(decoder.encode_chat, c, decoder.eos_ids) for c in chats(4, 15)]
+        runs[threads] = (list(decoder.reply_logits(sequences, "a")), [decoder.generate(ids[:start], 16, "a").tokens for ids, start in sequences])
+    (logits_1, tokens_1), (logits_2, tokens_2) = runs[1], runs[2]
+    assert tokens_1 == tokens_2
+    assert all(np.array_equal(a, b) for a, b in zip(logits_1, logits_2))
