@@ -367,8 +367,9 @@ class CausalLmTask:
                   "served_graph": graph, "adapter_scan": scan, "build_timing": {k: v for k, v in timing.items() if k != "setup"},
                   "batches": timing["batches"], "cost": cost}
         write_json(record.files.benchmark, report)
+        wall = lambda r: f"{r['wall_ratio_median']:.3f} [{r['wall_ratio_ci_low']:.3f}, {r['wall_ratio_ci_high']:.3f}]" if "wall_ratio_median" in r else "n/a"  # noqa: E731
         rows = "\n".join(f"| {c} | {r['pairs']} | {r['candidate_items_per_s']:.1f} | {r['ratio_median']:.3f} [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}] "
-                         f"| {r['candidate_p50_ms']:.1f} / {r['candidate_p99_ms']:.1f} |" for c, r in timing["batches"].items())
+                         f"| {wall(r)} | {r['candidate_p50_ms']:.1f} / {r['candidate_p99_ms']:.1f} |" for c, r in timing["batches"].items())
         side = f"production's build {against.dir.name}" if against else "itself (the noise floor)"
         return StepResult(metadata={
             "base_build": build.dir.name, "base_sha256": graph["sha256"], "timed_now": timing["measured_now"],
@@ -378,8 +379,10 @@ class CausalLmTask:
             **({"tokens_per_answer": float(np.mean(cost["answer_tokens"]))} if cost["answer_tokens"] else {}),
             "production_version": prod_record.ref.key if prod_record else "none",
             "why_no_adapter_timing": Md(why),
-            "build_timing": Md(f"the base build {build.dir.name} against {side}, measured {timing['measured_at']}\n\n"
-                               "| concurrency | pairs | tokens/s | ratio median [CI] | TTFT p50 / p99 ms |\n|---|---|---|---|---|\n" + rows)})
+            "build_timing": Md(f"the base build {build.dir.name} against {side}, measured {timing['measured_at']} on "
+                               f"{timing.get('setup', {}).get('threads', 'unrecorded')} threads\n\n"
+                               "| concurrency | pairs | tokens/s | ratio per CPU s, median [CI] | wall ratio, median [CI] | TTFT p50 / p99 ms |\n"
+                               "|---|---|---|---|---|---|\n" + rows)})
 
     def throughput_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         policy = record.effective_policy()
