@@ -88,16 +88,15 @@ def _undo_half_moves(instance: dg.DagsterInstance, registry: Registry, run: dg.D
         return "", []
     name = CandidateRef.parse(key).name
     production = registry.production(name)
-    tags_by_version = {str(mv.version): dict(mv.tags) for mv in registry.client.search_model_versions(f"name='{name}'")}
+    tags_by_version = registry.tags_by_version(name)
     removed = []
     for version, tags in sorted(tags_by_version.items(), key=lambda kv: int(kv[0])):
         ref = CandidateRef(name, version)
         if _written_by(tags.get(PROMOTION)) == run.run_id and production != ref and not _left_since(instance, tags_by_version, ref, since):
-            for tag in (PROMOTION, PREVIOUS_PRODUCTION):
-                registry.client.delete_model_version_tag(name, version, tag)
+            registry.remove_tags(ref, (PROMOTION, PREVIOUS_PRODUCTION))
             removed.append(f"the promotion tags on {ref.uri}, which the alias never reached")
         if _written_by(tags.get(ROLLED_BACK)) == run.run_id and production == ref:
-            registry.client.delete_model_version_tag(name, version, ROLLED_BACK)
+            registry.remove_tags(ref, (ROLLED_BACK,))
             removed.append(f"the rolled-back tag on {ref.uri}, which is still production")
     return f"production of {name} is {production.version if production else 'none'}", removed
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -47,6 +48,11 @@ REVISION_OF = "modelcd.revision_of"  # on a calibration revision: the production
 WEIGHTS_VERSION = "modelcd.weights_version"  # on a calibration revision: the version whose weights it carries (the first one registered)
 MANIFEST_FILE = "modelcd_manifest.json"
 ATTESTATION_DIR = "attestations"  # run artifacts: <version>.intoto.json, the signed verdict written at promotion
+DECIDED_NOTHING = "nothing was decided"
+
+
+class NotInRegistry(ModelcdError):
+    """The registry answered that what was asked for (a registered model, a version, an artifact) does not exist."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,25 @@ class Registry:
         """The tracking URI as messages show it: a database password is masked."""
         return masked_uri(self.tracking_uri)
 
+    @contextlib.contextmanager
+    def _asking(self, what: str, then: str = DECIDED_NOTHING, keep: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+        """The one translator of registry errors, around every call to the registry: only the registry saying that something
+        does not exist is NotInRegistry; any other MLflow error, and any network or database error, is RegistryUnavailable
+        naming what was asked (`could not WHAT from URI: ...; THEN, retry when the registry answers`), never an answer.
+        Exceptions of the types in keep pass unchanged."""
+        try:
+            yield
+        except keep:
+            raise
+        except MlflowException as e:
+            detail = masked_text(e.message, self.tracking_uri)
+            if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+                raise NotInRegistry(f"could not {what} from {self.shown_uri}: {detail}") from e
+            raise RegistryUnavailable(f"could not {what} from {self.shown_uri}: {detail}; {then}, retry when the registry answers") from e
+        except Exception as e:  # a network or database error is not an answer
+            raise RegistryUnavailable(f"could not {what} from {self.shown_uri}: {type(e).__name__}: {masked_text(e, self.tracking_uri)}; "
+                                      f"{then}, retry when the registry answers") from e
+
     def _all_pages(self, search, **kwargs) -> list:
         """Every result of an MLflow search, page by page."""
         found, token = [], None
@@ -127,10 +152,13 @@ class Registry:
         return cls(env["MLFLOW_TRACKING_URI"], env["MODELCD_MLFLOW_ARTIFACTS"], keys=Keys.from_env(env))
 
     def _experiment_id(self) -> str:
-        exp = self.client.get_experiment_by_name(EXPERIMENT)
+        with self._asking(f"read the experiment {EXPERIMENT!r}", then="nothing was registered"):
+            exp = self.client.get_experiment_by_name(EXPERIMENT)
         if exp is not None:
             return exp.experiment_id
-        return self.client.create_experiment(EXPERIMENT, artifact_location=self._artifact_uri())
+        location = self._artifact_uri()
+        with self._asking(f"create the experiment {EXPERIMENT!r}", then="nothing was registered"):
+            return self.client.create_experiment(EXPERIMENT, artifact_location=location)
 
     def _artifact_uri(self) -> str | None:
         """Where registrations store files: a local folder (the embedded default), a URI as given (mlflow-artifacts:/, s3://),
@@ -148,16 +176,12 @@ class Registry:
 
     def _ensure_registered(self, name: str, role: str) -> None:
         try:
-            rm = self.client.get_registered_model(name)
-        except MlflowException as e:
-            if e.error_code != "RESOURCE_DOES_NOT_EXIST":  # only the registry saying so means "not registered yet"
-                raise RegistryUnavailable(f"could not read registered model {name!r} from {self.shown_uri}: {masked_text(e.message, self.tracking_uri)}; "
-                                          "nothing was registered, retry when the registry answers") from e
-            self.client.create_registered_model(name, tags={ROLE: role})
+            with self._asking(f"read registered model {name!r}", then="nothing was registered"):
+                rm = self.client.get_registered_model(name)
+        except NotInRegistry:  # only the registry saying so means "not registered yet"
+            with self._asking(f"create registered model {name!r}", then="nothing was registered"):
+                self.client.create_registered_model(name, tags={ROLE: role})
             return
-        except Exception as e:  # a network or database error is not an answer
-            raise RegistryUnavailable(f"could not read registered model {name!r} from {self.shown_uri}: {type(e).__name__}: {masked_text(e, self.tracking_uri)}; "
-                                      "nothing was registered, retry when the registry answers") from e
         if rm.tags.get(ROLE) != role:
             raise ModelcdError(f"registered model {name!r} is a {rm.tags.get(ROLE, 'non-modelcd')} model, not a {role}; pick another --name")
 
@@ -198,32 +222,33 @@ class Registry:
         version_tags[CONTENT] = manifest_hash(manifest)
         private_key = self.keys.require_private()
         self._ensure_registered(name, role)
-        run = self.client.create_run(self._experiment_id(), run_name=f"register {name}", tags={"modelcd.registered_model": name})
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                # Signed before upload: the signature covers every file's sha256 and is verified at every fetch and load.
-                self.client.log_artifact(run.info.run_id, str(sign_folder(folder, private_key, Path(tmp) / SIGNATURE_FILE)))
-            self.client.log_artifacts(run.info.run_id, str(folder), artifact_path="model")
-            self.client.log_dict(run.info.run_id, manifest, MANIFEST_FILE)
-            self.client.set_terminated(run.info.run_id)
-        except Exception:
-            self.client.set_terminated(run.info.run_id, status="FAILED")
-            raise
-        mv = self.client.create_model_version(name, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id, tags=version_tags)
+        experiment = self._experiment_id()
+        with self._asking(f"start a registration run for {name!r}", then="nothing was registered"):
+            run = self.client.create_run(experiment, run_name=f"register {name}", tags={"modelcd.registered_model": name})
+        with tempfile.TemporaryDirectory() as tmp:
+            # Signed before upload: the signature covers every file's sha256 and is verified at every fetch and load.
+            signature = sign_folder(folder, private_key, Path(tmp) / SIGNATURE_FILE)
+            with self._asking(f"upload the files of a new version of {name!r}", then="no version was registered"):
+                try:
+                    self.client.log_artifact(run.info.run_id, str(signature))
+                    self.client.log_artifacts(run.info.run_id, str(folder), artifact_path="model")
+                    self.client.log_dict(run.info.run_id, manifest, MANIFEST_FILE)
+                    self.client.set_terminated(run.info.run_id)
+                except Exception:
+                    with contextlib.suppress(Exception):  # the upload's own error is the one to report
+                        self.client.set_terminated(run.info.run_id, status="FAILED")
+                    raise
+        with self._asking(f"create a version of {name!r}", then="no version was registered"):
+            mv = self.client.create_model_version(name, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id, tags=version_tags)
         return CandidateRef(name, str(mv.version))
 
     def version(self, ref: CandidateRef):
         """The MLflow ModelVersion, or a ModelcdError naming what is missing."""
         try:
-            return self.client.get_model_version(ref.name, ref.version)
-        except MlflowException as e:
-            if e.error_code == "RESOURCE_DOES_NOT_EXIST":  # only the registry saying so means "not in the registry"
-                raise ModelcdError(f"{ref.uri} is not in the registry at {self.shown_uri}; check the name and version with 'modelcd status'") from e
-            raise RegistryUnavailable(f"could not read {ref.uri} from {self.shown_uri}: {masked_text(e.message, self.tracking_uri)}; "
-                                      "nothing was decided, retry when the registry answers") from e
-        except Exception as e:  # a network or database error is not an answer
-            raise RegistryUnavailable(f"could not read {ref.uri} from {self.shown_uri}: {type(e).__name__}: {masked_text(e, self.tracking_uri)}; "
-                                      "nothing was decided, retry when the registry answers") from e
+            with self._asking(f"read {ref.uri}"):
+                return self.client.get_model_version(ref.name, ref.version)
+        except NotInRegistry as e:  # only the registry saying so means "not in the registry"
+            raise NotInRegistry(f"{ref.uri} is not in the registry at {self.shown_uri}; check the name and version with 'modelcd status'") from e
 
     def fetch(self, ref: CandidateRef, dst: Path) -> Path:
         """Download a version's files into dst, verified against their signature before anything in them is read."""
@@ -241,26 +266,18 @@ class Registry:
     def _download(self, uri: str, dst: Path) -> str:
         dst.mkdir(parents=True, exist_ok=True)
         try:
-            return mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst), tracking_uri=self.tracking_uri)
-        except MlflowException as e:
-            if e.error_code == "RESOURCE_DOES_NOT_EXIST":
-                raise FileNotFoundError(uri) from e
-            raise RegistryUnavailable(f"could not download {uri} from {self.shown_uri}: {e.message}; nothing was decided, retry when the registry answers") from e
-        except OSError as e:
-            if isinstance(e, FileNotFoundError):
-                raise
-            raise RegistryUnavailable(f"could not download {uri} from {self.shown_uri}: {type(e).__name__}: {e}; nothing was decided, retry when the registry answers") from e
+            with self._asking(f"download {uri}", keep=(FileNotFoundError,)):
+                return mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst), tracking_uri=self.tracking_uri)
+        except NotInRegistry as e:
+            raise FileNotFoundError(uri) from e
 
     def _stored(self, mv, path: str) -> bool:
         """Whether the version's registration run holds an artifact at path; a listing that fails is not an answer."""
         folder = path.rpartition("/")[0] or None
         if not mv.run_id:  # a version created without a run holds no artifacts of its own
             return False
-        try:
+        with self._asking(f"list the artifacts of models:/{mv.name}/{mv.version}"):
             return any(f.path == path for f in self.client.list_artifacts(mv.run_id, folder))
-        except Exception as e:
-            raise RegistryUnavailable(f"could not list the artifacts of models:/{mv.name}/{mv.version} in {self.shown_uri}: {type(e).__name__}: "
-                                      f"{masked_text(e, self.tracking_uri)}; nothing was decided, retry when the registry answers") from e
 
     def _run_root(self, mv) -> str:
         """The registration run's artifact root: the version's source is its `model` folder."""
@@ -296,7 +313,8 @@ class Registry:
     def put_attestation(self, ref: CandidateRef, envelope: dict) -> None:
         """Store a version's signed verdict with it, as an artifact of its registration run."""
         mv = self.version(ref)
-        self.client.log_dict(mv.run_id, envelope, f"{ATTESTATION_DIR}/{ref.name}-{ref.version}.intoto.json")
+        with self._asking(f"store the attestation of {ref.uri}", then="no attestation was stored"):
+            self.client.log_dict(mv.run_id, envelope, f"{ATTESTATION_DIR}/{ref.name}-{ref.version}.intoto.json")
 
     def attestation(self, ref: CandidateRef) -> dict | None:
         """A version's signed verdict as stored with it; None when it has none (never promoted)."""
@@ -317,21 +335,17 @@ class Registry:
 
     def set_tags(self, ref: CandidateRef, tags: dict[str, str]) -> None:
         for k, v in tags.items():
-            self.client.set_model_version_tag(ref.name, ref.version, k, v)
+            with self._asking(f"set the tag {k} on {ref.uri}", then="the tag may not be set"):
+                self.client.set_model_version_tag(ref.name, ref.version, k, v)
 
     def calibration_of(self, name: str) -> str | None:
         """The sha256 of the registered model's current calibration set; None when none was registered for it."""
-        try:
+        with self._asking(f"read the calibration set of {name!r}"):
             return self.client.get_registered_model(name).tags.get(CALIBRATION)
-        except MlflowException as e:
-            raise RegistryUnavailable(f"could not read the calibration set of {name!r} from {self.shown_uri}: {masked_text(e.message, self.tracking_uri)}; "
-                                      "nothing was decided, retry when the registry answers") from e
-        except Exception as e:  # a network or database error is not an answer
-            raise RegistryUnavailable(f"could not read the calibration set of {name!r} from {self.shown_uri}: {type(e).__name__}: {masked_text(e, self.tracking_uri)}; "
-                                      "nothing was decided, retry when the registry answers") from e
 
     def set_calibration(self, name: str, sha256: str) -> None:
-        self.client.set_registered_model_tag(name, CALIBRATION, sha256)
+        with self._asking(f"set the calibration set of {name!r}", then="the set was not recorded"):
+            self.client.set_registered_model_tag(name, CALIBRATION, sha256)
 
     def register_revision(self, production: CandidateRef, calibration_sha256: str) -> CandidateRef:
         """A new version of production's model with production's registered files (no copy, no retraining), to be quantized
@@ -341,28 +355,24 @@ class Registry:
         keep = {k: tags[k] for k in (KIND, BASE, CONTENT) if k in tags}
         revision = {**keep, REVISION_OF: production.version, WEIGHTS_VERSION: tags.get(WEIGHTS_VERSION, production.version),
                     CALIBRATION: calibration_sha256}
-        new = self.client.create_model_version(production.name, source=mv.source, run_id=mv.run_id, tags=revision,
-                                               description=f"calibration revision of version {production.version} (set {calibration_sha256[:12]})")
+        with self._asking(f"create a calibration revision of {production.uri}", then="no revision was registered"):
+            new = self.client.create_model_version(production.name, source=mv.source, run_id=mv.run_id, tags=revision,
+                                                   description=f"calibration revision of version {production.version} (set {calibration_sha256[:12]})")
         return CandidateRef(production.name, str(new.version))
 
     def revisions_of(self, production: CandidateRef) -> dict[str, CandidateRef]:
         """Calibration revisions registered for a version, by calibration sha256."""
-        mvs = self._all_pages(self.client.search_model_versions, filter_string=f"name='{production.name}'")
+        mvs = self._versions_of(production.name)
         return {v.tags[CALIBRATION]: CandidateRef(production.name, str(v.version)) for v in mvs
                 if v.tags.get(REVISION_OF) == production.version and CALIBRATION in v.tags}
 
     def production(self, name: str) -> CandidateRef | None:
         """The version the production alias points to; None only when the registry answers that there is none."""
         try:
-            aliases = self.client.get_registered_model(name).aliases
-        except MlflowException as e:
-            if e.error_code == "RESOURCE_DOES_NOT_EXIST":  # the model itself is not registered: no alias either
-                return None
-            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.shown_uri}: {masked_text(e.message, self.tracking_uri)}; "
-                                      "nothing was decided, retry when the registry answers") from e
-        except Exception as e:  # a network or database error is not an answer
-            raise RegistryUnavailable(f"could not read the production alias of {name!r} from {self.shown_uri}: {type(e).__name__}: "
-                                      f"{masked_text(e, self.tracking_uri)}; nothing was decided, retry when the registry answers") from e
+            with self._asking(f"read the production alias of {name!r}"):
+                aliases = self.client.get_registered_model(name).aliases
+        except NotInRegistry:  # the model itself is not registered: no alias either
+            return None
         version = aliases.get(PRODUCTION)
         return CandidateRef(name, str(version)) if version is not None else None
 
@@ -388,7 +398,8 @@ class Registry:
             self.set_tags(ref, record)
             failpoint("after_tags")
             try:
-                self.client.set_registered_model_alias(ref.name, PRODUCTION, ref.version)
+                with self._asking(f"move the production alias of {ref.name} to {ref.version}", then="production was not moved"):
+                    self.client.set_registered_model_alias(ref.name, PRODUCTION, ref.version)
             except Exception:
                 self._forget_move(ref, record)
                 raise
@@ -413,18 +424,25 @@ class Registry:
 
     def _forget_move(self, ref: CandidateRef, record: dict[str, str]) -> None:
         """Remove the tags a move wrote on ref, which the alias did not reach."""
-        for k in record:
-            self.client.delete_model_version_tag(ref.name, ref.version, k)
+        self.remove_tags(ref, record)
+
+    def remove_tags(self, ref: CandidateRef, keys: Iterable[str]) -> None:
+        for k in keys:
+            with self._asking(f"remove the tag {k} from {ref.uri}", then=f"{ref.uri} may still carry it: check with 'modelcd audit {ref.name}'"):
+                self.client.delete_model_version_tag(ref.name, ref.version, k)
 
     def tags_by_version(self, name: str) -> dict[str, dict[str, str]]:
         """Every version of a registered model with its tags, from one paged listing."""
-        mvs = self._all_pages(self.client.search_model_versions, filter_string=f"name='{name}'")
-        return {str(v.version): dict(v.tags) for v in mvs}
+        return {str(v.version): dict(v.tags) for v in self._versions_of(name)}
 
     def versions(self, name: str) -> list[CandidateRef]:
         """All versions of a registered model, oldest first."""
-        mvs = self._all_pages(self.client.search_model_versions, filter_string=f"name='{name}'")
-        return sorted((CandidateRef(name, str(v.version)) for v in mvs), key=lambda r: int(r.version))
+        return sorted((CandidateRef(name, str(v.version)) for v in self._versions_of(name)), key=lambda r: int(r.version))
+
+    def _versions_of(self, name: str) -> list:
+        """Every MLflow ModelVersion of a registered model, all pages."""
+        with self._asking(f"list the versions of {name!r}"):
+            return self._all_pages(self.client.search_model_versions, filter_string=f"name='{name}'")
 
     def productions(self) -> dict[str, CandidateRef]:
         """Each candidate model that has a production version, with it; a registry that does not answer raises."""
@@ -436,7 +454,9 @@ class Registry:
         listing of versions, after one of the models unless names were given, however many models there are."""
         names = set(self.candidate_models() if names is None else names)
         found: dict[str, list[CandidateRef]] = {name: [] for name in names}
-        for v in self._all_pages(self.client.search_model_versions, filter_string=None):
+        with self._asking("list the registered versions"):
+            listing = self._all_pages(self.client.search_model_versions, filter_string=None)
+        for v in listing:
             if v.name in names:
                 found[v.name].append(CandidateRef(v.name, str(v.version)))
         return {name: sorted(refs, key=lambda r: int(r.version)) for name, refs in sorted(found.items())}
@@ -457,9 +477,5 @@ class Registry:
 
     def _candidate_model_listing(self) -> list:
         """Every registered model tagged as a candidate, all pages; an error is RegistryUnavailable, never "no models"."""
-        try:
+        with self._asking("list the registered models"):  # a listing that failed is not an answer of "no models"
             return self._all_pages(self.client.search_registered_models, filter_string=f"tags.`{ROLE}` = 'candidate'")
-        except Exception as e:  # listing is not an answer of "no models"
-            message = masked_text(e.message if isinstance(e, MlflowException) else f"{type(e).__name__}: {e}", self.tracking_uri)
-            raise RegistryUnavailable(f"could not list the registered models in {self.shown_uri}: {message}; "
-                                      "nothing was decided, retry when the registry answers") from e

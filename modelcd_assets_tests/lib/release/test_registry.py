@@ -169,7 +169,7 @@ def test_a_registry_error_listing_models_is_not_no_models(modelcd_env, monkeypat
         raise MlflowException("database is locked", error_code=INTERNAL_ERROR)
 
     monkeypatch.setattr(reg.client, "search_registered_models", broken)
-    with pytest.raises(RegistryUnavailable, match=r"^could not list the registered models in .*: database is locked; nothing was decided"):
+    with pytest.raises(RegistryUnavailable, match=r"^could not list the registered models from .*: database is locked; nothing was decided"):
         reg.candidate_models()
     with pytest.raises(RegistryUnavailable):
         reg.require_candidate_model("m")
@@ -212,3 +212,57 @@ def test_a_move_whose_previous_production_was_rewritten_is_lost(modelcd_env, tin
     with pytest.raises(AliasMoveLost, match=r"points at 2 and models:/m/2 records 7 as its previous production where the move compared 1"):
         reg.move_production(v2, {"why": "judged against 1"}, expected=v1, lock=TEST_LOCK)
     assert reg.production("m") == v2  # the alias did reach it: its record stays, for the audit to show
+
+
+# Every public call that reaches the registry, each as a user's command would make it (issue 28: one translator of registry errors).
+_CALLS = {
+    "version": lambda reg, ref, art: reg.version(ref),
+    "tags": lambda reg, ref, art: reg.tags(ref),
+    "set_tags": lambda reg, ref, art: reg.set_tags(ref, {"modelcd.note": "x"}),
+    "fetch": lambda reg, ref, art: reg.fetch(ref, art.parent / "fetched"),
+    "register": lambda reg, ref, art: reg.register(art, "m"),
+    "production": lambda reg, ref, art: reg.production("m"),
+    "productions": lambda reg, ref, art: reg.productions(),
+    "move_production": lambda reg, ref, art: reg.move_production(ref, {"why": "test"}, expected=ref, lock=TEST_LOCK),
+    "versions": lambda reg, ref, art: reg.versions("m"),
+    "tags_by_version": lambda reg, ref, art: reg.tags_by_version("m"),
+    "candidate_versions": lambda reg, ref, art: reg.candidate_versions(["m"]),
+    "candidate_models": lambda reg, ref, art: reg.candidate_models(),
+    "calibration_of": lambda reg, ref, art: reg.calibration_of("m"),
+    "set_calibration": lambda reg, ref, art: reg.set_calibration("m", "0" * 64),
+    "register_revision": lambda reg, ref, art: reg.register_revision(ref, "0" * 64),
+    "revisions_of": lambda reg, ref, art: reg.revisions_of(ref),
+    "remove_tags": lambda reg, ref, art: reg.remove_tags(ref, ["modelcd.note"]),
+    "attestation": lambda reg, ref, art: reg.attestation(ref),
+    "put_attestation": lambda reg, ref, art: reg.put_attestation(ref, {"payload": "x"}),
+}
+
+
+@pytest.mark.parametrize("call", sorted(_CALLS))
+def test_every_registry_call_turns_a_registry_error_into_registry_unavailable(modelcd_env, tiny_base, monkeypatch, call):
+    """Before, set_tags, versions, the revision and attestation writes and others let MLflow's own exception through: the CLI
+    and the run outcome had to recognise it by its name. Each registry method here fails as a locked database would."""
+    import mlflow
+
+    reg = modelcd_env.registry
+    ref = reg.register(tiny_base, "m")
+    reg.move_production(ref, {"why": "test"}, expected=None, lock=TEST_LOCK)
+
+    def broken(*args, **kwargs):
+        raise MlflowException("(sqlite3.OperationalError) database is locked", error_code=INTERNAL_ERROR)
+
+    for method in [m for m in dir(reg.client) if not m.startswith("_") and callable(getattr(reg.client, m))]:
+        monkeypatch.setattr(reg.client, method, broken)
+    monkeypatch.setattr(mlflow.artifacts, "download_artifacts", broken)
+    with pytest.raises(RegistryUnavailable) as e:
+        _CALLS[call](reg, ref, tiny_base)
+    assert "database is locked" in str(e.value) and str(e.value).endswith("retry when the registry answers"), str(e.value)
+
+
+def test_only_the_registrys_not_found_is_not_in_registry(modelcd_env, tiny_base):
+    from modelcd_assets.lib.release.registry import NotInRegistry
+
+    reg = modelcd_env.registry
+    with pytest.raises(NotInRegistry, match=r"^could not read the calibration set of 'nobody' from .*nobody"):
+        reg.calibration_of("nobody")
+    assert reg.versions("nobody") == [] and reg.production("nobody") is None
