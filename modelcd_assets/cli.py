@@ -94,19 +94,15 @@ def cmd_contract_diff(args) -> int:
 def _gated(run, label: str) -> int:
     """Print a gated run's table as `modelcd gate` does; its exit code: 0 promoted, 3 blocked or superseded, 2 bad input, 1 error."""
     from modelcd_assets.demo import print_gate_table
-    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, SUPERSEDED
+    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, REGISTRY_UNAVAILABLE, SUPERSEDED
 
     print_gate_table([(label, run)])
     print(f"run {run.run_id}")
     if run.outcome == SUPERSEDED:
         print(f"superseded: {run.error}")
     elif run.outcome not in (PROMOTED, BLOCKED, BAD_INPUT):  # the run failed: nothing was decided
-        step, _, why = run.error.partition(": ")
-        if "RegistryUnavailable: " in why:  # the reason alone, without the exception's qualified name
-            what, why = "registry unavailable", f"{step}: {why.rsplit('RegistryUnavailable: ', 1)[-1]}"
-        else:
-            what, why = ("registry unavailable" if "MlflowException" in run.error else "error"), run.error
-        print(f"modelcd: {what}: {_without_password(why)}; nothing was promoted, see run {run.run_id} in the Dagster UI", file=sys.stderr)
+        what = "registry unavailable" if run.outcome == REGISTRY_UNAVAILABLE else "error"
+        print(f"modelcd: {what}: {_without_password(run.error)}; nothing was promoted, see run {run.run_id} in the Dagster UI", file=sys.stderr)
     return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, SUPERSEDED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(run.outcome, EXIT_ERROR)
 
 

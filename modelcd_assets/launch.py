@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,12 +14,13 @@ from modelcd_assets.defs.assets.production_rollback import production_rollback, 
 from modelcd_assets.defs.jobs import CALIBRATION_JOB, GATE_JOB, GATE_REPORT_JOB, ROLLBACK_JOB
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.gate_results import GateGraph, read_gates
-from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
+from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable, Superseded
 from modelcd_assets.lib.operations.processes import preserved_stop_signals
 from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.run_recovery import CANDIDATE, LAUNCHED_BY, ROLLBACK, process_tags, recover_dead_runs
 
 PROMOTED, BLOCKED, SUPERSEDED, BAD_INPUT, ERROR = "promoted", "blocked", "superseded", "bad input", "error"
+REGISTRY_UNAVAILABLE = "registry unavailable"
 
 
 class RunFailed(Exception):
@@ -41,6 +44,7 @@ class GateRun:
     rows: list[GateRow] = field(default_factory=list)
     error: str = ""
     report_error: str = ""  # why the candidate's gate_report page could not be written (the decision stands either way)
+    error_type: type[BaseException] | None = None  # the failed step's exception class, when it is one of modelcd's (StepError.type)
 
 
 def definitions() -> dg.Definitions:
@@ -59,14 +63,68 @@ def _row(record) -> GateRow:
     return GateRow(record.gate, record.shown, record.measured, record.threshold, record.reason)
 
 
+# The exception classes a run's outcome is decided by, each with its subclasses; MLflow's only the registry raises.
+_OUTCOME_OF = ((Superseded, SUPERSEDED), (RegistryUnavailable, REGISTRY_UNAVAILABLE), (ModelcdError, BAD_INPUT))
+_TYPED_MODULES = ("modelcd_assets.", "mlflow.")
+
+
+@dataclass(frozen=True)
+class StepError:
+    """The first failed step of a run and the exception it raised (inside Dagster's wrapper), as the run's events record it:
+    the class's name and module (Dagster keeps the message as `module.Class: text`), and the text alone."""
+
+    step: str
+    cls_name: str = ""
+    message: str = ""  # its first line, without the class's name
+    module: str = "builtins"
+
+    @classmethod
+    def of(cls, result) -> StepError | None:
+        for event in result.all_events:
+            if event.event_type_value == "STEP_FAILURE":
+                err = event.event_specific_data.error
+                while err is not None and err.cause is not None and "DagsterExecutionStepExecutionError" in err.cls_name:
+                    err = err.cause
+                if err is None:
+                    return cls(event.step_key)
+                first = err.message.strip().splitlines()[0] if err.message and err.message.strip() else ""
+                named = re.match(rf"(?:([\w.]+)\.)?{re.escape(err.cls_name)}(?:: |:?$)", first)
+                return cls(event.step_key, err.cls_name, first[named.end():] if named else first,
+                           (named.group(1) or "builtins") if named else "builtins")
+        return None
+
+    @property
+    def type(self) -> type[BaseException] | None:
+        """The exception's class when it is modelcd's or MLflow's, found by its module and name; None for any other."""
+        if not self.module.startswith(_TYPED_MODULES):
+            return None
+        try:
+            found = getattr(importlib.import_module(self.module), self.cls_name, None)
+        except ImportError:
+            return None
+        from mlflow.exceptions import MlflowException
+
+        roots = tuple(t for t, _ in _OUTCOME_OF) + (MlflowException,)
+        return found if isinstance(found, type) and issubclass(found, roots) else None
+
+    @property
+    def outcome(self) -> str:
+        """What a run that failed with this error decided: superseded, registry unavailable, bad input, or error (nothing)."""
+        from mlflow.exceptions import MlflowException
+
+        t = self.type
+        if t is None:
+            return ERROR
+        if issubclass(t, MlflowException):
+            return REGISTRY_UNAVAILABLE
+        return next((outcome for base, outcome in _OUTCOME_OF if issubclass(t, base)), ERROR)
+
+    def __str__(self) -> str:
+        return f"{self.step}: {self.cls_name}: {self.message}" if self.cls_name else self.step
+
+
 def _failure_message(result) -> str:
-    for event in result.all_events:
-        if event.event_type_value == "STEP_FAILURE":
-            err = event.event_specific_data.error
-            while err is not None and err.cause is not None and "DagsterExecutionStepExecutionError" in err.cls_name:
-                err = err.cause
-            return f"{event.step_key}: {err.cls_name}: {err.message.strip().splitlines()[0] if err.message else ''}" if err else event.step_key
-    return ""
+    return str(StepError.of(result) or "")
 
 
 class _StepProgress(logging.Handler):
@@ -157,13 +215,13 @@ def run_calibration(name: str, source: Path, instance: dg.DagsterInstance | None
         result = definitions().resolve_job_def(CALIBRATION_JOB).execute_in_process(
             instance=instance, run_config=run_config, raise_on_error=False, tags={LAUNCHED_BY: "cli", **process_tags()})
     if not result.success:
-        message = _failure_message(result)
-        if message.startswith("calibration_set:") and (kind := next((k for k in ("BadCalibrationSet: ", "ModelcdError: ") if k in message), None)):
-            return Calibration(name, refused=message.rsplit(kind, 1)[-1])  # the reason alone, without the exception's qualified name
-        if "RegistryUnavailable: " in message:
-            raise RegistryUnavailable(message.rsplit("RegistryUnavailable: ", 1)[-1])  # the reason alone, as for a refused set
+        error = StepError.of(result)
+        if error is not None and error.step == "calibration_set" and error.outcome == BAD_INPUT:
+            return Calibration(name, refused=error.message)  # the reason alone, without the exception's name
+        if error is not None and error.outcome == REGISTRY_UNAVAILABLE:
+            raise RegistryUnavailable(error.message)  # the reason alone, as for a refused set
         # Not "the set was refused" (exit 2): a run that failed decided nothing.
-        raise RunFailed(f"the calibrate run {result.run_id} failed: {message or 'see it in the Dagster UI'}")
+        raise RunFailed(f"the calibrate run {result.run_id} failed: {error or 'see it in the Dagster UI'}")
     meta = lambda node: {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node(node)[0].metadata.items()}  # noqa: E731
     summary, plans = meta("calibration_set"), meta("calibration_revision")["plans"]
     plan = plans[name]
@@ -200,16 +258,17 @@ def _judge(ref: CandidateRef, result, rows: list[GateRow]) -> GateRun:
             for r in rows]
     if any(e.asset_key == dg.AssetKey("production_model") for e in result.get_asset_materialization_events()):
         return GateRun(ref, PROMOTED, result.run_id, rows)
-    message = _failure_message(result)
-    if "Superseded" in message:
-        return GateRun(ref, SUPERSEDED, result.run_id, rows, message.split("Superseded: ")[-1])
+    error = StepError.of(result)
+    outcome, error_type = (error.outcome, error.type) if error else (ERROR, None)
+    if outcome == SUPERSEDED:
+        return GateRun(ref, SUPERSEDED, result.run_id, rows, error.message, error_type=error_type)
     failed_gates = [r for r in rows if r.gate in evaluated and r.status not in ("pass", "no golden cases declared")]
     if failed_gates:
         return GateRun(ref, BLOCKED, result.run_id, rows, "; ".join(f"{r.gate}: {r.reason or r.status}" for r in failed_gates))
-    # The user's input or environment (lib/errors.ModelcdError and its kinds, lib/release/signing's and lib/release/servable's among them).
-    if any(name in message for name in ("BadCandidate", "ModelcdError", "BadSignature", "MissingKey", "NotServable")):
-        return GateRun(ref, BAD_INPUT, result.run_id, rows, message)
-    return GateRun(ref, ERROR, result.run_id, rows, message or "the run failed; see it in the Dagster UI")
+    if outcome == REGISTRY_UNAVAILABLE:  # the reason alone, without the exception's name
+        return GateRun(ref, REGISTRY_UNAVAILABLE, result.run_id, rows, f"{error.step}: {error.message}", error_type=error_type)
+    # BAD_INPUT: the user's input or environment (lib/errors.ModelcdError and its kinds); ERROR: a bug, a crash, nothing decided.
+    return GateRun(ref, outcome, result.run_id, rows, str(error or "") or "the run failed; see it in the Dagster UI", error_type=error_type)
 
 
 def latest_gate_rows(instance: dg.DagsterInstance, ref: CandidateRef, graph: GateGraph | None = None) -> tuple[list[GateRow], list[str]]:
@@ -228,6 +287,7 @@ def run_rollback(name: str, from_version: str, reason: dict, instance: dg.Dagste
             tags={ROLLBACK: f"{name}:{from_version}", LAUNCHED_BY: "cli", **process_tags()},
         )
     if not result.success:
-        raise ModelcdError(_failure_message(result).split(": ", 2)[-1] or "the rollback run failed; see it in the Dagster UI")
+        error = StepError.of(result)
+        raise ModelcdError((error.message if error else "") or "the rollback run failed; see it in the Dagster UI")
     mats = result.asset_materializations_for_node(production_rollback.op.name)
     return {k: getattr(v, "value", v) for k, v in mats[0].metadata.items()}

@@ -30,7 +30,7 @@ from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.operations.settings import apply_local_defaults, local_defaults
 from modelcd_assets.lib.release.alias_lock import AliasLock
 from modelcd_assets.lib.release.registry import BASE, CONTENT, EXPERIMENT, KIND, PROMOTION, SEMVER, SEMVER_DECLARED, TASK, TOKENIZER_CHANGE, CandidateRef, Registry
-from modelcd_assets.lib.release.signing import SIGNATURE_FILE, Keys, init_keys, sign_folder
+from modelcd_assets.lib.release.signing import SIGNATURE_FILE, FilesChanged, Keys, init_keys, sign_folder
 from modelcd_assets.lib.splits import split_path
 from modelcd_assets.lib.tasks.names import DEFAULT_TASK
 from modelcd_assets.resources.alias_lock import alias_lock_for
@@ -198,7 +198,8 @@ class Sandbox:
         if run.outcome == launch.SUPERSEDED:
             return Outcome(SUPERSEDED, detail=run.error)
         if run.outcome == launch.BAD_INPUT:
-            return Outcome(MANIFEST if "do not match their signature" in run.error else BAD_INPUT, detail=run.error)
+            changed = run.error_type is not None and issubclass(run.error_type, FilesChanged)
+            return Outcome(MANIFEST if changed else BAD_INPUT, detail=run.error)
         return Outcome(RUN_FAILED, detail=run.error)
 
     @contextlib.contextmanager

@@ -26,6 +26,10 @@ class BadSignature(BadCandidate):
     """A signature or attestation that does not verify: files changed, another key, or none at all."""
 
 
+class FilesChanged(BadSignature):
+    """Files that do not match the signature made over them at registration: changed since."""
+
+
 class MissingKey(ModelcdError):
     """The key a step needs is not where the environment says."""
 
@@ -112,7 +116,7 @@ def verify_folder(folder: Path, public_key: Path, signature: Path, what: str) ->
         if "Key mismatch" in str(e):
             raise BadSignature(f"{what}: its signature was made with another key than the public key {public_key}; refusing it. "
                                "Only what modelcd registered with its own signing key is used") from e
-        raise BadSignature(f"{what}: its files do not match their signature: {_readable(str(e))}; refusing it. Files changed after "
+        raise FilesChanged(f"{what}: its files do not match their signature: {_readable(str(e))}; refusing it. Files changed after "
                            "registration are never used: re-register the artifact") from e
     except Exception as e:  # a malformed bundle, a signature by another key, an unreadable file
         raise BadSignature(f"{what}: its signature does not verify with the public key {public_key} ({type(e).__name__}: {e}); refusing it") from e
