@@ -67,11 +67,17 @@ class Step:
     def _feed(self, ids: np.ndarray, past: list[np.ndarray] | None) -> dict:
         b = ids.shape[0]
         past_len = 0 if past is None else past[0].shape[2]
-        feed = {"input_ids": ids.astype(np.int64 if "int64" in self.inputs["input_ids"].type else np.int32),
-                "attention_mask": np.ones((b, past_len + ids.shape[1]), np.int64 if "int64" in self.inputs["attention_mask"].type else np.int32)}
+        feed = {
+            "input_ids": ids.astype(np.int64 if "int64" in self.inputs["input_ids"].type else np.int32),
+            "attention_mask": np.ones(
+                (b, past_len + ids.shape[1]), np.int64 if "int64" in self.inputs["attention_mask"].type else np.int32
+            ),
+        }
         for i in range(self.layers):
             for k, kind in enumerate(("key", "value")):
-                feed[f"past_key_values.{i}.{kind}"] = np.zeros((b, self.kv_heads, 0, self.head), np.float32) if past is None else past[2 * i + k]
+                feed[f"past_key_values.{i}.{kind}"] = (
+                    np.zeros((b, self.kv_heads, 0, self.head), np.float32) if past is None else past[2 * i + k]
+                )
         return {**feed, **self.lora}
 
     def decode(self, prompt: list[int], batch: int) -> dict[str, np.ndarray]:
@@ -92,14 +98,21 @@ def main(build: Path, adapter_file: Path) -> int:
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(int8 / "tokenizer.json"))
-    text = tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True, tokenize=False,
-                                         chat_template=(int8 / "chat_template.jinja").read_text())
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}],
+        add_generation_prompt=True,
+        tokenize=False,
+        chat_template=(int8 / "chat_template.jinja").read_text(),
+    )
     prompt = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     logits = {}
     with tempfile.TemporaryDirectory(dir=build, prefix=".batch-dependence-") as tmp:  # beside int8/, whose hash is attested: not inside it
         tmp = Path(tmp)
-        sides = {"int8_accuracy_level_4": _graph(int8, tmp / "acc4.onnx", 4), "int8_accuracy_level_1": _graph(int8, tmp / "acc1.onnx", 1),
-                 "fp32": fp32 / "model.onnx"}
+        sides = {
+            "int8_accuracy_level_4": _graph(int8, tmp / "acc4.onnx", 4),
+            "int8_accuracy_level_1": _graph(int8, tmp / "acc1.onnx", 1),
+            "fp32": fp32 / "model.onnx",
+        }
         for name, path in sides.items():
             for with_adapter in (True, False):
                 step = Step(path, config, weights if with_adapter else None)
@@ -112,8 +125,15 @@ def main(build: Path, adapter_file: Path) -> int:
         one, four = step.decode(prompt, 1), step.decode(prompt, 4)
         trace = [{"output": o, "op": op_of[o], "max_abs_diff": float(np.max(np.abs(one[o] - four[o])))} for o in traced if o in one]
     first = next((t for t in trace if t["max_abs_diff"] > 0), None)
-    result = {"machine": machine(), "build": str(build), "adapter_file": str(adapter_file), "prompt_tokens": len(prompt),
-              "next_token_logits_max_abs_diff_batch4_vs_batch1": logits, "first_differing_output": first, "trace_layers_0_1": trace}
+    result = {
+        "machine": machine(),
+        "build": str(build),
+        "adapter_file": str(adapter_file),
+        "prompt_tokens": len(prompt),
+        "next_token_logits_max_abs_diff_batch4_vs_batch1": logits,
+        "first_differing_output": first,
+        "trace_layers_0_1": trace,
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
     for k, v in logits.items():

@@ -84,7 +84,10 @@ def scaled_adapters(good: Path, out: Path, n: int) -> list[Path]:
         d = out / f"adapter{k}"
         shutil.copytree(good, d)
         w = load_file(str(d / "adapter_model.safetensors"))
-        save_file({key: (v * (1 + 0.02 * k) if ("lora_B" in key or "classifier" in key) else v) for key, v in w.items()}, str(d / "adapter_model.safetensors"))
+        save_file(
+            {key: v * (1 + 0.02 * k) if ("lora_B" in key or "classifier" in key) else v for key, v in w.items()},
+            str(d / "adapter_model.safetensors"),
+        )
         folders.append(d)
     return folders
 
@@ -105,10 +108,18 @@ def lora_graph(base_onnx: Path, out: Path, cfg: dict, hidden: int) -> tuple[Path
         module = ".".join(parts[:-1])
         x, y = node.input[0], node.output[0]
         a_name, b_name = f"lora_A::{module}", f"lora_B::{module}"
-        g.input.extend([helper.make_tensor_value_info(a_name, onnx.TensorProto.FLOAT, [hidden, r]),
-                        helper.make_tensor_value_info(b_name, onnx.TensorProto.FLOAT, [r, hidden])])
-        g.initializer.extend([numpy_helper.from_array(np.zeros((hidden, r), np.float32), a_name),
-                              numpy_helper.from_array(np.zeros((r, hidden), np.float32), b_name)])
+        g.input.extend(
+            [
+                helper.make_tensor_value_info(a_name, onnx.TensorProto.FLOAT, [hidden, r]),
+                helper.make_tensor_value_info(b_name, onnx.TensorProto.FLOAT, [r, hidden]),
+            ]
+        )
+        g.initializer.extend(
+            [
+                numpy_helper.from_array(np.zeros((hidden, r), np.float32), a_name),
+                numpy_helper.from_array(np.zeros((r, hidden), np.float32), b_name),
+            ]
+        )
         base_out = y + "::base"
         node.output[0] = base_out
         n1 = helper.make_node("MatMul", [x, a_name], [y + "::xa"], name=f"{node.name}/lora_A")
@@ -217,8 +228,14 @@ def main() -> int:
         excluded = sorted({n.name for n in opt.node if n.name in lora_nodes or overridable & set(n.input)})
         # quantize_dynamic first rewrites every Gemm as "<name>_MatMul" + Add, and matches nodes_to_exclude after that.
         excluded += [n.name + "_MatMul" for n in opt.node if n.op_type == "Gemm" and n.name in excluded]
-        quantize_dynamic(str(tmp / "base_lora_opt.onnx"), str(tmp / "base_int8.onnx"), weight_type=QuantType.QInt8, per_channel=False,
-                         nodes_to_exclude=excluded, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        quantize_dynamic(
+            str(tmp / "base_lora_opt.onnx"),
+            str(tmp / "base_int8.onnx"),
+            weight_type=QuantType.QInt8,
+            per_channel=False,
+            nodes_to_exclude=excluded,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
         # quantize_dynamic rewrote the head's Gemm as MatMul with a transposed copy of the weight and dropped it from the
         # inputs; make that copy overridable again.
         q = onnx.load(str(tmp / "base_int8.onnx"))
@@ -247,31 +264,51 @@ def main() -> int:
         # speed: one text per call, interleaved (a) and (b) on adapter 0
         ro0 = ort.RunOptions()
         ro0.add_active_adapter(b_adapters[0])
-        runs = {"a": lambda: [a_sessions[0].run(["logits"], feeds_for(a_sessions[0], f)) for f in singles],
-                "b": lambda: [b_session.run(["logits"], feeds_for(b_session, f), ro0) for f in singles]}
+        runs = {
+            "a": lambda: [a_sessions[0].run(["logits"], feeds_for(a_sessions[0], f)) for f in singles],
+            "b": lambda: [b_session.run(["logits"], feeds_for(b_session, f), ro0) for f in singles],
+        }
         times = {k: [] for k in runs}
         for r in range(5):
-            for k in (("a", "b") if r % 2 == 0 else ("b", "a")):
+            for k in ("a", "b") if r % 2 == 0 else ("b", "a"):
                 t = time.perf_counter()
                 runs[k]()
                 times[k].append(time.perf_counter() - t)
         agreement = [float(np.mean(a.argmax(1) == b.argmax(1))) for a, b in zip(a_logits, b_logits)]
         distinct = float(np.mean([np.abs(b_logits[0] - b).max() for b in b_logits[1:]])) if len(b_logits) > 1 else 0.0
         result |= {
-            "a_per_version": {"seconds_to_add_one": a_build, "rss_mb_per_adapter": a_rss, "items_per_s": len(texts) / statistics.median(times["a"])},
-            "b_shared_base": {"base_seconds_once": b_base_s, "seconds_to_add_one": b_build, "rss_mb_per_adapter": b_rss,
-                              "items_per_s": len(texts) / statistics.median(times["b"]), "fused_ops": fused,
-                              "nodes_left_float": len(excluded)},
-            "top1_agreement_b_vs_a": agreement, "max_abs_logit_diff_b_vs_a": [float(np.abs(a - b).max()) for a, b in zip(a_logits, b_logits)],
+            "a_per_version": {
+                "seconds_to_add_one": a_build,
+                "rss_mb_per_adapter": a_rss,
+                "items_per_s": len(texts) / statistics.median(times["a"]),
+            },
+            "b_shared_base": {
+                "base_seconds_once": b_base_s,
+                "seconds_to_add_one": b_build,
+                "rss_mb_per_adapter": b_rss,
+                "items_per_s": len(texts) / statistics.median(times["b"]),
+                "fused_ops": fused,
+                "nodes_left_float": len(excluded),
+            },
+            "top1_agreement_b_vs_a": agreement,
+            "max_abs_logit_diff_b_vs_a": [float(np.abs(a - b).max()) for a, b in zip(a_logits, b_logits)],
             "adapters_differ_in_b_by": distinct,
         }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     a, b = result["a_per_version"], result["b_shared_base"]
-    print(f"(a) per version: {statistics.median(a['seconds_to_add_one']):.1f} s to add an adapter, {a['rss_mb_per_adapter']:.1f} MB each, {a['items_per_s']:.0f} items/s")
-    print(f"(b) shared base: {b['base_seconds_once']:.1f} s once, then {1000 * statistics.median(b['seconds_to_add_one']):.1f} ms to add an adapter, "
-          f"{b['rss_mb_per_adapter']:.2f} MB each, {b['items_per_s']:.0f} items/s; fused {b['fused_ops']}")
-    print(f"(b) vs (a): top-1 agreement {min(result['top1_agreement_b_vs_a']):.2%} at worst, max |dlogit| {max(result['max_abs_logit_diff_b_vs_a']):.3f}")
+    print(
+        f"(a) per version: {statistics.median(a['seconds_to_add_one']):.1f} s to add an adapter, {a['rss_mb_per_adapter']:.1f} MB each,"
+        f" {a['items_per_s']:.0f} items/s"
+    )
+    print(
+        f"(b) shared base: {b['base_seconds_once']:.1f} s once, then {1000 * statistics.median(b['seconds_to_add_one']):.1f} ms to add an"
+        f" adapter, {b['rss_mb_per_adapter']:.2f} MB each, {b['items_per_s']:.0f} items/s; fused {b['fused_ops']}"
+    )
+    print(
+        f"(b) vs (a): top-1 agreement {min(result['top1_agreement_b_vs_a']):.2%} at worst, max |dlogit|"
+        f" {max(result['max_abs_logit_diff_b_vs_a']):.3f}"
+    )
     print(f"wrote {RESULTS}")
     return 0
 

@@ -55,21 +55,45 @@ def main() -> int:
             run = run_gate(ref, instance=instance)
             verdict = time.perf_counter()
             steps = step_seconds(instance, run.run_id)
-            runs.append({"version": ref.version, "outcome": run.outcome, "register_seconds": registered - start,
-                         "gate_seconds": verdict - registered, "verdict_seconds": verdict - start, "step_seconds": steps,
-                         "failed_gates": [r.gate for r in run.rows if r.status != "pass"], "error": run.error})
-            print(f"{ref.uri}: {run.outcome} in {verdict - start:.1f} s from registration "
-                  f"(quantized_model {steps.get('quantized_model', 0):.1f} s)" + (f"; not passed: {runs[-1]['failed_gates']}" if runs[-1]["failed_gates"] else ""),
-                  flush=True)
+            runs.append(
+                {
+                    "version": ref.version,
+                    "outcome": run.outcome,
+                    "register_seconds": registered - start,
+                    "gate_seconds": verdict - registered,
+                    "verdict_seconds": verdict - start,
+                    "step_seconds": steps,
+                    "failed_gates": [r.gate for r in run.rows if r.status != "pass"],
+                    "error": run.error,
+                }
+            )
+            print(
+                f"{ref.uri}: {run.outcome} in {verdict - start:.1f} s from registration "
+                f"(quantized_model {steps.get('quantized_model', 0):.1f} s)"
+                + (f"; not passed: {runs[-1]['failed_gates']}" if runs[-1]["failed_gates"] else ""),
+                flush=True,
+            )
     first, later = runs[0]["verdict_seconds"], [r["verdict_seconds"] for r in runs[1:]]
-    result = {"machine": machine(), "model": name, "adapters": len(runs), "targets": TARGETS, "runs": runs,
-              "first_verdict_seconds": first, "later_verdict_seconds_median": statistics.median(later),
-              "nth_over_first": statistics.median(later) / first, "last_over_first": runs[-1]["verdict_seconds"] / first,
-              "later_step_seconds_median": {s: statistics.median(r["step_seconds"].get(s, 0.0) for r in runs[1:]) for s in runs[-1]["step_seconds"]}}
+    result = {
+        "machine": machine(),
+        "model": name,
+        "adapters": len(runs),
+        "targets": TARGETS,
+        "runs": runs,
+        "first_verdict_seconds": first,
+        "later_verdict_seconds_median": statistics.median(later),
+        "nth_over_first": statistics.median(later) / first,
+        "last_over_first": runs[-1]["verdict_seconds"] / first,
+        "later_step_seconds_median": {
+            s: statistics.median(r["step_seconds"].get(s, 0.0) for r in runs[1:]) for s in runs[-1]["step_seconds"]
+        },
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n{len(runs)} adapters of one base on {result['machine']['cpu']}: first {first:.1f} s, later ones {statistics.median(later):.1f} s "
-          f"(median) from registration to verdict; Nth / first = {result['nth_over_first']:.2f} (target <= {TARGETS['nth_over_first']})")
+    print(
+        f"\n{len(runs)} adapters of one base on {result['machine']['cpu']}: first {first:.1f} s, later ones {statistics.median(later):.1f}"
+        f" s (median) from registration to verdict; Nth / first = {result['nth_over_first']:.2f} (target <= {TARGETS['nth_over_first']})"
+    )
     print(f"wrote {RESULTS}")
     return 0
 

@@ -66,12 +66,28 @@ def main() -> int:
         for name, texts in splits([e.text for e in read_split(split_path(data, "calibration"))]).items():
             out = quantize_static_int8(tmp / "opt.onnx", tmp / "static.onnx", encode(merged, texts))
             int8 = logits(session(out), feeds)
-            rows.append({"calibration": name, "texts": len(texts), "top1_agreement": float(np.mean(int8.argmax(1) == fp32.argmax(1))),
-                         "max_abs_logit_diff": float(np.max(np.abs(int8 - fp32)))})
+            rows.append(
+                {
+                    "calibration": name,
+                    "texts": len(texts),
+                    "top1_agreement": float(np.mean(int8.argmax(1) == fp32.argmax(1))),
+                    "max_abs_logit_diff": float(np.max(np.abs(int8 - fp32))),
+                }
+            )
             print(f"{name:40} {rows[-1]['top1_agreement']:8.2%}  max |dlogit| {rows[-1]['max_abs_logit_diff']:.3f}", flush=True)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"model": "all-MiniLM-L6-v2 + the demo's good adapter (merged, fused)", "evaluation_texts": len(fp32),
-                                   **machine(), "results": rows}, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "model": "all-MiniLM-L6-v2 + the demo's good adapter (merged, fused)",
+                "evaluation_texts": len(fp32),
+                **machine(),
+                "results": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {RESULTS}")
     return 0
 

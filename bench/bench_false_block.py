@@ -38,8 +38,14 @@ def main() -> int:
             ref = reg.register(artifact, args.name)
             t = time.perf_counter()
             run = run_gate(ref)
-            runs.append({"version": ref.version, "outcome": run.outcome, "seconds": time.perf_counter() - t,
-                         "gates": [{"gate": r.gate, "status": r.status, "measured": r.measured, "threshold": r.threshold} for r in run.rows]})
+            runs.append(
+                {
+                    "version": ref.version,
+                    "outcome": run.outcome,
+                    "seconds": time.perf_counter() - t,
+                    "gates": [{"gate": r.gate, "status": r.status, "measured": r.measured, "threshold": r.threshold} for r in run.rows],
+                }
+            )
             outcomes[run.outcome] += 1
             for row in run.rows:
                 if row.status != "pass":
@@ -48,12 +54,27 @@ def main() -> int:
             print(f"run {i + 1}/{args.runs}: {ref.uri} {run.outcome}; throughput {tp.measured}", flush=True)
     elapsed = time.perf_counter() - started
     print()
-    print(f"byte-identical re-registrations of {prod.uri}: {outcomes[PROMOTED]}/{args.runs} passed every gate "
-          f"({elapsed / args.runs:.0f} s per gated run)")
+    print(
+        f"byte-identical re-registrations of {prod.uri}: {outcomes[PROMOTED]}/{args.runs} passed every gate "
+        f"({elapsed / args.runs:.0f} s per gated run)"
+    )
     print(f"gate failures: {dict(failures) or 'none'}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"machine": machine(), "production": prod.uri, "runs": runs, "passed": outcomes[PROMOTED],
-                                   "failures": dict(failures), "seconds_per_run": elapsed / args.runs}, indent=2, default=str) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "machine": machine(),
+                "production": prod.uri,
+                "runs": runs,
+                "passed": outcomes[PROMOTED],
+                "failures": dict(failures),
+                "seconds_per_run": elapsed / args.runs,
+            },
+            indent=2,
+            default=str,
+        )
+        + "\n"
+    )
     print(f"wrote {RESULTS}")
     return 0 if outcomes[PROMOTED] == args.runs else 1
 

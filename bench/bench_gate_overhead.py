@@ -47,18 +47,36 @@ def main() -> int:
     mat = instance.get_latest_materialization_event(dg.AssetKey("merged_model")).asset_materialization
     health_in_asset = float(mat.metadata["health_seconds"].value)
     total = sum(steps.values())
-    gate_steps = [f"{k.asset_key.to_user_string()}_{k.name}" for k in required_gates(code_location_graph())
-                  if k.asset_key.to_user_string() in SAFETY_AND_HEALTH_ASSETS]
+    gate_steps = [
+        f"{k.asset_key.to_user_string()}_{k.name}"
+        for k in required_gates(code_location_graph())
+        if k.asset_key.to_user_string() in SAFETY_AND_HEALTH_ASSETS
+    ]
     gate = sum(steps.get(s, 0.0) for s in gate_steps) + health_in_asset
     for step, seconds in sorted(steps.items(), key=lambda kv: -kv[1]):
         print(f"{seconds:8.2f} s  {step}")
-    print(f"\n{run.outcome}: {'fresh build' if args.fresh else 'cached build'}; steps {total:.1f} s in all; safety + health {gate:.1f} s "
-          f"(health measurement inside merged_model {health_in_asset:.1f} s) = {gate / total:.1%} of the gated run")
+    print(
+        f"\n{run.outcome}: {'fresh build' if args.fresh else 'cached build'}; steps {total:.1f} s in all; safety + health {gate:.1f} s "
+        f"(health measurement inside merged_model {health_in_asset:.1f} s) = {gate / total:.1%} of the gated run"
+    )
     out = Path(__file__).parent / "results" / ("gate_overhead.json" if args.fresh else "gate_overhead_cached.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine(), "fresh": args.fresh, "outcome": run.outcome, "steps": steps, "total_seconds": total,
-                               "safety_and_health_seconds": gate, "health_in_merged_model_seconds": health_in_asset,
-                               "share": gate / total}, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "machine": machine(),
+                "fresh": args.fresh,
+                "outcome": run.outcome,
+                "steps": steps,
+                "total_seconds": total,
+                "safety_and_health_seconds": gate,
+                "health_in_merged_model_seconds": health_in_asset,
+                "share": gate / total,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
     return 0
 

@@ -38,8 +38,11 @@ from modelcd_assets.lib.model.model_io import load_classifier, merge_adapter
 from modelcd_assets.lib.splits import read_split, split_path
 
 RESULTS = Path(__file__).parent / "results" / "int8.json"
-FEEDING = {"one text per call, no padding": "single", f"batches of {BATCH} padded to {MAX_LENGTH}": "fixed",
-           f"length buckets of {BATCH} (modelcd)": "buckets"}
+FEEDING = {
+    "one text per call, no padding": "single",
+    f"batches of {BATCH} padded to {MAX_LENGTH}": "fixed",
+    f"length buckets of {BATCH} (modelcd)": "buckets",
+}
 
 
 def batches(enc: TextEncoder, texts: list[str], how: str, limit: int) -> list[dict[str, np.ndarray]]:
@@ -81,7 +84,9 @@ def main() -> int:
             eager_logits = _eager_all(model, eval_feeds)
         # Does a text's output depend on what it is batched with? Alone against in length buckets, same session.
         sample = {k: v[:256] for k, v in eval_feeds.items()}
-        dependence = {name: float(np.max(np.abs(logits(m.session, sample, 1) - logits(m.session, sample, BATCH)))) for name, m in models.items()}
+        dependence = {
+            name: float(np.max(np.abs(logits(m.session, sample, 1) - logits(m.session, sample, BATCH)))) for name, m in models.items()
+        }
         preds = {"PyTorch eager FP32": eager_logits.argmax(1)} | {name: m.logits(eval_feeds).argmax(1) for name, m in models.items()}
 
         texts = [e.text for e in evaluation[: args.texts]]
@@ -99,7 +104,7 @@ def main() -> int:
             for fn in runners.values():
                 fn()
             for r in range(args.rounds):
-                for key in keys[r % len(keys):] + keys[: r % len(keys)]:
+                for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
                     t = time.perf_counter()
                     runners[key]()
                     times[key].append(time.perf_counter() - t)
@@ -109,20 +114,41 @@ def main() -> int:
     for (name, how), ts in times.items():
         items = len(texts) / statistics.median(ts)
         acc = float(np.mean(preds[name] == truth))
-        rows.append({"runtime": name, "feeding": next(k for k, v in FEEDING.items() if v == how), "items_per_s": items,
-                     "ratio_vs_eager_one_at_a_time": items / eager_single, "accuracy": acc,
-                     "accuracy_vs_ort_fp32": acc / float(np.mean(preds["ORT FP32"] == truth)),
-                     "top1_agreement_vs_ort_fp32": float(np.mean(preds[name] == preds["ORT FP32"]))})
-    result = {"machine": machine(), "torch_threads": torch.get_num_threads(), "rounds": args.rounds, "texts": len(texts),
-              "median_tokens": float(np.median(lengths)), "max_tokens": int(lengths.max()), "evaluation_texts": len(evaluation),
-              "fused_ops": fused, "bucket": BATCH, "batch_dependence_max_abs_logit_diff": dependence, "rows": rows}
+        rows.append(
+            {
+                "runtime": name,
+                "feeding": next(k for k, v in FEEDING.items() if v == how),
+                "items_per_s": items,
+                "ratio_vs_eager_one_at_a_time": items / eager_single,
+                "accuracy": acc,
+                "accuracy_vs_ort_fp32": acc / float(np.mean(preds["ORT FP32"] == truth)),
+                "top1_agreement_vs_ort_fp32": float(np.mean(preds[name] == preds["ORT FP32"])),
+            }
+        )
+    result = {
+        "machine": machine(),
+        "torch_threads": torch.get_num_threads(),
+        "rounds": args.rounds,
+        "texts": len(texts),
+        "median_tokens": float(np.median(lengths)),
+        "max_tokens": int(lengths.max()),
+        "evaluation_texts": len(evaluation),
+        "fused_ops": fused,
+        "bucket": BATCH,
+        "batch_dependence_max_abs_logit_diff": dependence,
+        "rows": rows,
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"MiniLM-L6 + LoRA (merged) on {result['machine']['cpu']}, {len(texts)} evaluation texts (median {result['median_tokens']:.0f} tokens, "
-          f"max {result['max_tokens']}), {args.rounds} interleaved rounds")
+    print(
+        f"MiniLM-L6 + LoRA (merged) on {result['machine']['cpu']}, {len(texts)} evaluation texts (median {result['median_tokens']:.0f}"
+        f" tokens, max {result['max_tokens']}), {args.rounds} interleaved rounds"
+    )
     for r in rows:
-        print(f"{r['runtime']:20} {r['feeding']:34} {r['items_per_s']:8.0f} items/s  x{r['ratio_vs_eager_one_at_a_time']:5.2f}  "
-              f"accuracy {r['accuracy']:.2%} ({r['accuracy_vs_ort_fp32']:.4f} of ORT FP32)")
+        print(
+            f"{r['runtime']:20} {r['feeding']:34} {r['items_per_s']:8.0f} items/s  x{r['ratio_vs_eager_one_at_a_time']:5.2f}  "
+            f"accuracy {r['accuracy']:.2%} ({r['accuracy_vs_ort_fp32']:.4f} of ORT FP32)"
+        )
     print(f"wrote {RESULTS}")
     return 0
 

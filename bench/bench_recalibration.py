@@ -56,9 +56,16 @@ def models(which: str, work: Path) -> tuple[Path, Path, str]:
         from modelcd_assets.lib.model.base_model import build_tiny_base
         from modelcd_assets.lib.model.training import Training, train_adapter, train_classifier
 
-        base = train_classifier(build_tiny_base(work / "random", list(LABELS)), generate(3000, 1), work / "trained",
-                                Training(steps=150, learning_rate=3e-3), desc="tiny")
-        adapter = train_adapter(base, generate(3000, 1), work / "good", Training(steps=10, learning_rate=1e-4, rank=4, alpha=8, seed=3), "models:/tiny-base/1")
+        base = train_classifier(
+            build_tiny_base(work / "random", list(LABELS)),
+            generate(3000, 1),
+            work / "trained",
+            Training(steps=150, learning_rate=3e-3),
+            desc="tiny",
+        )
+        adapter = train_adapter(
+            base, generate(3000, 1), work / "good", Training(steps=10, learning_rate=1e-4, rank=4, alpha=8, seed=3), "models:/tiny-base/1"
+        )
         return base, adapter, "tiny-base"
     from modelcd_assets.demo import BASE_NAME
 
@@ -110,8 +117,15 @@ def _scenario(which: str, work: Path) -> dict:
 
     lengths = TextEncoder(record(first.ref.version).build.merged).lengths
     split = read_texts(data["calibration"])
-    out = {"production": {"version": first.ref.version, "static_top1_agreement": agreement(first.ref.version), "examples": len(split),
-                          "median_tokens": float(np.median(lengths(split)))}, "sets": {}}
+    out = {
+        "production": {
+            "version": first.ref.version,
+            "static_top1_agreement": agreement(first.ref.version),
+            "examples": len(split),
+            "median_tokens": float(np.median(lengths(split))),
+        },
+        "sets": {},
+    }
     evaluation = {ex.text for ex in read_split(data["evaluation"])}
     for name, texts in (("poor", poor_texts()), ("good", good_texts(evaluation))):
         path = work / f"{name}.jsonl"
@@ -122,12 +136,22 @@ def _scenario(which: str, work: Path) -> dict:
         if done.refused or done.gate is None:
             raise SystemExit(f"{which}: the {name} set was not gated: {done.refused or done.why}")
         rows = {r.gate: {"status": r.status, "measured": r.measured, "threshold": r.threshold} for r in done.gate.rows if r.gate in GATES}
-        out["sets"][name] = {"examples": done.summary["examples"], "median_tokens": done.summary["median_tokens"],
-                             "evaluation_median_tokens": done.summary["evaluation_median_tokens"], "revision": done.revision.version,
-                             "outcome": done.gate.outcome, "static_top1_agreement": agreement(done.revision.version), "gates": rows,
-                             "seconds_to_verdict": seconds, "production_after": reg.production(MODEL).version}
-        print(f"{which} {name}: revision {done.revision.version} {done.gate.outcome} in {seconds:.1f} s; "
-              + "; ".join(f"{g} {v['status']} ({v['measured']})" for g, v in rows.items()), flush=True)
+        out["sets"][name] = {
+            "examples": done.summary["examples"],
+            "median_tokens": done.summary["median_tokens"],
+            "evaluation_median_tokens": done.summary["evaluation_median_tokens"],
+            "revision": done.revision.version,
+            "outcome": done.gate.outcome,
+            "static_top1_agreement": agreement(done.revision.version),
+            "gates": rows,
+            "seconds_to_verdict": seconds,
+            "production_after": reg.production(MODEL).version,
+        }
+        print(
+            f"{which} {name}: revision {done.revision.version} {done.gate.outcome} in {seconds:.1f} s; "
+            + "; ".join(f"{g} {v['status']} ({v['measured']})" for g, v in rows.items()),
+            flush=True,
+        )
     return out
 
 

@@ -41,14 +41,38 @@ def execute(key: str, executor: str, work: Path, instance: dg.DagsterInstance) -
     config = work / f"{executor}.yaml"
     config.write_text(yaml.safe_dump({"execution": {"config": EXECUTORS[executor]}}))
     tag = f"{key}-{executor}-{time.time_ns()}"
-    subprocess.run([sys.executable, "-m", "dagster", "job", "execute", "-m", "modelcd_assets.definitions", "-j", GATE_JOB, "-c", str(config),
-                    "--tags", json.dumps({"dagster/partition": key, "modelcd/bench": tag})], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagster",
+            "job",
+            "execute",
+            "-m",
+            "modelcd_assets.definitions",
+            "-j",
+            GATE_JOB,
+            "-c",
+            str(config),
+            "--tags",
+            json.dumps({"dagster/partition": key, "modelcd/bench": tag}),
+        ],
+        check=True,
+        capture_output=True,
+    )
     run = instance.get_runs(filters=dg.RunsFilter(tags={"modelcd/bench": tag}))[0]
     stats = instance.get_run_stats(run.run_id)
     steps = step_seconds(instance, run.run_id)
     wall = stats.end_time - stats.start_time
-    return {"executor": executor, "candidate": key, "status": run.status.value, "wall_seconds": wall, "step_seconds_sum": sum(steps.values()),
-            "wall_over_steps": wall / sum(steps.values()), "steps": len(steps)}
+    return {
+        "executor": executor,
+        "candidate": key,
+        "status": run.status.value,
+        "wall_seconds": wall,
+        "step_seconds_sum": sum(steps.values()),
+        "wall_over_steps": wall / sum(steps.values()),
+        "steps": len(steps),
+    }
 
 
 def main() -> int:
@@ -76,8 +100,11 @@ def main() -> int:
                 ref = reg.register(folders[1 + 2 * r + i], name)
                 add_candidate(instance, ref)
                 runs.append(execute(ref.key, executor, tmp, instance))
-                print(f"{ref.key} {executor}: {runs[-1]['status']}, wall {runs[-1]['wall_seconds']:.1f} s over steps "
-                      f"{runs[-1]['step_seconds_sum']:.1f} s = {runs[-1]['wall_over_steps']:.2f}", flush=True)
+                print(
+                    f"{ref.key} {executor}: {runs[-1]['status']}, wall {runs[-1]['wall_seconds']:.1f} s over steps "
+                    f"{runs[-1]['step_seconds_sum']:.1f} s = {runs[-1]['wall_over_steps']:.2f}",
+                    flush=True,
+                )
     summary = {e: statistics.median(r["wall_over_steps"] for r in runs if r["executor"] == e) for e in EXECUTORS}
     result = {"machine": machine(), "model": name, "target": TARGET, "runs": runs, "wall_over_steps_median": summary}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

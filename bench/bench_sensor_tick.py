@@ -61,8 +61,12 @@ def ticks(resource: MlflowRegistryResource, n: int) -> dict:
     finally:
         for m, real in originals.items():
             setattr(MlflowClient, m, real)
-    return {"first_tick_seconds_median": statistics.median(first), "quiet_tick_seconds_median": statistics.median(quiet),
-            "runs_launched": launched, "registry_search_calls_first_tick": calls_first}
+    return {
+        "first_tick_seconds_median": statistics.median(first),
+        "quiet_tick_seconds_median": statistics.median(quiet),
+        "runs_launched": launched,
+        "registry_search_calls_first_tick": calls_first,
+    }
 
 
 def main() -> int:
@@ -81,9 +85,12 @@ def main() -> int:
         for models in (10, 120):  # 10 first, then 110 more: the same registry at two sizes
             total += populate(client, models - sum(r["models"] for r in rows.values()), source, f"m{models}")
             rows[str(models)] = {"models": models, "versions": total, **ticks(resource, args.ticks)}
-            print(f"{models} models, {total} versions: first tick {rows[str(models)]['first_tick_seconds_median']:.2f} s, "
-                  f"quiet tick {rows[str(models)]['quiet_tick_seconds_median']:.2f} s, {rows[str(models)]['registry_search_calls_first_tick']} search calls",
-                  flush=True)
+            print(
+                f"{models} models, {total} versions: first tick {rows[str(models)]['first_tick_seconds_median']:.2f} s, quiet tick"
+                f" {rows[str(models)]['quiet_tick_seconds_median']:.2f} s, {rows[str(models)]['registry_search_calls_first_tick']} search"
+                " calls",
+                flush=True,
+            )
     backend = "PostgreSQL" if uri.startswith("postgresql") else "SQLite"
     result = {"machine": machine(), "backend": backend, "page_size": resource.page_size, "ticks": args.ticks, "sizes": rows}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -66,8 +66,12 @@ def start(cmd: list[str], port: int, log: Path, env: dict | None = None, ready_p
 
 def start_modelcd(name: str, port: int, log: Path, admin_port: int = 0) -> tuple[subprocess.Popen, float]:
     """`modelcd serve` on port; its admin API on admin_port (0: none)."""
-    return start([sys.executable, "-m", "modelcd_assets.cli", "serve", name, "--port", str(port), "--admin-port", str(admin_port)], port, log,
-                 dict(os.environ, MODELCD_ADMIN_TOKEN=TOKEN))
+    return start(
+        [sys.executable, "-m", "modelcd_assets.cli", "serve", name, "--port", str(port), "--admin-port", str(admin_port)],
+        port,
+        log,
+        dict(os.environ, MODELCD_ADMIN_TOKEN=TOKEN),
+    )
 
 
 def pick_versions(reg: Registry, state: Path, name: str) -> tuple[CandidateRecord, str]:
@@ -86,20 +90,36 @@ def pick_versions(reg: Registry, state: Path, name: str) -> tuple[CandidateRecor
     copy = reg.register(Path(record.artifact_dir), name, base=record.base_uri)
     run = run_gate(copy)
     if run.outcome != PROMOTED:
-        raise SystemExit(f"a byte-identical copy of production {prod.uri} was not promoted ({run.outcome}: {run.error}); nothing servable to swap to")
+        raise SystemExit(
+            f"a byte-identical copy of production {prod.uri} was not promoted ({run.outcome}: {run.error}); nothing servable to swap to"
+        )
     return CandidateRecord.of(state, CandidateRef(name, copy.version)), prod.version
 
 
 def served_vs_baseline(record: CandidateRecord, name: str, texts: list[str], tmp: Path, rounds: int, seconds: float) -> dict:
     port_m, port_b = free_port(), free_port()
     modelcd, _ = start_modelcd(name, port_m, tmp / "modelcd.log")
-    baseline, _ = start([sys.executable, str(Path(__file__).parent / "baseline_server.py"), "--base", str(record.base_dir),
-                         "--adapter", str(record.artifact_dir), "--port", str(port_b)], port_b, tmp / "baseline.log")
+    baseline, _ = start(
+        [
+            sys.executable,
+            str(Path(__file__).parent / "baseline_server.py"),
+            "--base",
+            str(record.base_dir),
+            "--adapter",
+            str(record.artifact_dir),
+            "--port",
+            str(port_b),
+        ],
+        port_b,
+        tmp / "baseline.log",
+    )
     urls = {"modelcd": f"http://127.0.0.1:{port_m}", "baseline": f"http://127.0.0.1:{port_b}"}
     try:
         # Both serve the same model: top-1 agreement on the first 64 texts (INT8 against FP32).
-        labels = {k: [p["label"] for p in httpx.post(f"{u}/v1/classify", json={"texts": texts[:64]}, timeout=60).json()["predictions"]]
-                  for k, u in urls.items()}
+        labels = {
+            k: [p["label"] for p in httpx.post(f"{u}/v1/classify", json={"texts": texts[:64]}, timeout=60).json()["predictions"]]
+            for k, u in urls.items()
+        }
         agreement = float(np.mean([a == b for a, b in zip(labels["modelcd"], labels["baseline"])]))
         runs = interleaved(urls, texts, (1, 8, 32), rounds=rounds, duration_s=seconds)
     finally:
@@ -108,7 +128,9 @@ def served_vs_baseline(record: CandidateRecord, name: str, texts: list[str], tmp
     table = {k: {str(c): runs[k][c]["median"] for c in runs[k]} for k in runs}
     return {
         "top1_agreement_modelcd_vs_baseline": agreement,
-        "throughput_ratio_vs_baseline": {c: table["modelcd"][c]["requests_per_s"] / table["baseline"][c]["requests_per_s"] for c in table["modelcd"]},
+        "throughput_ratio_vs_baseline": {
+            c: table["modelcd"][c]["requests_per_s"] / table["baseline"][c]["requests_per_s"] for c in table["modelcd"]
+        },
         "p99_ratio_vs_baseline": {c: table["modelcd"][c]["p99_ms"] / table["baseline"][c]["p99_ms"] for c in table["modelcd"]},
         "medians": table,
         "raw_rounds": {k: {str(c): runs[k][c]["rounds"] for c in runs[k]} for k in runs},
@@ -150,13 +172,20 @@ def swaps(name: str, prod: str, other: str, texts: list[str], tmp: Path, rounds:
         restart_s.append(spawn_to_ready)
     p99 = lambda runs: statistics.median(r["p99_ms"] for r in runs)  # noqa: E731
     return {
-        "concurrency": 8, "swaps": len(swap_seconds), "requests": sum(r["requests"] for r in steady + swapping),
+        "concurrency": 8,
+        "swaps": len(swap_seconds),
+        "requests": sum(r["requests"] for r in steady + swapping),
         "failed_requests": sum(r["errors"] for r in steady + swapping),
-        "steady_p99_ms": p99(steady), "swapping_p99_ms": p99(swapping), "swap_p99_ratio": p99(swapping) / p99(steady),
-        "swap_seconds_median": statistics.median(swap_seconds), "restart_to_ready_seconds_median": statistics.median(restart_s),
+        "steady_p99_ms": p99(steady),
+        "swapping_p99_ms": p99(swapping),
+        "swap_p99_ratio": p99(swapping) / p99(steady),
+        "swap_seconds_median": statistics.median(swap_seconds),
+        "restart_to_ready_seconds_median": statistics.median(restart_s),
         "swap_vs_restart": statistics.median(swap_seconds) / statistics.median(restart_s),
         "swap_step_seconds_median": {k: statistics.median(s[k] for s in swap_steps) for k in swap_steps[0]},
-        "phases": {"steady": steady, "swapping": swapping}, "swap_seconds": swap_seconds, "restart_seconds": restart_s,
+        "phases": {"steady": steady, "swapping": swapping},
+        "swap_seconds": swap_seconds,
+        "restart_seconds": restart_s,
     }
 
 
@@ -179,18 +208,27 @@ print(json.dumps(out))
 
 def memory(record: CandidateRecord, counts=(1, 10, 50)) -> dict:
     """Resident memory of a process holding N loaded versions (N sessions over the gated artifact, as the pool holds them)."""
-    done = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(record.chosen_int8()), str(record.build.merged), ",".join(map(str, counts))],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", MEMORY_SCRIPT, str(record.chosen_int8()), str(record.build.merged), ",".join(map(str, counts))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rss = json.loads(done.stdout.strip().splitlines()[-1])
     first = counts[0]
-    return {"rss_mb": rss, "mb_per_version": {str(n): (rss[str(n)] - rss["0"]) / n for n in counts},
-            "marginal_mb_per_version": (rss[str(counts[-1])] - rss[str(first)]) / (counts[-1] - first)}
+    return {
+        "rss_mb": rss,
+        "mb_per_version": {str(n): (rss[str(n)] - rss["0"]) / n for n in counts},
+        "marginal_mb_per_version": (rss[str(counts[-1])] - rss[str(first)]) / (counts[-1] - first),
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", default="ticket-intent")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds per concurrency (servers alternate within each) and swap/steady phase pairs")
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="rounds per concurrency (servers alternate within each) and swap/steady phase pairs"
+    )
     ap.add_argument("--seconds", type=float, default=8.0, help="measured seconds per phase, after a 1 s warmup")
     ap.add_argument("--restarts", type=int, default=3, help="process restarts timed for restart-to-ready")
     args = ap.parse_args()
@@ -201,23 +239,44 @@ def main() -> int:
     texts = [ex.text for ex in read_split(split_path(Path(env["MODELCD_DATA"]), "evaluation"))]
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-serving-{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)
-    print(f"{args.name}: production {record.version} ({record.quantization()['chosen']} INT8), swapping with {other}; logs in {tmp}", flush=True)
+    print(
+        f"{args.name}: production {record.version} ({record.quantization()['chosen']} INT8), swapping with {other}; logs in {tmp}",
+        flush=True,
+    )
 
     served = served_vs_baseline(record, args.name, texts, tmp, args.rounds, args.seconds)
     for c in ("1", "8", "32"):
         m, b = served["medians"]["modelcd"][c], served["medians"]["baseline"][c]
-        print(f"concurrency {c:>2}: modelcd {m['requests_per_s']:7.1f} req/s p50 {m['p50_ms']:6.1f} p99 {m['p99_ms']:6.1f} ms | baseline "
-              f"{b['requests_per_s']:7.1f} req/s p50 {b['p50_ms']:6.1f} p99 {b['p99_ms']:6.1f} ms | throughput x{served['throughput_ratio_vs_baseline'][c]:.2f}, "
-              f"p99 x{served['p99_ratio_vs_baseline'][c]:.2f}", flush=True)
+        print(
+            f"concurrency {c:>2}: modelcd {m['requests_per_s']:7.1f} req/s p50 {m['p50_ms']:6.1f} p99 {m['p99_ms']:6.1f} ms | baseline"
+            f" {b['requests_per_s']:7.1f} req/s p50 {b['p50_ms']:6.1f} p99 {b['p99_ms']:6.1f} ms | throughput"
+            f" x{served['throughput_ratio_vs_baseline'][c]:.2f}, p99 x{served['p99_ratio_vs_baseline'][c]:.2f}",
+            flush=True,
+        )
     swap = swaps(args.name, record.version, other, texts, tmp, args.rounds, args.seconds, args.restarts)
-    print(f"swaps: {swap['swaps']} under load, {swap['failed_requests']} of {swap['requests']} requests failed; p99 swapping once a second "
-          f"{swap['swapping_p99_ms']:.1f} ms vs steady {swap['steady_p99_ms']:.1f} ms (x{swap['swap_p99_ratio']:.2f}); swap {swap['swap_seconds_median'] * 1000:.0f} ms "
-          f"vs restart-to-ready {swap['restart_to_ready_seconds_median']:.2f} s (x{swap['swap_vs_restart']:.3f})")
+    print(
+        f"swaps: {swap['swaps']} under load, {swap['failed_requests']} of {swap['requests']} requests failed; p99 swapping once a second"
+        f" {swap['swapping_p99_ms']:.1f} ms vs steady {swap['steady_p99_ms']:.1f} ms (x{swap['swap_p99_ratio']:.2f}); swap"
+        f" {swap['swap_seconds_median'] * 1000:.0f} ms vs restart-to-ready {swap['restart_to_ready_seconds_median']:.2f} s"
+        f" (x{swap['swap_vs_restart']:.3f})"
+    )
     mem = memory(record)
-    print(f"memory: {', '.join(f'{n} loaded {mb:.0f} MB' for n, mb in mem['rss_mb'].items())}; {mem['marginal_mb_per_version']:.1f} MB per further version")
-    result = {"machine": machine(), "model": f"{args.name} v{record.version}", "variant": record.quantization()["chosen"],
-              "artifact_sha256": record.quantization()["artifact_sha256"], "targets": TARGETS, "rounds_per_concurrency": args.rounds,
-              "seconds_per_phase": args.seconds, **served, "swaps": swap, "memory": mem}
+    print(
+        f"memory: {', '.join(f'{n} loaded {mb:.0f} MB' for n, mb in mem['rss_mb'].items())}; {mem['marginal_mb_per_version']:.1f} MB per"
+        " further version"
+    )
+    result = {
+        "machine": machine(),
+        "model": f"{args.name} v{record.version}",
+        "variant": record.quantization()["chosen"],
+        "artifact_sha256": record.quantization()["artifact_sha256"],
+        "targets": TARGETS,
+        "rounds_per_concurrency": args.rounds,
+        "seconds_per_phase": args.seconds,
+        **served,
+        "swaps": swap,
+        "memory": mem,
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {RESULTS}")

@@ -73,13 +73,22 @@ def measure(url: str, texts: list[str], concurrency: int, duration_s: float, tex
     def pct(q: float) -> float | None:
         return float(np.percentile(ms, q)) if ok else None
 
-    return {"concurrency": concurrency, "requests": ok, "errors": sum(errors), "requests_per_s": ok / duration_s,
-            "texts_per_s": ok * texts_per_request / duration_s, "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
-            "duration_s": duration_s}
+    return {
+        "concurrency": concurrency,
+        "requests": ok,
+        "errors": sum(errors),
+        "requests_per_s": ok / duration_s,
+        "texts_per_s": ok * texts_per_request / duration_s,
+        "p50_ms": pct(50),
+        "p90_ms": pct(90),
+        "p99_ms": pct(99),
+        "duration_s": duration_s,
+    }
 
 
-def interleaved(urls: dict[str, str], texts: list[str], concurrencies=(1, 8, 32), rounds: int = 3, duration_s: float = 8.0,
-                texts_per_request: int = 1) -> dict:
+def interleaved(
+    urls: dict[str, str], texts: list[str], concurrencies=(1, 8, 32), rounds: int = 3, duration_s: float = 8.0, texts_per_request: int = 1
+) -> dict:
     """{name: {concurrency: {"median": ..., "rounds": [...]}}}: each server loaded alone, in A B, B A, ... order per round."""
     names = list(urls)
     raw: dict[str, dict[int, list[dict]]] = {name: {c: [] for c in concurrencies} for name in names}

@@ -38,8 +38,13 @@ def build(base_dir: str, adapter_dir: str) -> FastAPI:
 
         def run():
             with torch.no_grad():
-                out["ids"] = model.generate(**ids, max_new_tokens=int(body.get("max_tokens", 64)), do_sample=False, streamer=streamer,
-                                            pad_token_id=tokenizer.eos_token_id)
+                out["ids"] = model.generate(
+                    **ids,
+                    max_new_tokens=int(body.get("max_tokens", 64)),
+                    do_sample=False,
+                    streamer=streamer,
+                    pad_token_id=tokenizer.eos_token_id,
+                )
 
         thread = threading.Thread(target=run)
         thread.start()
@@ -50,7 +55,8 @@ def build(base_dir: str, adapter_dir: str) -> FastAPI:
                     yield f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': text}}]})}\n\n"
             thread.join()
             made = int(out["ids"].shape[1] - ids["input_ids"].shape[1])
-            yield f"data: {json.dumps({'choices': [{'index': 0, 'delta': {}, 'finish_reason': 'stop'}], 'usage': {'completion_tokens': made}})}\n\n"
+            last = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": {"completion_tokens": made}}
+            yield f"data: {json.dumps(last)}\n\n"
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")

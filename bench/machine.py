@@ -33,5 +33,10 @@ def int8_flags() -> list[str]:
 def machine() -> dict:
     import onnxruntime
 
-    return {"cpu": cpu_model(), "int8_flags": int8_flags(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "onnxruntime": onnxruntime.__version__}
+    return {
+        "cpu": cpu_model(),
+        "int8_flags": int8_flags(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "onnxruntime": onnxruntime.__version__,
+    }

@@ -24,51 +24,74 @@ def _machine(m: dict) -> str:
 
 
 def int8(d: dict) -> str:
-    rows = "\n".join(f"| {r['runtime']} | {r['feeding']} | {r['items_per_s']:.0f} | {r['ratio_vs_eager_one_at_a_time']:.2f}× | "
-                     f"{r['accuracy']:.2%} | {r['accuracy_vs_ort_fp32']:.4f} | {r['top1_agreement_vs_ort_fp32']:.2%} |" for r in d["rows"])
+    rows = "\n".join(
+        f"| {r['runtime']} | {r['feeding']} | {r['items_per_s']:.0f} | {r['ratio_vs_eager_one_at_a_time']:.2f}× | "
+        f"{r['accuracy']:.2%} | {r['accuracy_vs_ort_fp32']:.4f} | {r['top1_agreement_vs_ort_fp32']:.2%} |"
+        for r in d["rows"]
+    )
     dependence = "; ".join(f"{k} {v:.3g}" for k, v in d["batch_dependence_max_abs_logit_diff"].items())
-    return (f"Measured on {_machine(d['machine'])}; {d['texts']} evaluation texts (median {d['median_tokens']:.0f} tokens, max {d['max_tokens']}), "
-            f"median of {d['rounds']} interleaved rounds; accuracy on all {d['evaluation_texts']} evaluation texts.\n\n"
-            "| runtime | inputs | items/s | vs eager, one at a time | accuracy | accuracy / ORT FP32 | top-1 agreement with ORT FP32 |\n"
-            "|---|---|---|---|---|---|---|\n" + rows +
-            f"\n\nLargest logit difference of a text run alone against the same text in a length bucket of {d['bucket']}: {dependence}.")
+    return (
+        f"Measured on {_machine(d['machine'])}; {d['texts']} evaluation texts (median {d['median_tokens']:.0f} tokens, max"
+        f" {d['max_tokens']}), median of {d['rounds']} interleaved rounds; accuracy on all {d['evaluation_texts']} evaluation texts.\n\n|"
+        " runtime | inputs | items/s | vs eager, one at a time | accuracy | accuracy / ORT FP32 | top-1 agreement with ORT FP32"
+        " |\n|---|---|---|---|---|---|---|\n"
+        + rows
+        + f"\n\nLargest logit difference of a text run alone against the same text in a length bucket of {d['bucket']}: {dependence}."
+    )
 
 
 def serving(d: dict) -> str:
     med = d["medians"]
     rows = "\n".join(
-        f"| {c} | {med['modelcd'][c]['requests_per_s']:.1f} | {med['baseline'][c]['requests_per_s']:.1f} | **{d['throughput_ratio_vs_baseline'][c]:.2f}×** "
-        f"| {med['modelcd'][c]['p50_ms']:.1f} / {med['modelcd'][c]['p99_ms']:.1f} | {med['baseline'][c]['p50_ms']:.1f} / {med['baseline'][c]['p99_ms']:.1f} "
-        f"| **{d['p99_ratio_vs_baseline'][c]:.2f}** |" for c in ("1", "8", "32"))
+        f"| {c} | {med['modelcd'][c]['requests_per_s']:.1f} | {med['baseline'][c]['requests_per_s']:.1f} |"
+        f" **{d['throughput_ratio_vs_baseline'][c]:.2f}×** | {med['modelcd'][c]['p50_ms']:.1f} / {med['modelcd'][c]['p99_ms']:.1f} |"
+        f" {med['baseline'][c]['p50_ms']:.1f} / {med['baseline'][c]['p99_ms']:.1f} | **{d['p99_ratio_vs_baseline'][c]:.2f}** |"
+        for c in ("1", "8", "32")
+    )
     t = d["targets"]
     s = d["swaps"]
-    return (f"Measured on {_machine(d['machine'])}; {d['model']} ({d['variant']} INT8, artifact sha256 {d['artifact_sha256'][:12]}); one evaluation "
-            f"text per request, closed loop, median of {d['rounds_per_concurrency']} rounds of {d['seconds_per_phase']:g} s per server and concurrency; the two "
-            f"servers agree on {d['top1_agreement_modelcd_vs_baseline']:.2%} of top-1 labels.\n\n"
-            "| concurrency | modelcd req/s | baseline req/s | throughput ratio | modelcd p50 / p99 ms | baseline p50 / p99 ms | p99 ratio |\n"
-            "|---|---|---|---|---|---|---|\n" + rows +
-            f"\n\nTargets: throughput ratio ≥ {t['throughput_ratio']['1']:g}× at concurrency 1 and ≥ {t['throughput_ratio']['32']:g}× at 32; "
-            f"p99 ratio ≤ {t['p99_ratio']:g}.\n\n"
-            "| swaps under load (concurrency 8) | result | target |\n|---|---|---|\n"
-            f"| requests failed | {s['failed_requests']} of {s['requests']} ({s['swaps']} swaps) | 0 |\n"
-            f"| p99 swapping once a second / steady p99 | {s['swapping_p99_ms']:.1f} / {s['steady_p99_ms']:.1f} ms = **{s['swap_p99_ratio']:.2f}** | ≤ {t['swap_p99_ratio']:g} |\n"
-            f"| swap time / restart to ready | {s['swap_seconds_median'] * 1000:.0f} ms / {s['restart_to_ready_seconds_median']:.2f} s = **{s['swap_vs_restart']:.3f}** | ≤ {t['swap_vs_restart']:g} |"
-            + _swap_steps(s) + "\n\n| versions loaded | resident MB | MB per version |\n|---|---|---|\n" +
-            "\n".join(f"| {n} | {d['memory']['rss_mb'][n]:.0f} | {d['memory']['mb_per_version'][n]:.1f} |" for n in d["memory"]["mb_per_version"]) +
-            f"\n\nEach further version adds {d['memory']['marginal_mb_per_version']:.1f} MB (one ONNX Runtime session over its INT8 artifact).")
+    return (
+        f"Measured on {_machine(d['machine'])}; {d['model']} ({d['variant']} INT8, artifact sha256 {d['artifact_sha256'][:12]}); one"
+        f" evaluation text per request, closed loop, median of {d['rounds_per_concurrency']} rounds of {d['seconds_per_phase']:g} s per"
+        f" server and concurrency; the two servers agree on {d['top1_agreement_modelcd_vs_baseline']:.2%} of top-1 labels.\n\n| concurrency"
+        " | modelcd req/s | baseline req/s | throughput ratio | modelcd p50 / p99 ms | baseline p50 / p99 ms | p99 ratio"
+        " |\n|---|---|---|---|---|---|---|\n"
+        + rows
+        + f"\n\nTargets: throughput ratio ≥ {t['throughput_ratio']['1']:g}× at concurrency 1 and ≥ {t['throughput_ratio']['32']:g}× at 32;"
+        f" p99 ratio ≤ {t['p99_ratio']:g}.\n\n| swaps under load (concurrency 8) | result | target |\n|---|---|---|\n| requests failed |"
+        f" {s['failed_requests']} of {s['requests']} ({s['swaps']} swaps) | 0 |\n| p99 swapping once a second / steady p99 |"
+        f" {s['swapping_p99_ms']:.1f} / {s['steady_p99_ms']:.1f} ms = **{s['swap_p99_ratio']:.2f}** | ≤ {t['swap_p99_ratio']:g} |\n| swap"
+        f" time / restart to ready | {s['swap_seconds_median'] * 1000:.0f} ms / {s['restart_to_ready_seconds_median']:.2f} s ="
+        f" **{s['swap_vs_restart']:.3f}** | ≤ {t['swap_vs_restart']:g} |"
+        + _swap_steps(s)
+        + "\n\n| versions loaded | resident MB | MB per version |\n|---|---|---|\n"
+        + "\n".join(
+            f"| {n} | {d['memory']['rss_mb'][n]:.0f} | {d['memory']['mb_per_version'][n]:.1f} |" for n in d["memory"]["mb_per_version"]
+        )
+        + f"\n\nEach further version adds {d['memory']['marginal_mb_per_version']:.1f} MB (one ONNX Runtime session over its INT8"
+        " artifact)."
+    )
 
 
 def _swap_steps(s: dict) -> str:
     steps = s.get("swap_step_seconds_median")
     if not steps:
         return ""
-    return "\n\nA swap, step by step (median ms, from the admin API's load report): " + "; ".join(f"{k} {1000 * v:.0f}" for k, v in steps.items()) + "."
+    return (
+        "\n\nA swap, step by step (median ms, from the admin API's load report): "
+        + "; ".join(f"{k} {1000 * v:.0f}" for k, v in steps.items())
+        + "."
+    )
 
 
 def calibration(d: dict) -> str:
-    rows = "\n".join(f"| {r['calibration']} | {r['texts']} | {r['top1_agreement']:.2%} | {r['max_abs_logit_diff']:.3f} |" for r in d["results"])
-    return (f"{d['model']}, {d['evaluation_texts']} evaluation texts, on {_machine(d)}.\n\n"
-            "| calibration split | texts | top-1 agreement with FP32 | max abs logit difference |\n|---|---|---|---|\n" + rows)
+    rows = "\n".join(
+        f"| {r['calibration']} | {r['texts']} | {r['top1_agreement']:.2%} | {r['max_abs_logit_diff']:.3f} |" for r in d["results"]
+    )
+    return (
+        f"{d['model']}, {d['evaluation_texts']} evaluation texts, on {_machine(d)}.\n\n"
+        "| calibration split | texts | top-1 agreement with FP32 | max abs logit difference |\n|---|---|---|---|\n" + rows
+    )
 
 
 def recalibration(d: dict) -> str:
@@ -77,17 +100,30 @@ def recalibration(d: dict) -> str:
     rows = []
     for model, m in d["models"].items():
         p = m["production"]
-        rows.append(f"| {names.get(model, model)} | production {p['version']}: the data folder's split | {p['examples']} | {p['median_tokens']:g} | "
-                    f"{p['static_top1_agreement']:.2%} | | | | | |")
+        rows.append(
+            f"| {names.get(model, model)} | production {p['version']}: the data folder's split | {p['examples']} | {p['median_tokens']:g} |"
+            f" {p['static_top1_agreement']:.2%} | | | | | |"
+        )
         for name, s in m["sets"].items():
-            g = [f"{s['gates'][k]['status']} ({s['gates'][k]['measured']})" if s["gates"].get(k, {}).get("measured")
-                 else s["gates"].get(k, {}).get("status", "not run") for k in gates]
-            rows.append(f"| | {name}: revision {s['revision']} | {s['examples']} | {s['median_tokens']:g} / {s['evaluation_median_tokens']:g} | "
-                        f"{s['static_top1_agreement']:.2%} | {' | '.join(g)} | **{s['outcome']}** (production now {s['production_after']}) | {s['seconds_to_verdict']:.0f} |")
-    return (f"On {_machine(d['machine'])}; policy pinned to static INT8, fidelity floor 99% top-1 agreement. A gate \"not run\" sits below "
-            "a blocking gate that failed.\n\n"
-            "| model | calibration set | texts | median tokens / evaluation's | static INT8 agreement with FP32 | fidelity gate | accuracy gate (vs production) | "
-            "throughput gate | outcome | calibrate → verdict s |\n|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+            g = [
+                (
+                    f"{s['gates'][k]['status']} ({s['gates'][k]['measured']})"
+                    if s["gates"].get(k, {}).get("measured")
+                    else s["gates"].get(k, {}).get("status", "not run")
+                )
+                for k in gates
+            ]
+            rows.append(
+                f"| | {name}: revision {s['revision']} | {s['examples']} | {s['median_tokens']:g} / {s['evaluation_median_tokens']:g} |"
+                f" {s['static_top1_agreement']:.2%} | {' | '.join(g)} | **{s['outcome']}** (production now {s['production_after']}) |"
+                f" {s['seconds_to_verdict']:.0f} |"
+            )
+    return (
+        f'On {_machine(d["machine"])}; policy pinned to static INT8, fidelity floor 99% top-1 agreement. A gate "not run" sits below a'
+        " blocking gate that failed.\n\n| model | calibration set | texts | median tokens / evaluation's | static INT8 agreement with FP32"
+        " | fidelity gate | accuracy gate (vs production) | throughput gate | outcome | calibrate → verdict s"
+        " |\n|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
+    )
 
 
 def faults(d: dict) -> str:
@@ -98,32 +134,54 @@ def faults(d: dict) -> str:
     rows = "\n".join(f"| {c['name']} | {c['group']} | {cell(c['expected'])} | {cell(c['actual'])} | {verdict(c)} |" for c in d["classes"])
     under_load = sum(c["under_load"] for c in d["control_results"])
     measured = "".join(f"\n\nNot reproducible on this model, counted apart: {c['name']}: {cell(c['detail'])}." for c in apart)
-    return (f"**{ok} of {len(d['classes']) - len(apart)} classes ended in their expected outcome"
-            f"{f', {len(apart)} not reproducible on this model' if apart else ''}; {d['false_blocks']} of {d['controls']} clean controls were blocked** "
-            f"(95% upper bound {d['false_block_upper_95']:.1%}; "
-            + (f"{under_load} gated beside a server that answered {d['load']['requests']:,} requests with {d['load']['errors']} failures"
-               if d["load"] else "none gated beside a server under load")
-            + f"); production before and after: {d['production']} → {d['user_production_after']}.\n\n"
-            "| class | group | expected | actual | ok |\n|---|---|---|---|---|\n" + rows + measured
-            + "\n\n| clean control | kind | beside the server under load | outcome | s |\n|---|---|---|---|---|\n"
-            + "\n".join(f"| {c['label']} | {cell(c['kind'])} | {'yes' if c['under_load'] else 'no'} | "
-                        f"{cell(c['outcome']) if not c['blocked'] else '**' + cell(c['detail']) + '**'} | {c['seconds']:.0f} |" for c in d["control_results"]))
+    return (
+        f"**{ok} of {len(d['classes']) - len(apart)} classes ended in their expected"
+        f" outcome{f', {len(apart)} not reproducible on this model' if apart else ''}; {d['false_blocks']} of {d['controls']} clean"
+        f" controls were blocked** (95% upper bound {d['false_block_upper_95']:.1%}; "
+        + (
+            f"{under_load} gated beside a server that answered {d['load']['requests']:,} requests with {d['load']['errors']} failures"
+            if d["load"]
+            else "none gated beside a server under load"
+        )
+        + f"); production before and after: {d['production']} → {d['user_production_after']}.\n\n"
+        "| class | group | expected | actual | ok |\n|---|---|---|---|---|\n"
+        + rows
+        + measured
+        + "\n\n| clean control | kind | beside the server under load | outcome | s |\n|---|---|---|---|---|\n"
+        + "\n".join(
+            f"| {c['label']} | {cell(c['kind'])} | {'yes' if c['under_load'] else 'no'} | "
+            f"{cell(c['outcome']) if not c['blocked'] else '**' + cell(c['detail']) + '**'} | {c['seconds']:.0f} |"
+            for c in d["control_results"]
+        )
+    )
 
 
 def lm_seeds(d: dict) -> str:
     pct = lambda x: f"{x:+.2%}"  # noqa: E731
     tol = d["policy"]["max_relative_increase"]
-    rows = "\n".join(f"| {label} | {pct(r['relative_change'])} [{pct(r['ci'][0])}, {pct(r['ci'][1])}] | {pct(r['median_reply_change'])} | "
-                     f"{r['p_worse']:.3g} | {r['status']} |" for label, r in d["rows"].items() if label not in ("seed 0",))
+    rows = "\n".join(
+        f"| {label} | {pct(r['relative_change'])} [{pct(r['ci'][0])}, {pct(r['ci'][1])}] | {pct(r['median_reply_change'])} | "
+        f"{r['p_worse']:.3g} | {r['status']} |"
+        for label, r in d["rows"].items()
+        if label not in ("seed 0",)
+    )
     m = d["summary"]["median_reply_change"]
-    sweep = " · ".join(f"{float(t):+.0%}: {v['retrained_passed']}/{len(d['retrained_seeds'])} seeds pass, worse {v['worse']}" for t, v in d["tolerance_sweep"].items())
+    sweep = " · ".join(
+        f"{float(t):+.0%}: {v['retrained_passed']}/{len(d['retrained_seeds'])} seeds pass, worse {v['worse']}"
+        for t, v in d["tolerance_sweep"].items()
+    )
     shown = lambda x: x if isinstance(x, str) else f"{x:.4g}"  # noqa: E731
     targets = "\n".join(f"| {t['target']} | {shown(t['measured'])} | {'yes' if t['met'] else '**no**'} |" for t in d["targets"].values())
-    return (f"On {_machine(d['machine'])}; {d['evaluation_replies']} evaluation replies ({d['tokens']} tokens), production (seed 0) perplexity "
-            f"{d['production_perplexity']:.4f}, judged under the demo's policy (max_relative_increase {pct(tol)}, alpha {d['policy']['alpha']}). "
-            f"The median reply's change over the {len(d['retrained_seeds'])} retrained seeds: {pct(m['min'])} to {pct(m['max'])}, mean {pct(m['mean'])}, "
-            f"sd {m['std']:.2%}.\n\n| adapter | perplexity change [95% CI] | median reply change | sign test p | verdict |\n|---|---|---|---|---|\n"
-            + rows + f"\n\nThe same replies judged at other tolerances: {sweep}.\n\n| target | measured | met |\n|---|---|---|\n" + targets)
+    return (
+        f"On {_machine(d['machine'])}; {d['evaluation_replies']} evaluation replies ({d['tokens']} tokens), production (seed 0) perplexity"
+        f" {d['production_perplexity']:.4f}, judged under the demo's policy (max_relative_increase {pct(tol)}, alpha"
+        f" {d['policy']['alpha']}). The median reply's change over the {len(d['retrained_seeds'])} retrained seeds: {pct(m['min'])} to"
+        f" {pct(m['max'])}, mean {pct(m['mean'])}, sd {m['std']:.2%}.\n\n| adapter | perplexity change [95% CI] | median reply change |"
+        " sign test p | verdict |\n|---|---|---|---|---|\n"
+        + rows
+        + f"\n\nThe same replies judged at other tolerances: {sweep}.\n\n| target | measured | met |\n|---|---|---|\n"
+        + targets
+    )
 
 
 def false_block(d: dict) -> str:
@@ -136,26 +194,32 @@ def false_block(d: dict) -> str:
         shown = sorted({v["measured"] for v in values if v is not None and v["measured"]})
         measured = shown[0] if len(shown) == 1 else (f"{shown[0]} … {shown[-1]} ({len(shown)} distinct)" if shown else "")
         rows.append(f"| {gate} | {passed}/{len(runs)} | {measured.replace('|', '/')} |")
-    return (f"On {_machine(d['machine'])}: **{d['passed']}/{len(runs)} byte-identical re-registrations of {d['production']} passed every gate** "
-            f"({d['seconds_per_run']:.0f} s per gated run); gate failures: {d['failures'] or 'none'}.\n\n"
-            "| gate | passed | measured (first … last, sorted) |\n|---|---|---|\n" + "\n".join(rows))
+    return (
+        f"On {_machine(d['machine'])}: **{d['passed']}/{len(runs)} byte-identical re-registrations of {d['production']} passed every gate**"
+        f" ({d['seconds_per_run']:.0f} s per gated run); gate failures: {d['failures'] or 'none'}.\n\n| gate | passed | measured (first …"
+        " last, sorted) |\n|---|---|---|\n" + "\n".join(rows)
+    )
 
 
 def gate_overhead(d: dict) -> str:
     rows = "\n".join(f"| {k} | {v:.2f} |" for k, v in sorted(d["steps"].items(), key=lambda kv: -kv[1]))
-    return (f"On {_machine(d['machine'])}, {'fresh build' if d['fresh'] else 'cached build'}, outcome {d['outcome']}: steps "
-            f"{d['total_seconds']:.1f} s in all; **safety + health {d['safety_and_health_seconds']:.2f} s = {d['share']:.1%} of the gated run** "
-            f"(the health measurement inside merged_model: {d['health_in_merged_model_seconds']:.2f} s).\n\n"
-            "| step | seconds |\n|---|---|\n" + rows)
+    return (
+        f"On {_machine(d['machine'])}, {'fresh build' if d['fresh'] else 'cached build'}, outcome {d['outcome']}: steps"
+        f" {d['total_seconds']:.1f} s in all; **safety + health {d['safety_and_health_seconds']:.2f} s = {d['share']:.1%} of the gated"
+        f" run** (the health measurement inside merged_model: {d['health_in_merged_model_seconds']:.2f} s).\n\n| step | seconds"
+        " |\n|---|---|\n" + rows
+    )
 
 
 def peak(d: dict) -> str:
-    return (f"On {_machine(d['machine'])}: peak MatMulInteger {d['peak_int_ops_per_s'] / 1e9:.1f} G integer ops/s (best of "
-            f"{', '.join(f'{k}³' for k in d['peak_by_size'])}); the served artifact ({d['variant']} INT8, sha256 {d['artifact_sha256'][:12]}) does "
-            f"{d['int_macs_per_token'] / 1e6:.2f} M integer multiply-accumulates per token, {d['int_ops_per_request'] / 1e6:.1f} M integer ops per request "
-            f"at the evaluation texts' mean of {d['mean_tokens_per_request']:.1f} tokens; at concurrency 32 it served {d['requests_per_s_at_32']:.0f} "
-            f"requests/s = {d['achieved_int_ops_per_s'] / 1e9:.2f} G ops/s, **{d['achieved_over_peak']:.1%} of peak** (target ≥ {d['target']:.0%})."
-            + _where_time_goes(d.get("where_time_goes")))
+    return (
+        f"On {_machine(d['machine'])}: peak MatMulInteger {d['peak_int_ops_per_s'] / 1e9:.1f} G integer ops/s (best of"
+        f" {', '.join(f'{k}³' for k in d['peak_by_size'])}); the served artifact ({d['variant']} INT8, sha256 {d['artifact_sha256'][:12]})"
+        f" does {d['int_macs_per_token'] / 1e6:.2f} M integer multiply-accumulates per token, {d['int_ops_per_request'] / 1e6:.1f} M"
+        f" integer ops per request at the evaluation texts' mean of {d['mean_tokens_per_request']:.1f} tokens; at concurrency 32 it served"
+        f" {d['requests_per_s_at_32']:.0f} requests/s = {d['achieved_int_ops_per_s'] / 1e9:.2f} G ops/s, **{d['achieved_over_peak']:.1%} of"
+        f" peak** (target ≥ {d['target']:.0%})." + _where_time_goes(d.get("where_time_goes"))
+    )
 
 
 def _where_time_goes(w: dict | None) -> str:
@@ -163,58 +227,79 @@ def _where_time_goes(w: dict | None) -> str:
         return ""
     total = w["profile_total_seconds"]
     rows = "\n".join(f"| {op} | {sec:.3f} | {sec / total:.0%} |" for op, sec in w["profile_seconds_by_op"].items() if sec / total >= 0.005)
-    return (f"\n\nWhere the time goes. The artifact alone, without HTTP (two one-thread calls at once, length buckets of 32): "
-            f"{w['model_alone_items_per_s']:.0f} items/s = **{w['model_alone_over_peak']:.1%} of peak**. Inside it, the integer matrix-multiply "
-            f"kernels run at {w['integer_matmul_kernels_int_ops_per_s_one_thread'] / 1e9:.0f} G ops/s on one thread "
-            f"(**{w['integer_matmul_kernels_int_ops_per_s_one_thread'] / w['peak_per_core_int_ops_per_s']:.0%} of the per-core peak**) but take only "
-            f"{w['integer_matmul_share_of_time']:.0%} of its time. ONNX Runtime's per-node profile of one pass, by operator:\n\n"
-            "| operator | seconds | share |\n|---|---|---|\n" + rows)
+    return (
+        "\n\nWhere the time goes. The artifact alone, without HTTP (two one-thread calls at once, length buckets of 32):"
+        f" {w['model_alone_items_per_s']:.0f} items/s = **{w['model_alone_over_peak']:.1%} of peak**. Inside it, the integer"
+        f" matrix-multiply kernels run at {w['integer_matmul_kernels_int_ops_per_s_one_thread'] / 1e9:.0f} G ops/s on one thread"
+        f" (**{w['integer_matmul_kernels_int_ops_per_s_one_thread'] / w['peak_per_core_int_ops_per_s']:.0%} of the per-core peak**) but"
+        f" take only {w['integer_matmul_share_of_time']:.0%} of its time. ONNX Runtime's per-node profile of one pass, by operator:\n\n|"
+        " operator | seconds | share |\n|---|---|---|\n" + rows
+    )
 
 
 def adapter_designs(d: dict) -> str:
     a, b = d["a_per_version"], d["b_shared_base"]
     med = statistics.median
-    return (f"On {_machine(d['machine'])}, {d['adapters']} adapters, {d['texts']} evaluation texts one per call.\n\n"
-            "| | (a) per version | (b) shared base |\n|---|---|---|\n"
-            f"| once per base | — | {b['base_seconds_once']:.1f} s (export, LoRA inputs, fusion, INT8) |\n"
-            f"| to add one adapter (median) | {med(a['seconds_to_add_one']):.1f} s (merge, export, fuse, INT8, open) | {1000 * med(b['seconds_to_add_one']):.1f} ms (write and load its .onnx_adapter) |\n"
-            f"| memory per adapter | {a['rss_mb_per_adapter']:.1f} MB | {b['rss_mb_per_adapter']:.2f} MB |\n"
-            f"| items/s (adapter 0, one text per call) | {a['items_per_s']:.0f} | {b['items_per_s']:.0f} |\n"
-            f"| fused ops | Attention, EmbedLayerNormalization, SkipLayerNormalization, BiasGelu | {', '.join(f'{k} {v}' for k, v in b['fused_ops'].items())} |\n\n"
-            f"(b) against (a) on the same adapters: top-1 agreement {min(d['top1_agreement_b_vs_a']):.2%} at worst, largest logit difference "
-            f"{max(d['max_abs_logit_diff_b_vs_a']):.3f}; the adapters' own outputs differ by {d['adapters_differ_in_b_by']:.3f} on average in (b).")
+    return (
+        f"On {_machine(d['machine'])}, {d['adapters']} adapters, {d['texts']} evaluation texts one per call.\n\n| | (a) per version | (b)"
+        f" shared base |\n|---|---|---|\n| once per base | — | {b['base_seconds_once']:.1f} s (export, LoRA inputs, fusion, INT8) |\n| to"
+        f" add one adapter (median) | {med(a['seconds_to_add_one']):.1f} s (merge, export, fuse, INT8, open) |"
+        f" {1000 * med(b['seconds_to_add_one']):.1f} ms (write and load its .onnx_adapter) |\n| memory per adapter |"
+        f" {a['rss_mb_per_adapter']:.1f} MB | {b['rss_mb_per_adapter']:.2f} MB |\n| items/s (adapter 0, one text per call) |"
+        f" {a['items_per_s']:.0f} | {b['items_per_s']:.0f} |\n| fused ops | Attention, EmbedLayerNormalization, SkipLayerNormalization,"
+        f" BiasGelu | {', '.join(f'{k} {v}' for k, v in b['fused_ops'].items())} |\n\n(b) against (a) on the same adapters: top-1 agreement"
+        f" {min(d['top1_agreement_b_vs_a']):.2%} at worst, largest logit difference {max(d['max_abs_logit_diff_b_vs_a']):.3f}; the"
+        f" adapters' own outputs differ by {d['adapters_differ_in_b_by']:.3f} on average in (b)."
+    )
 
 
 def adapters_of_base(d: dict) -> str:
     t = d["targets"]
-    rows = "\n".join(f"| {i + 1} | {r['version']} | {r['outcome']}{' (' + ', '.join(r['failed_gates']) + ')' if r['failed_gates'] else ''} | "
-                     f"{r['verdict_seconds']:.1f} | {r['step_seconds'].get('quantized_model', 0.0):.1f} |" for i, r in enumerate(d["runs"]))
+    rows = "\n".join(
+        f"| {i + 1} | {r['version']} | {r['outcome']}{' (' + ', '.join(r['failed_gates']) + ')' if r['failed_gates'] else ''} | "
+        f"{r['verdict_seconds']:.1f} | {r['step_seconds'].get('quantized_model', 0.0):.1f} |"
+        for i, r in enumerate(d["runs"])
+    )
     steps = sorted(d["later_step_seconds_median"].items(), key=lambda kv: -kv[1])
-    return (f"On {_machine(d['machine'])}, {d['adapters']} adapters of all-MiniLM-L6-v2 registered as a new model and gated one after another: "
-            f"first **{d['first_verdict_seconds']:.1f} s**, later ones **{d['later_verdict_seconds_median']:.1f} s** (median) from registration to verdict "
-            f"(target ≤ {t['verdict_seconds']:g} s); **Nth / first {d['nth_over_first']:.2f}** (target ≤ {t['nth_over_first']:g}; last / first "
-            f"{d['last_over_first']:.2f}).\n\n"
-            "| adapter | version | outcome | registration → verdict s | quantized_model s |\n|---|---|---|---|---|\n" + rows +
-            "\n\nWhere a later adapter's gated run goes (median step seconds, steps over 0.5 s): " +
-            "; ".join(f"{k} {v:.1f}" for k, v in steps if v > 0.5) + ".")
+    return (
+        f"On {_machine(d['machine'])}, {d['adapters']} adapters of all-MiniLM-L6-v2 registered as a new model and gated one after another:"
+        f" first **{d['first_verdict_seconds']:.1f} s**, later ones **{d['later_verdict_seconds_median']:.1f} s** (median) from"
+        f" registration to verdict (target ≤ {t['verdict_seconds']:g} s); **Nth / first {d['nth_over_first']:.2f}** (target ≤"
+        f" {t['nth_over_first']:g}; last / first {d['last_over_first']:.2f}).\n\n| adapter | version | outcome | registration → verdict s |"
+        " quantized_model s |\n|---|---|---|---|---|\n"
+        + rows
+        + "\n\nWhere a later adapter's gated run goes (median step seconds, steps over 0.5 s): "
+        + "; ".join(f"{k} {v:.1f}" for k, v in steps if v > 0.5)
+        + "."
+    )
 
 
 def run_overhead(d: dict) -> str:
-    rows = "\n".join(f"| {r['candidate']} | {r['executor']} | {r['status']} | {r['wall_seconds']:.1f} | {r['step_seconds_sum']:.1f} | {r['wall_over_steps']:.2f} |"
-                     for r in d["runs"])
+    rows = "\n".join(
+        f"| {r['candidate']} | {r['executor']} | {r['status']} | {r['wall_seconds']:.1f} | {r['step_seconds_sum']:.1f} |"
+        f" {r['wall_over_steps']:.2f} |"
+        for r in d["runs"]
+    )
     med = d["wall_over_steps_median"]
-    return (f"On {_machine(d['machine'])}: later adapters of a new model (the demo's, scaled), each gated by `dagster job execute` "
-            f"as a run worker executes a run. Wall time over the sum of step times, median: **multiprocess {med['multiprocess']:.2f}, "
-            f"in process {med['in_process']:.2f}** (target ≤ {d['target']:g}).\n\n"
-            "| candidate | executor | status | run wall s | sum of steps s | wall / steps |\n|---|---|---|---|---|---|\n" + rows)
+    return (
+        f"On {_machine(d['machine'])}: later adapters of a new model (the demo's, scaled), each gated by `dagster job execute` "
+        f"as a run worker executes a run. Wall time over the sum of step times, median: **multiprocess {med['multiprocess']:.2f}, "
+        f"in process {med['in_process']:.2f}** (target ≤ {d['target']:g}).\n\n"
+        "| candidate | executor | status | run wall s | sum of steps s | wall / steps |\n|---|---|---|---|---|---|\n" + rows
+    )
 
 
 def sensor_tick(d: dict) -> str:
-    rows = "\n".join(f"| {r['models']} | {r['versions']} | {r['runs_launched']} | {r['registry_search_calls_first_tick']} | "
-                     f"{r['first_tick_seconds_median']:.2f} | {r['quiet_tick_seconds_median']:.2f} |" for r in d["sizes"].values())
-    return (f"On {_machine(d['machine'])}, MLflow on {d['backend']}, pages of {d['page_size']}; median of {d['ticks']} evaluations each.\n\n"
-            "| candidate models | versions | runs launched by the first tick | registry searches in it | first tick s | tick with nothing new s |\n"
-            "|---|---|---|---|---|---|\n" + rows)
+    rows = "\n".join(
+        f"| {r['models']} | {r['versions']} | {r['runs_launched']} | {r['registry_search_calls_first_tick']} | "
+        f"{r['first_tick_seconds_median']:.2f} | {r['quiet_tick_seconds_median']:.2f} |"
+        for r in d["sizes"].values()
+    )
+    return (
+        f"On {_machine(d['machine'])}, MLflow on {d['backend']}, pages of {d['page_size']}; median of {d['ticks']} evaluations each.\n\n|"
+        " candidate models | versions | runs launched by the first tick | registry searches in it | first tick s | tick with nothing new s"
+        " |\n|---|---|---|---|---|---|\n" + rows
+    )
 
 
 def _met(target: dict) -> str:
@@ -223,83 +308,120 @@ def _met(target: dict) -> str:
 
 def llm(d: dict) -> str:
     r = d["runtimes"]
-    rows = "\n".join(f"| {name} | {x['decode_tokens_per_s']:.1f} | {x['decode_vs_torch']:.2f}× | {x['ttft_ms_p50']:.0f} / {x['ttft_ms_p99']:.0f} | "
-                     f"{x['perplexity']:.3f} | {x['top1_agreement']:.2%} | {x['top1_in_top5']:.2%} |" for name, x in r["rows"].items())
-    assets = [a for a in ("merged_model", "onnx_model", "quantized_model", "evaluation", "drift_report", "benchmark_results") if a in d["gating"][0].get("asset_seconds", {})]
-    gates = "\n".join(f"| {g['adapter']} | {g['seconds']:.1f} | {g['outcome']} | " + " | ".join(f"{g['asset_seconds'][a]:.1f}" for a in assets) + " |" for g in d["gating"])
+    rows = "\n".join(
+        f"| {name} | {x['decode_tokens_per_s']:.1f} | {x['decode_vs_torch']:.2f}× | {x['ttft_ms_p50']:.0f} / {x['ttft_ms_p99']:.0f} | "
+        f"{x['perplexity']:.3f} | {x['top1_agreement']:.2%} | {x['top1_in_top5']:.2%} |"
+        for name, x in r["rows"].items()
+    )
+    assets = [
+        a
+        for a in ("merged_model", "onnx_model", "quantized_model", "evaluation", "drift_report", "benchmark_results")
+        if a in d["gating"][0].get("asset_seconds", {})
+    ]
+    gates = "\n".join(
+        f"| {g['adapter']} | {g['seconds']:.1f} | {g['outcome']} | " + " | ".join(f"{g['asset_seconds'][a]:.1f}" for a in assets) + " |"
+        for g in d["gating"]
+    )
     t, o = d["targets"], d["base_build"]
-    return (f"Measured on {_machine(d['machine'])}; {d['model']}, base build rank {o['rank']} on {', '.join(o['targets'])}, MatMulNBits 8-bit "
-            f"(accuracy_level {o['accuracy_level']}); the adapter trained {d['train_steps']} steps ({d['train_seconds']:.0f} s). "
-            f"{r['prompts']} chat prompts (median {r['median_prompt_tokens']:.0f} tokens), up to {r['new_tokens']} greedy tokens, median of "
-            f"{r['rounds']} interleaved rounds; quality on {r['positions']} teacher-forced positions of {r['replies']} evaluation replies, "
-            "agreement against torch + peft FP32.\n\n"
-            "| runtime | decode tokens/s | vs torch | TTFT p50 / p99 ms | perplexity | top-1 agreement | top-1 in reference top-5 |\n"
-            "|---|---|---|---|---|---|---|\n" + rows +
-            "\n\n| adapter of the base | seconds, registration to verdict | outcome | " + " | ".join(f"{a} s" for a in assets) + " |\n|---|---|---|"
-            + "---|" * len(assets) + "\n" + gates +
-            f"\n\nThe later adapters over the first: **{d['nth_over_first']:.2f}** (target ≤ {t['nth_over_first']['target']:g}, {_met(t['nth_over_first'])}; "
-            f"the first builds and times the base once); a later adapter's registration to verdict: **{d['later_verdict_seconds']:.0f} s** "
-            f"(target ≤ {t['later_verdict_seconds']['target']:.0f} s, {_met(t['later_verdict_seconds'])})."
-            + (" Load average (1 min) on the machine before and after the gating: {:.2f} and {:.2f} on {} cores.".format(
-                d["load_average"]["before_gating"][0], d["load_average"]["after_gating"][0], d["machine"]["cores"]) if "load_average" in d else ""))
+    return (
+        f"Measured on {_machine(d['machine'])}; {d['model']}, base build rank {o['rank']} on {', '.join(o['targets'])}, MatMulNBits 8-bit "
+        f"(accuracy_level {o['accuracy_level']}); the adapter trained {d['train_steps']} steps ({d['train_seconds']:.0f} s). "
+        f"{r['prompts']} chat prompts (median {r['median_prompt_tokens']:.0f} tokens), up to {r['new_tokens']} greedy tokens, median of "
+        f"{r['rounds']} interleaved rounds; quality on {r['positions']} teacher-forced positions of {r['replies']} evaluation replies, "
+        "agreement against torch + peft FP32.\n\n"
+        "| runtime | decode tokens/s | vs torch | TTFT p50 / p99 ms | perplexity | top-1 agreement | top-1 in reference top-5 |\n"
+        "|---|---|---|---|---|---|---|\n"
+        + rows
+        + "\n\n| adapter of the base | seconds, registration to verdict | outcome | "
+        + " | ".join(f"{a} s" for a in assets)
+        + " |\n|---|---|---|"
+        + "---|" * len(assets)
+        + "\n"
+        + gates
+        + f"\n\nThe later adapters over the first: **{d['nth_over_first']:.2f}** (target ≤ {t['nth_over_first']['target']:g},"
+        f" {_met(t['nth_over_first'])}; the first builds and times the base once); a later adapter's registration to verdict:"
+        f" **{d['later_verdict_seconds']:.0f} s** (target ≤ {t['later_verdict_seconds']['target']:.0f} s,"
+        f" {_met(t['later_verdict_seconds'])})."
+        + (
+            " Load average (1 min) on the machine before and after the gating: {:.2f} and {:.2f} on {} cores.".format(
+                d["load_average"]["before_gating"][0], d["load_average"]["after_gating"][0], d["machine"]["cores"]
+            )
+            if "load_average" in d
+            else ""
+        )
+    )
 
 
 def llm_serving(d: dict) -> str:
     s, m, r, t = d["servers"], d["many_adapters"], d["roofline"], d["targets"]
     names = list(s["rows"])
     modelcd, baseline, llama = names
-    rows = "\n".join(f"| {name} | {c} | {x['aggregate_tokens_per_s']:.1f} | {x['decode_tokens_per_s']:.1f} | {x['ttft_ms_p50']:.0f} / {x['ttft_ms_p99']:.0f} | "
-                     f"{d['agreement'][name]['top5_agreement']:.1%} |"
-                     for name in names for c, x in s["rows"][name].items())
+    rows = "\n".join(
+        f"| {name} | {c} | {x['aggregate_tokens_per_s']:.1f} | {x['decode_tokens_per_s']:.1f} | {x['ttft_ms_p50']:.0f} /"
+        f" {x['ttft_ms_p99']:.0f} | {d['agreement'][name]['top5_agreement']:.1%} |"
+        for name in names
+        for c, x in s["rows"][name].items()
+    )
     q, w, b, f4 = s["ratios"], d["swaps"], d["batching"], d["four_bit"]
     many = "\n".join(f"| {k} | {x['aggregate_tokens_per_s']:.1f} | {x['rss_mb']:.0f} |" for k, x in m["by_count"].items())
     steps = "; ".join(f"{k} {v:.0f} ms" for k, v in w["load_step_ms_idle_median"].items())
     drift = b["max_abs_logit_diff_batch4_vs_batch1"]
-    return (f"Measured on {_machine(d['machine'])}; {d['model']}. {s['prompts']} chat prompts, {s['new_tokens']} greedy tokens, streamed over HTTP, "
-            f"median of {s['rounds']} rounds in rotating order. llama.cpp serves {d['llama_cpp']['gguf']} with the adapter: {d['llama_cpp']['lora']}. "
-            "Top-5 agreement: the share of a server's answer tokens (at concurrency 1, tokenized again) in the top 5 of modelcd's FP32 reference "
-            "(the FP32 base build with the gated adapter file), teacher-forced over the same prompt.\n\n"
-            "| server | concurrency | aggregate tokens/s | decode tokens/s per request | TTFT p50 / p99 ms | top-5 agreement |\n|---|---|---|---|---|---|\n" + rows +
-            f"\n\nmodelcd over the hand-written server: decode at concurrency 1 **{q['decode_ratio_c1']:.2f}×** (target ≥ {t['decode_ratio_c1']:g}×), "
-            f"aggregate at concurrency 8 **{q['aggregate_ratio_c8']:.2f}×** (target ≥ {t['aggregate_ratio_c8']:g}×), TTFT p99 at concurrency 1 "
-            f"**{q['ttft_p99_ratio']:.2f}×** (target ≤ {t['ttft_p99_ratio']:g}×).\n\n"
-            f"modelcd over llama.cpp's server: tokens/s at concurrency 1 **{q['over_llama_cpp_c1']:.2f}×** and at concurrency 4 "
-            f"**{q['over_llama_cpp_c4']:.2f}×** (target ≥ {t['over_llama_cpp']:g}× at equal or better agreement); decode alone at concurrency 1 "
-            f"{q['decode_over_llama_cpp_c1']:.2f}×, TTFT p50 {q['ttft_p50_over_llama_cpp_c1']:.2f}×.\n\n"
-            f"Swaps under load ({w['clients']} clients streaming; steady phases of {w['phase_seconds']:g} s, swapping phases until their swaps were done): "
-            f"**{w['swaps']} swaps** through the admin API in {w['swapping_seconds']:.0f} s (target ≥ {t['swaps']}), {len(w['failed_swaps'])} refused or failed; "
-            f"**{w['failed_requests']} failed** of {w['requests']} requests; TTFT p99 swapping (a second after each swap ended) "
-            f"{w['swapping_ttft_p99_ms']:.0f} ms over steady {w['steady_ttft_p99_ms']:.0f} ms: **{w['swap_ttft_p99_ratio']:.2f}** "
-            f"(target ≤ {t['swap_ttft_p99_ratio']:g}). A whole verified load takes **{w['load_ms_idle_median']:.0f} ms** at idle (median of the idle loads, "
-            f"at most {w['load_ms_idle_max']:.0f}; target ≤ {t['load_ms']:g} ms) and {w['load_ms_under_load_median']:.0f} ms under load (the loader "
-            f"runs below requests' priority). Its steps at idle: {steps}.\n\n"
-            "| adapters loaded on one base | aggregate tokens/s (16 requests, 4 at a time) | resident MB |\n|---|---|---|\n" + many +
-            f"\n\n32 adapters over 1: **{m['adapters_32_over_1']:.2f}** (target ≥ {t['adapters_32_over_1']:g}); resident memory per further adapter "
-            f"**{m['mb_per_further_adapter']:.2f} MB** (target ≤ {t['mb_per_adapter']:g}); loading one adapter file into the runtime: median "
-            f"{m['load_ms_median']:.1f} ms, at most {m['load_ms_max']:.1f} ms.\n\n"
-            f"Batching, in process: the {b['prompts']} prompts as one static batch of ONNX Runtime GenAI decode "
-            f"{b['aggregate_tokens_per_s']['batch_8']:.1f} tokens/s against {b['aggregate_tokens_per_s']['one_at_a_time']:.1f} one at a time "
-            f"(**{b['batch_8_over_one_at_a_time']:.2f}×**). A batched decode step does not compute what the batch-1 step the gates judged computes: "
-            f"over the first {b['decode_steps_compared']} decode steps, a batch of 4 copies of one prompt against that prompt alone differs by max "
-            f"|Δlogit| **{drift['int8_with_adapter']:.3g}** on the INT8 base with the adapter, {drift['int8_base']:.3g} on the INT8 base without it and "
-            f"{drift['fp32_with_adapter']:.3g} on the FP32 build with it; {b['greedy_answers_equal_batched_vs_alone']} of {b['prompts']} batched greedy "
-            "answers equal their batch-1 ones.\n\n"
-            f"4-bit weights, in process: the FP32 build quantized to 4 bits as the base build quantizes to 8 (symmetric round-to-nearest, block 32) "
-            f"reads {f4['weight_bytes']['int4'] / 1e6:.0f} MB a token against {f4['weight_bytes']['int8'] / 1e6:.0f} and decodes "
-            f"{f4['decode_tokens_per_s']['int4']:.1f} tokens/s against {f4['decode_tokens_per_s']['int8']:.1f} (**{f4['int4_over_int8']:.2f}×**), but on "
-            f"{f4['fidelity']['int4']['positions']} evaluation positions its mean KL to FP32 is **{f4['fidelity']['int4']['mean_kl']:.3f}** "
-            f"(INT8 {f4['fidelity']['int8']['mean_kl']:.4f}; the fidelity gate's limit {f4['limits']['max_mean_kl']:g}), its top-1 is in FP32's top 5 at "
-            f"{f4['fidelity']['int4']['top1_in_top5']:.1%} of them (INT8 {f4['fidelity']['int8']['top1_in_top5']:.1%}; limit {f4['limits']['min_top1_in_top5']:.1%}) "
-            f"and its perplexity is {f4['fidelity']['int4']['perplexity_change']:+.1%} over FP32's (INT8 {f4['fidelity']['int8']['perplexity_change']:+.1%}).\n\n"
-            f"Roofline: {r['weight_bytes'] / 1e6:.0f} MB of weights read per decoded token at {r['decode_tokens_per_s']:.1f} tokens/s is "
-            f"**{r['weight_gb_per_s']:.2f} GB/s**, {r['share_of_triad']:.0%} of the {r['triad_gb_per_s']:.1f} GB/s a STREAM-like triad reaches on the same cores. "
-            f"llama.cpp reads {r['llama_cpp_weight_bytes'] / 1e6:.0f} MB a token (its GGUF's Q4_1 matrices and Q8_0 embedding, the tied output head) at "
-            f"{r['llama_cpp_decode_tokens_per_s']:.1f} tokens/s: {r['llama_cpp_weight_gb_per_s']:.2f} GB/s, {r['llama_cpp_share_of_triad']:.0%} of the triad.")
+    return (
+        f"Measured on {_machine(d['machine'])}; {d['model']}. {s['prompts']} chat prompts, {s['new_tokens']} greedy tokens, streamed over"
+        f" HTTP, median of {s['rounds']} rounds in rotating order. llama.cpp serves {d['llama_cpp']['gguf']} with the adapter:"
+        f" {d['llama_cpp']['lora']}. Top-5 agreement: the share of a server's answer tokens (at concurrency 1, tokenized again) in the top"
+        " 5 of modelcd's FP32 reference (the FP32 base build with the gated adapter file), teacher-forced over the same prompt.\n\n|"
+        " server | concurrency | aggregate tokens/s | decode tokens/s per request | TTFT p50 / p99 ms | top-5 agreement"
+        " |\n|---|---|---|---|---|---|\n"
+        + rows
+        + f"\n\nmodelcd over the hand-written server: decode at concurrency 1 **{q['decode_ratio_c1']:.2f}×** (target ≥"
+        f" {t['decode_ratio_c1']:g}×), aggregate at concurrency 8 **{q['aggregate_ratio_c8']:.2f}×** (target ≥"
+        f" {t['aggregate_ratio_c8']:g}×), TTFT p99 at concurrency 1 **{q['ttft_p99_ratio']:.2f}×** (target ≤"
+        f" {t['ttft_p99_ratio']:g}×).\n\nmodelcd over llama.cpp's server: tokens/s at concurrency 1 **{q['over_llama_cpp_c1']:.2f}×** and"
+        f" at concurrency 4 **{q['over_llama_cpp_c4']:.2f}×** (target ≥ {t['over_llama_cpp']:g}× at equal or better agreement); decode"
+        f" alone at concurrency 1 {q['decode_over_llama_cpp_c1']:.2f}×, TTFT p50 {q['ttft_p50_over_llama_cpp_c1']:.2f}×.\n\nSwaps under"
+        f" load ({w['clients']} clients streaming; steady phases of {w['phase_seconds']:g} s, swapping phases until their swaps were"
+        f" done): **{w['swaps']} swaps** through the admin API in {w['swapping_seconds']:.0f} s (target ≥ {t['swaps']}),"
+        f" {len(w['failed_swaps'])} refused or failed; **{w['failed_requests']} failed** of {w['requests']} requests; TTFT p99 swapping"
+        f" (a second after each swap ended) {w['swapping_ttft_p99_ms']:.0f} ms over steady {w['steady_ttft_p99_ms']:.0f} ms:"
+        f" **{w['swap_ttft_p99_ratio']:.2f}** (target ≤ {t['swap_ttft_p99_ratio']:g}). A whole verified load takes"
+        f" **{w['load_ms_idle_median']:.0f} ms** at idle (median of the idle loads, at most {w['load_ms_idle_max']:.0f}; target ≤"
+        f" {t['load_ms']:g} ms) and {w['load_ms_under_load_median']:.0f} ms under load (the loader runs below requests' priority). Its"
+        f" steps at idle: {steps}.\n\n| adapters loaded on one base | aggregate tokens/s (16 requests, 4 at a time) | resident MB"
+        " |\n|---|---|---|\n"
+        + many
+        + f"\n\n32 adapters over 1: **{m['adapters_32_over_1']:.2f}** (target ≥ {t['adapters_32_over_1']:g}); resident memory per further"
+        f" adapter **{m['mb_per_further_adapter']:.2f} MB** (target ≤ {t['mb_per_adapter']:g}); loading one adapter file into the"
+        f" runtime: median {m['load_ms_median']:.1f} ms, at most {m['load_ms_max']:.1f} ms.\n\nBatching, in process: the {b['prompts']}"
+        f" prompts as one static batch of ONNX Runtime GenAI decode {b['aggregate_tokens_per_s']['batch_8']:.1f} tokens/s against"
+        f" {b['aggregate_tokens_per_s']['one_at_a_time']:.1f} one at a time (**{b['batch_8_over_one_at_a_time']:.2f}×**). A batched"
+        f" decode step does not compute what the batch-1 step the gates judged computes: over the first {b['decode_steps_compared']}"
+        " decode steps, a batch of 4 copies of one prompt against that prompt alone differs by max |Δlogit|"
+        f" **{drift['int8_with_adapter']:.3g}** on the INT8 base with the adapter, {drift['int8_base']:.3g} on the INT8 base without it"
+        f" and {drift['fp32_with_adapter']:.3g} on the FP32 build with it; {b['greedy_answers_equal_batched_vs_alone']} of {b['prompts']}"
+        " batched greedy answers equal their batch-1 ones.\n\n4-bit weights, in process: the FP32 build quantized to 4 bits as the base"
+        f" build quantizes to 8 (symmetric round-to-nearest, block 32) reads {f4['weight_bytes']['int4'] / 1e6:.0f} MB a token against"
+        f" {f4['weight_bytes']['int8'] / 1e6:.0f} and decodes {f4['decode_tokens_per_s']['int4']:.1f} tokens/s against"
+        f" {f4['decode_tokens_per_s']['int8']:.1f} (**{f4['int4_over_int8']:.2f}×**), but on {f4['fidelity']['int4']['positions']}"
+        f" evaluation positions its mean KL to FP32 is **{f4['fidelity']['int4']['mean_kl']:.3f}** (INT8"
+        f" {f4['fidelity']['int8']['mean_kl']:.4f}; the fidelity gate's limit {f4['limits']['max_mean_kl']:g}), its top-1 is in FP32's"
+        f" top 5 at {f4['fidelity']['int4']['top1_in_top5']:.1%} of them (INT8 {f4['fidelity']['int8']['top1_in_top5']:.1%}; limit"
+        f" {f4['limits']['min_top1_in_top5']:.1%}) and its perplexity is {f4['fidelity']['int4']['perplexity_change']:+.1%} over FP32's"
+        f" (INT8 {f4['fidelity']['int8']['perplexity_change']:+.1%}).\n\nRoofline: {r['weight_bytes'] / 1e6:.0f} MB of weights read per"
+        f" decoded token at {r['decode_tokens_per_s']:.1f} tokens/s is **{r['weight_gb_per_s']:.2f} GB/s**, {r['share_of_triad']:.0%} of"
+        f" the {r['triad_gb_per_s']:.1f} GB/s a STREAM-like triad reaches on the same cores. llama.cpp reads"
+        f" {r['llama_cpp_weight_bytes'] / 1e6:.0f} MB a token (its GGUF's Q4_1 matrices and Q8_0 embedding, the tied output head) at"
+        f" {r['llama_cpp_decode_tokens_per_s']:.1f} tokens/s: {r['llama_cpp_weight_gb_per_s']:.2f} GB/s,"
+        f" {r['llama_cpp_share_of_triad']:.0%} of the triad."
+    )
 
 
 def mutation(d: dict) -> str:
-    return (f"Measured {d['when'][:10]}.\n\n| mutants | killed | survived | timed out | no tests | score (killed / all) |\n|---|---|---|---|---|---|\n"
-            f"| {d['total']} | {d['killed']} | {d['survived']} | {d['timeout']} | {d['no_tests']} | **{d['score']:.1%}** |")
+    return (
+        f"Measured {d['when'][:10]}.\n\n| mutants | killed | survived | timed out | no tests | score (killed / all)"
+        f" |\n|---|---|---|---|---|---|\n| {d['total']} | {d['killed']} | {d['survived']} | {d['timeout']} | {d['no_tests']} |"
+        f" **{d['score']:.1%}** |"
+    )
 
 
 BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
@@ -318,7 +440,12 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "llm_serving": ("benchmarks.md", "llm_serving.json", llm_serving, "make bench-llm-serving"),
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
-    "faults_llm": ("reliability.md", "faults_llm.json", faults, "modelcd faults run --task causal-lm --controls 10 --json bench/results/faults_llm.json"),
+    "faults_llm": (
+        "reliability.md",
+        "faults_llm.json",
+        faults,
+        "modelcd faults run --task causal-lm --controls 10 --json bench/results/faults_llm.json",
+    ),
     "lm_seeds": ("reliability.md", "lm_seeds.json", lm_seeds, "make bench-lm-seeds"),
 }
 

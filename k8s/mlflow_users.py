@@ -44,7 +44,8 @@ def ensure_users(tracking_uri: str, environ: dict[str, str] | None = None) -> No
 
     env = os.environ if environ is None else environ
     missing = [var for _, var, _ in USERS if not env.get(var)] + [
-        var for var in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD") if not os.environ.get(var)]
+        var for var in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD") if not os.environ.get(var)
+    ]
     if missing:
         raise SystemExit(f"set {', '.join(missing)} (the admin's credentials, and a password for each user)")
     client = get_app_client("basic-auth", tracking_uri=tracking_uri)

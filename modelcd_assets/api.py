@@ -11,12 +11,42 @@ import dagster as dg
 from modelcd_assets import gate_results
 from modelcd_assets.defs.jobs import GATE_JOB
 from modelcd_assets.gate_results import GateDecision, GateGraph
-from modelcd_assets.launch import BAD_INPUT, BLOCKED, ERROR, PROMOTED, REGISTRY_UNAVAILABLE, SUPERSEDED, Calibration, GateRun, add_candidate, code_location_graph, run_calibration, run_gate
+from modelcd_assets.launch import (
+    BAD_INPUT,
+    BLOCKED,
+    ERROR,
+    PROMOTED,
+    REGISTRY_UNAVAILABLE,
+    SUPERSEDED,
+    Calibration,
+    GateRun,
+    add_candidate,
+    code_location_graph,
+    run_calibration,
+    run_gate,
+)
 from modelcd_assets.lib.judging.promotion import GateRecord
 from modelcd_assets.lib.release.registry import CandidateRef, Registry
 
-__all__ = ["BAD_INPUT", "BLOCKED", "ERROR", "PROMOTED", "REGISTRY_UNAVAILABLE", "SUPERSEDED", "Calibration", "CandidateRef", "GateDecision", "GateRecord", "GateRun", "Registry", "add_candidate", "gate_job",
-           "read_gates", "run_calibration", "run_gate"]
+__all__ = [
+    "BAD_INPUT",
+    "BLOCKED",
+    "ERROR",
+    "PROMOTED",
+    "REGISTRY_UNAVAILABLE",
+    "SUPERSEDED",
+    "Calibration",
+    "CandidateRef",
+    "GateDecision",
+    "GateRecord",
+    "GateRun",
+    "Registry",
+    "add_candidate",
+    "gate_job",
+    "read_gates",
+    "run_calibration",
+    "run_gate",
+]
 
 
 def gate_job() -> dg.JobDefinition:

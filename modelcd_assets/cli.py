@@ -102,8 +102,13 @@ def _gated(run, label: str) -> int:
         print(f"superseded: {run.error}")
     elif run.outcome not in (PROMOTED, BLOCKED, BAD_INPUT):  # the run failed: nothing was decided
         what = "registry unavailable" if run.outcome == REGISTRY_UNAVAILABLE else "error"
-        print(f"modelcd: {what}: {_without_password(run.error)}; nothing was promoted, see run {run.run_id} in the Dagster UI", file=sys.stderr)
-    return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, SUPERSEDED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(run.outcome, EXIT_ERROR)
+        print(
+            f"modelcd: {what}: {_without_password(run.error)}; nothing was promoted, see run {run.run_id} in the Dagster UI",
+            file=sys.stderr,
+        )
+    return {PROMOTED: EXIT_PROMOTED, BLOCKED: EXIT_BLOCKED, SUPERSEDED: EXIT_BLOCKED, BAD_INPUT: EXIT_BAD_INPUT}.get(
+        run.outcome, EXIT_ERROR
+    )
 
 
 def cmd_gate(args) -> int:
@@ -128,12 +133,17 @@ def cmd_calibrate(args) -> int:
         print(f"refused: {done.refused}", file=sys.stderr)
         return EXIT_BAD_INPUT
     s = done.summary
-    print(f"{args.name}: calibration set {done.sha256[:12]} is current ({s['examples']} texts, median {s['median_tokens']:g} tokens; "
-          f"evaluation split {s['evaluation_median_tokens']:g})")
+    print(
+        f"{args.name}: calibration set {done.sha256[:12]} is current ({s['examples']} texts, median {s['median_tokens']:g} tokens; "
+        f"evaluation split {s['evaluation_median_tokens']:g})"
+    )
     print(f"production: {done.action}: {done.why}")
     if done.gate is None:
         if done.revision is not None:
-            print(f"{done.revision.uri} is registered; the registry sensor under 'modelcd up' gates it, or run 'modelcd gate {args.name} {done.revision.version}'")
+            print(
+                f"{done.revision.uri} is registered; the registry sensor under 'modelcd up' gates it, or run 'modelcd gate {args.name}"
+                f" {done.revision.version}'"
+            )
         return EXIT_PROMOTED
     return _gated(done.gate, f"revision {done.revision.version}")
 
@@ -159,15 +169,21 @@ def cmd_status(args) -> int:
         prod = reg.production(name)
         # The alias is a registry tag anyone with write access can move: say when it points at bytes no valid verdict covers.
         refused = servable.reason(reg, state, prod) if prod else ""
-        print(f"{name}: production = {prod.version if prod else 'none'}" + (f" ({servable.NO_VERDICT}; the server keeps serving the last "
-                                                                            f"version that had one: {refused})" if refused else ""))
+        print(
+            f"{name}: production = {prod.version if prod else 'none'}"
+            + (f" ({servable.NO_VERDICT}; the server keeps serving the last version that had one: {refused})" if refused else "")
+        )
         rows = []
         for ref in reg.versions(name):
             gates, problems = latest_gate_rows(instance, ref, graph)
             passed = sum(g.status == "pass" for g in gates)
             others = ", ".join(f"{g.gate}={g.status}" for g in gates if g.status != "pass")
             verdict = "promotable" if not problems else "not promotable"
-            summary = "never gated" if all(g.status == "not run" for g in gates) else f"{verdict}: {passed}/{len(gates)} pass" + (f"; {others}" if others else "")
+            summary = (
+                "never gated"
+                if all(g.status == "not run" for g in gates)
+                else f"{verdict}: {passed}/{len(gates)} pass" + (f"; {others}" if others else "")
+            )
             if problems and not others:  # every gate passed, but on an outdated lineage
                 summary += "; " + problems[0]
             tags = reg.tags(ref)
@@ -216,8 +232,14 @@ def cmd_verdict(args) -> int:
     ref = CandidateRef(args.name, str(args.version))
     why = servable.reason(reg, Path(os.environ["MODELCD_HOME"]), ref)
     decision = read_gates(dg.DagsterInstance.get(), ref.key, code_location_graph())
-    answer = {"model": ref.name, "version": ref.version, "servable": not why, "why_not": why, "promotable": decision.promotable,
-              "problems": decision.problems}
+    answer = {
+        "model": ref.name,
+        "version": ref.version,
+        "servable": not why,
+        "why_not": why,
+        "promotable": decision.promotable,
+        "problems": decision.problems,
+    }
     if args.json:
         print(json.dumps(answer))
     else:
@@ -230,7 +252,10 @@ def cmd_keys_init(args) -> int:
     from modelcd_assets.lib.release.signing import Keys, init_keys
 
     keys = init_keys(Keys.from_env(), force=args.force)
-    print(f"signing key: {keys.private} (keep it with whoever registers, gates and promotes)\npublic key:  {keys.public} (all that serving needs)")
+    print(
+        f"signing key: {keys.private} (keep it with whoever registers, gates and promotes)\npublic key:  {keys.public} (all that serving"
+        " needs)"
+    )
     return 0
 
 
@@ -253,8 +278,7 @@ def cmd_ui(args) -> int:
 def cmd_serve(args) -> int:
     from modelcd_assets.serving.server import serve
 
-    return serve(args.name, args.host, args.port, args.workers, chaos=args.chaos,
-                 admin_host=args.admin_host, admin_port=args.admin_port)
+    return serve(args.name, args.host, args.port, args.workers, chaos=args.chaos, admin_host=args.admin_host, admin_port=args.admin_port)
 
 
 def cmd_rollback(args) -> int:
@@ -277,8 +301,13 @@ def cmd_rollback(args) -> int:
 def cmd_up(args) -> int:
     from modelcd_assets.stack import run_stack
 
-    return run_stack(args.names or list(DEMO_MODELS), serve_port=args.port, prometheus_port=args.prometheus_port, ui_port=args.ui_port,
-                     required=bool(args.names))
+    return run_stack(
+        args.names or list(DEMO_MODELS),
+        serve_port=args.port,
+        prometheus_port=args.prometheus_port,
+        ui_port=args.ui_port,
+        required=bool(args.names),
+    )
 
 
 def cmd_faults_run(args) -> int:
@@ -288,9 +317,19 @@ def cmd_faults_run(args) -> int:
     if args.controls < 0:
         raise ModelcdError("--controls must be 0 or more")
     name = args.name or ("support-reply" if args.task == "causal-lm" else "ticket-intent")
-    report = run_selftest(name, dict(os.environ), only=args.only, identical_controls=args.controls - args.controls // 2,
-                          retrained_controls=args.controls // 2, training=GOOD, lm_training=GOOD_LM, under_load=not args.no_load, keep=args.keep,
-                          progress=not args.no_progress, task=args.task)
+    report = run_selftest(
+        name,
+        dict(os.environ),
+        only=args.only,
+        identical_controls=args.controls - args.controls // 2,
+        retrained_controls=args.controls // 2,
+        training=GOOD,
+        lm_training=GOOD_LM,
+        under_load=not args.no_load,
+        keep=args.keep,
+        progress=not args.no_progress,
+        task=args.task,
+    )
     print()
     print(report.render())
     if args.json:
@@ -306,22 +345,42 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("path")
     r.add_argument("--name", required=True, help="registered model name")
     r.add_argument("--base", help="models:/NAME/VERSION of the base, when the adapter does not declare it")
-    r.add_argument("--tokenizer-change", action="store_true", help="declare that this version's tokenizer maps text to different ids on purpose")
+    r.add_argument(
+        "--tokenizer-change", action="store_true", help="declare that this version's tokenizer maps text to different ids on purpose"
+    )
     r.add_argument("--semver", help="this version's Model SemVer, MAJOR.MINOR.PATCH")
-    r.add_argument("--bump", choices=["patch", "minor", "major"], help="or the bump over production's SemVer (default: patch, weights only)")
-    r.add_argument("--task", choices=["classification", "causal-lm"],
-                   help="what kind of model a base or full model is (default: from its config's architecture); an adapter carries its base's")
+    r.add_argument(
+        "--bump", choices=["patch", "minor", "major"], help="or the bump over production's SemVer (default: patch, weights only)"
+    )
+    r.add_argument(
+        "--task",
+        choices=["classification", "causal-lm"],
+        help="what kind of model a base or full model is (default: from its config's architecture); an adapter carries its base's",
+    )
     r.set_defaults(func=cmd_register)
-    g = sub.add_parser("gate", help="run the gated pipeline for one version; exit 0 promoted, 3 blocked or superseded, 2 bad input, 1 the run failed (nothing promoted)")
+    g = sub.add_parser(
+        "gate",
+        help=(
+            "run the gated pipeline for one version; exit 0 promoted, 3 blocked or superseded, 2 bad input, 1 the run failed (nothing"
+            " promoted)"
+        ),
+    )
     g.add_argument("name")
     g.add_argument("version", type=int)
     g.add_argument("--traffic", default="traffic_current", help="traffic split to judge drift on (default traffic_current)")
     g.set_defaults(func=cmd_gate)
-    ca = sub.add_parser("calibrate", help=("register a new calibration set for a model (refused with the reason unless valid), re-quantize production "
-                                          "under it as a calibration revision and gate that; exit codes as for gate, 2 when the set is refused"))
+    ca = sub.add_parser(
+        "calibrate",
+        help=(
+            "register a new calibration set for a model (refused with the reason unless valid), re-quantize production "
+            "under it as a calibration revision and gate that; exit codes as for gate, 2 when the set is refused"
+        ),
+    )
     ca.add_argument("name")
-    ca.add_argument("--from", dest="source", required=True, help="JSON-lines file, one {\"text\": ...} object per line")
-    ca.add_argument("--no-gate", action="store_true", help="only register the set and the revision; the registry sensor under 'modelcd up' gates it")
+    ca.add_argument("--from", dest="source", required=True, help='JSON-lines file, one {"text": ...} object per line')
+    ca.add_argument(
+        "--no-gate", action="store_true", help="only register the set and the revision; the registry sensor under 'modelcd up' gates it"
+    )
     ca.set_defaults(func=cmd_calibrate)
     c = sub.add_parser("contract", help="I/O contracts of registered versions")
     csub = c.add_subparsers(dest="contract_command", required=True)
@@ -332,20 +391,27 @@ def parser() -> argparse.ArgumentParser:
     cd.set_defaults(func=cmd_contract_diff)
     s = sub.add_parser("status", help="production version, candidates and their last gate results")
     s.add_argument("name", nargs="?")
-    s.add_argument("--ui-url", default=os.environ.get("MODELCD_UI_URL", "http://127.0.0.1:3000"),
-                   help="the Dagster UI the gate report links point at ($MODELCD_UI_URL; 'modelcd ui' serves http://127.0.0.1:3000)")
+    s.add_argument(
+        "--ui-url",
+        default=os.environ.get("MODELCD_UI_URL", "http://127.0.0.1:3000"),
+        help="the Dagster UI the gate report links point at ($MODELCD_UI_URL; 'modelcd ui' serves http://127.0.0.1:3000)",
+    )
     s.set_defaults(func=cmd_status)
     v = sub.add_parser("verdict", help="whether one version holds a valid signed verdict over its bytes (may be served); exit 0 yes, 3 no")
     v.add_argument("name")
     v.add_argument("version", type=int)
     v.add_argument("--json", action="store_true", help="print {model, version, servable, why_not, promotable, problems} as JSON")
     v.set_defaults(func=cmd_verdict)
-    au = sub.add_parser("audit", help="walk each production chain back to the first version against its promotion records and attestations; "
-                                      "exit 0 intact, 3 broken")
+    au = sub.add_parser(
+        "audit",
+        help="walk each production chain back to the first version against its promotion records and attestations; exit 0 intact, 3 broken",
+    )
     au.add_argument("names", nargs="*", metavar="NAME", help="registered models (default: every candidate model)")
     au.add_argument("--json", action="store_true", help="print [{model, production, chain, intact, problems, unseen}] as JSON")
     au.set_defaults(func=cmd_audit)
-    k = sub.add_parser("keys", help="the signing key pair: registrations and verdicts are signed with it, and verified with its public half")
+    k = sub.add_parser(
+        "keys", help="the signing key pair: registrations and verdicts are signed with it, and verified with its public half"
+    )
     ksub = k.add_subparsers(dest="keys_command", required=True)
     ki = ksub.add_parser("init", help="make an EC P-256 key pair ($MODELCD_SIGNING_KEY, 0600; $MODELCD_VERIFY_KEY); refuses to replace one")
     ki.add_argument("--force", action="store_true", help="replace an existing pair: every earlier signature and verdict stops verifying")
@@ -363,30 +429,52 @@ def parser() -> argparse.ArgumentParser:
     sv.add_argument("--workers", type=int, default=2, help="inference threads, one core each")
     sv.add_argument("--chaos", action="store_true", help="enable POST /v1/admin/faults, fault injection for chaos testing (off: 404)")
     sv.add_argument("--admin-host", default="127.0.0.1", help="where the admin API (/v1/admin/*) listens; it is not on --port")
-    sv.add_argument("--admin-port", type=int, default=8081, help="the admin API's port (opened only with $MODELCD_ADMIN_TOKEN set; 0: no admin API)")
+    sv.add_argument(
+        "--admin-port", type=int, default=8081, help="the admin API's port (opened only with $MODELCD_ADMIN_TOKEN set; 0: no admin API)"
+    )
     sv.set_defaults(func=cmd_serve)
     rb = sub.add_parser("rollback", help="move production back to the most recent earlier version that passed its gates")
     rb.add_argument("name")
     rb.add_argument("--reason", default="rolled back by hand", help="why, recorded on the versions and the rollback materialization")
     rb.set_defaults(func=cmd_rollback)
     up = sub.add_parser("up", help="serving, Prometheus and the Dagster UI and daemon together, on loopback")
-    up.add_argument("names", nargs="*", metavar="NAME", help="registered models to serve, a server each (default: the demo's two, "
-                    f"{' and '.join(DEMO_MODELS)}, those registered)")
-    up.add_argument("--port", type=int, default=8080, help="the first server's port; the i-th serves on PORT + 2i, its admin API on the port after")
+    up.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"registered models to serve, a server each (default: the demo's two, {' and '.join(DEMO_MODELS)}, those registered)",
+    )
+    up.add_argument(
+        "--port", type=int, default=8080, help="the first server's port; the i-th serves on PORT + 2i, its admin API on the port after"
+    )
     up.add_argument("--prometheus-port", type=int, default=9090)
     up.add_argument("--ui-port", type=int, default=3000)
     up.set_defaults(func=cmd_up)
     f = sub.add_parser("faults", help="the fault sandbox: faulty candidates derived from production, gated in an isolated copy")
     fsub = f.add_subparsers(dest="faults_command", required=True)
-    fr = fsub.add_parser("run", help="gate every fault class and clean controls in a sandbox; exit 0 only if each class ends as expected and no control is blocked")
+    fr = fsub.add_parser(
+        "run",
+        help="gate every fault class and clean controls in a sandbox; exit 0 only if each class ends as expected and no control is blocked",
+    )
     fr.add_argument("--name", help="registered model whose production the faults are derived from (default: the demo's of the task)")
-    fr.add_argument("--task", choices=["classification", "causal-lm"], help="the fault classes of this task (default: the task of the model's production)")
+    fr.add_argument(
+        "--task",
+        choices=["classification", "causal-lm"],
+        help="the fault classes of this task (default: the task of the model's production)",
+    )
     fr.add_argument("--only", nargs="+", metavar="CLASS", help="run only these fault classes")
-    fr.add_argument("--controls", type=int, default=10, help="clean controls: half byte-identical re-registrations, half retrained with other seeds (default 10)")
+    fr.add_argument(
+        "--controls",
+        type=int,
+        default=10,
+        help="clean controls: half byte-identical re-registrations, half retrained with other seeds (default 10)",
+    )
     fr.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     fr.add_argument("--no-load", action="store_true", help="gate the controls without a server under load beside them")
     fr.add_argument("--keep", action="store_true", help="keep the sandbox folder (its Dagster instance and registry) for inspection")
-    fr.add_argument("--no-progress", action="store_true", help="no progress bars: plain lines, for a log (the gate_selftest asset runs it so)")
+    fr.add_argument(
+        "--no-progress", action="store_true", help="no progress bars: plain lines, for a log (the gate_selftest asset runs it so)"
+    )
     fr.set_defaults(func=cmd_faults_run)
     return p
 

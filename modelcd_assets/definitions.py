@@ -11,5 +11,7 @@ from modelcd_assets.gate_results import GATE_GRAPH_RESOURCE, GateGraph
 def defs() -> dg.Definitions:
     location = dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
     # The graph the gates are read by, derived once from what was just loaded: runs take it as a resource, never reload.
-    graph = dg.ResourceDefinition.hardcoded_resource(GateGraph.of(location), "the blocking gates upstream of production_model, and their lineage")
+    graph = dg.ResourceDefinition.hardcoded_resource(
+        GateGraph.of(location), "the blocking gates upstream of production_model, and their lineage"
+    )
     return dg.Definitions.merge(location, dg.Definitions(resources={GATE_GRAPH_RESOURCE: graph}))

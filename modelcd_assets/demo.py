@@ -138,8 +138,11 @@ def classifier_demo(reg: Registry, home: Path) -> tuple[list[tuple[str, GateRun]
             train_adapter(base_dir, examples, folder, cfg, base_ref.uri, desc=f"training {label} adapter")
         adapters[label] = register_once(reg, folder, MODEL_NAME)
         print(f"{label} adapter registered as {adapters[label].uri}")
-    runs = [("good", run_gate(adapters["good"], progress=True)), ("worse", run_gate(adapters["worse"], progress=True)),
-            ("good on shifted traffic", run_gate(adapters["good"], traffic_sample="traffic_shifted", progress=True))]
+    runs = [
+        ("good", run_gate(adapters["good"], progress=True)),
+        ("worse", run_gate(adapters["worse"], progress=True)),
+        ("good on shifted traffic", run_gate(adapters["good"], traffic_sample="traffic_shifted", progress=True)),
+    ]
     prod = reg.production(MODEL_NAME)
     ok = runs[0][1].outcome == PROMOTED and runs[1][1].outcome == BLOCKED and runs[2][1].outcome == BLOCKED
     return runs, ok and prod is not None and reg.tags(prod)[CONTENT] == reg.tags(adapters["good"])[CONTENT]
@@ -169,8 +172,11 @@ def causal_lm_demo(reg: Registry, home: Path) -> tuple[list[tuple[str, GateRun]]
         prompt = policy_for(Path(os.environ["MODELCD_POLICY_DIR"]), LM_MODEL_NAME).golden_prompts[0].prompt
         got = ask_server(LM_MODEL_NAME, train[0].system, prompt, home / "serve-smoke.log")
         body = got["answer"]
-        print(f"\nmodelcd serve {LM_MODEL_NAME}: ready in {got['ready_seconds']:.1f} s; POST /v1/chat/completions answered by {body['model']} "
-              f"in {got['answer_seconds']:.2f} s ({body['usage']['completion_tokens']} tokens)\n  user: {prompt}\n  assistant: {body['choices'][0]['message']['content']}")
+        print(
+            f"\nmodelcd serve {LM_MODEL_NAME}: ready in {got['ready_seconds']:.1f} s; POST /v1/chat/completions answered by {body['model']}"
+            f" in {got['answer_seconds']:.2f} s ({body['usage']['completion_tokens']} tokens)\n  user: {prompt}\n  assistant:"
+            f" {body['choices'][0]['message']['content']}"
+        )
     return runs, ok
 
 

@@ -70,7 +70,9 @@ class GateGraph:
             elif isinstance(d, dg.SourceAsset):
                 deps, partitions = {d.key: set()}, d.partitions_def
             else:
-                raise TypeError(f"the code location holds {d!r}, which the gate graph cannot read; define it as an asset, an AssetSpec or a check")
+                raise TypeError(
+                    f"the code location holds {d!r}, which the gate graph cannot read; define it as an asset, an AssetSpec or a check"
+                )
             for key, upstream in deps.items():
                 parents[key] = frozenset(upstream)
                 if partitions is not None:
@@ -104,14 +106,18 @@ def required_gates(graph: GateGraph, task: str | None = None) -> list[dg.AssetCh
     those that judge it (a check declares its tasks in its metadata, or judges every task)."""
     upstream = graph.ancestors(PRODUCTION_KEY)
     stage = {key: i for i, key in enumerate(graph.pipeline_order(upstream))}
-    gates = (k for k, blocking in graph.blocking.items()
-             if k.asset_key in upstream and blocking and (task is None or task in graph.tasks.get(k, frozenset({task}))))
+    gates = (
+        k
+        for k, blocking in graph.blocking.items()
+        if k.asset_key in upstream and blocking and (task is None or task in graph.tasks.get(k, frozenset({task})))
+    )
     return sorted(gates, key=lambda k: (stage[k.asset_key], k.name))
 
 
 def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None):
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1
+    ).records
     return records[0] if records else None
 
 
@@ -126,7 +132,7 @@ def _lineage(instance: dg.DagsterInstance, graph: GateGraph, partition: str) -> 
         # Unpartitioned parents (calibration_set) are shared by every model; which set a candidate was calibrated with
         # is pinned on the version and recorded by quantized_model, so a newer set does not make its build outdated.
         parents[key.to_user_string()] = [p.to_user_string() for p in sorted(graph.parents[key]) if p in latest and p in graph.partitioned]
-    ids = {k.to_user_string(): (r.storage_id if r else None) for k, r in latest.items() if k in graph.partitioned}
+    ids = {k.to_user_string(): r.storage_id if r else None for k, r in latest.items() if k in graph.partitioned}
     return lineage_problems(ids, parents)
 
 
@@ -173,6 +179,16 @@ def read_gates(instance: dg.DagsterInstance, partition: str, graph: GateGraph) -
         if status in ("SUCCEEDED", "FAILED") and evaluation is None:
             status = "UNREADABLE"  # the run that recorded it is gone: not a pass
         passed = evaluation.passed if evaluation is not None else None
-        records.append(GateRecord(key.name, status, passed, info.is_current, _text(evaluation, "status"),
-                                  _text(evaluation, "measured"), _text(evaluation, "threshold"), _text(evaluation, "reason")))
+        records.append(
+            GateRecord(
+                key.name,
+                status,
+                passed,
+                info.is_current,
+                _text(evaluation, "status"),
+                _text(evaluation, "measured"),
+                _text(evaluation, "threshold"),
+                _text(evaluation, "reason"),
+            )
+        )
     return GateDecision(partition, records, _lineage(instance, graph, partition))

@@ -89,8 +89,12 @@ class StepError:
                     return cls(event.step_key)
                 first = err.message.strip().splitlines()[0] if err.message and err.message.strip() else ""
                 named = re.match(rf"(?:([\w.]+)\.)?{re.escape(err.cls_name)}(?:: |:?$)", first)
-                return cls(event.step_key, err.cls_name, first[named.end():] if named else first,
-                           (named.group(1) or "builtins") if named else "builtins")
+                return cls(
+                    event.step_key,
+                    err.cls_name,
+                    first[named.end() :] if named else first,
+                    (named.group(1) or "builtins") if named else "builtins",
+                )
         return None
 
     @property
@@ -156,7 +160,9 @@ def _progress_logger(bar) -> dg.LoggerDefinition:
     return dg.LoggerDefinition(build, description="modelcd's terminal progress bar")
 
 
-def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instance: dg.DagsterInstance | None = None, progress: bool = False) -> GateRun:
+def run_gate(
+    ref: CandidateRef, traffic_sample: str = "traffic_current", instance: dg.DagsterInstance | None = None, progress: bool = False
+) -> GateRun:
     """Run the same job the registry sensor launches, in this process, on the configured instance.
 
     progress=True replaces Dagster's console log with one progress bar over the run's steps.
@@ -178,7 +184,10 @@ def run_gate(ref: CandidateRef, traffic_sample: str = "traffic_current", instanc
     try:
         with preserved_stop_signals():
             result = job.execute_in_process(
-                instance=instance, partition_key=ref.key, run_config=run_config, raise_on_error=False,
+                instance=instance,
+                partition_key=ref.key,
+                run_config=run_config,
+                raise_on_error=False,
                 tags={CANDIDATE: ref.key, LAUNCHED_BY: "cli", **process_tags()},
             )
     finally:
@@ -212,8 +221,11 @@ def run_calibration(name: str, source: Path, instance: dg.DagsterInstance | None
     recover_dead_runs(instance)
     run_config = {"ops": {"calibration_set": {"config": {"model": name, "source": str(Path(source).expanduser().resolve())}}}}
     with preserved_stop_signals():
-        result = definitions().resolve_job_def(CALIBRATION_JOB).execute_in_process(
-            instance=instance, run_config=run_config, raise_on_error=False, tags={LAUNCHED_BY: "cli", **process_tags()})
+        result = (
+            definitions()
+            .resolve_job_def(CALIBRATION_JOB)
+            .execute_in_process(instance=instance, run_config=run_config, raise_on_error=False, tags={LAUNCHED_BY: "cli", **process_tags()})
+        )
     if not result.success:
         error = StepError.of(result)
         if error is not None and error.step == "calibration_set" and error.outcome == BAD_INPUT:
@@ -225,8 +237,14 @@ def run_calibration(name: str, source: Path, instance: dg.DagsterInstance | None
     meta = lambda node: {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node(node)[0].metadata.items()}  # noqa: E731
     summary, plans = meta("calibration_set"), meta("calibration_revision")["plans"]
     plan = plans[name]
-    out = Calibration(name, sha256=summary["sha256"], summary=summary, action=plan["action"], why=plan["why"],
-                      revision=CandidateRef(name, plan["revision"]) if plan["revision"] else None)
+    out = Calibration(
+        name,
+        sha256=summary["sha256"],
+        summary=summary,
+        action=plan["action"],
+        why=plan["why"],
+        revision=CandidateRef(name, plan["revision"]) if plan["revision"] else None,
+    )
     if gate and out.revision is not None:
         out.gate = run_gate(out.revision, instance=instance)
     return out
@@ -245,8 +263,16 @@ def write_report(instance: dg.DagsterInstance, ref: CandidateRef) -> str:
     Returns why it could not be written ("" when it was); the gate decision does not depend on it.
     """
     with preserved_stop_signals():
-        result = definitions().resolve_job_def(GATE_REPORT_JOB).execute_in_process(
-            instance=instance, partition_key=ref.key, raise_on_error=False, tags={CANDIDATE: ref.key, LAUNCHED_BY: "cli", **process_tags()})
+        result = (
+            definitions()
+            .resolve_job_def(GATE_REPORT_JOB)
+            .execute_in_process(
+                instance=instance,
+                partition_key=ref.key,
+                raise_on_error=False,
+                tags={CANDIDATE: ref.key, LAUNCHED_BY: "cli", **process_tags()},
+            )
+        )
     return "" if result.success else (_failure_message(result) or "the gate_report run failed; see it in the Dagster UI")
 
 
@@ -254,8 +280,14 @@ def _judge(ref: CandidateRef, result, rows: list[GateRow]) -> GateRun:
     """The outcome of a finished gated run. The gate table is read back exactly as promotion reads it, so it can never
     show a pass promotion would refuse."""
     evaluated = {e.check_name for e in result.get_asset_check_evaluations()}
-    rows = [r if r.gate in evaluated or r.status != "not run" else GateRow(r.gate, "not run", reason="an earlier step failed or a gate blocked upstream")
-            for r in rows]
+    rows = [
+        (
+            r
+            if r.gate in evaluated or r.status != "not run"
+            else GateRow(r.gate, "not run", reason="an earlier step failed or a gate blocked upstream")
+        )
+        for r in rows
+    ]
     if any(e.asset_key == dg.AssetKey("production_model") for e in result.get_asset_materialization_events()):
         return GateRun(ref, PROMOTED, result.run_id, rows)
     error = StepError.of(result)
@@ -282,9 +314,15 @@ def run_rollback(name: str, from_version: str, reason: dict, instance: dg.Dagste
     instance = instance or dg.DagsterInstance.get()
     recover_dead_runs(instance)
     with preserved_stop_signals():
-        result = definitions().resolve_job_def(ROLLBACK_JOB).execute_in_process(
-            instance=instance, run_config=rollback_run_config(name, from_version, "manual", reason), raise_on_error=False,
-            tags={ROLLBACK: f"{name}:{from_version}", LAUNCHED_BY: "cli", **process_tags()},
+        result = (
+            definitions()
+            .resolve_job_def(ROLLBACK_JOB)
+            .execute_in_process(
+                instance=instance,
+                run_config=rollback_run_config(name, from_version, "manual", reason),
+                raise_on_error=False,
+                tags={ROLLBACK: f"{name}:{from_version}", LAUNCHED_BY: "cli", **process_tags()},
+            )
         )
     if not result.success:
         error = StepError.of(result)

@@ -113,13 +113,21 @@ def recover_dead_runs(instance: dg.DagsterInstance, registry: Registry | None = 
             continue
         registry = registry or Registry.from_env()
         production, removed = _undo_half_moves(instance, registry, run, record.create_timestamp.timestamp())
-        instance.report_run_failed(run, message=f"the modelcd process that ran it (pid {run.tags[PID]} on {run.tags[HOST]}) is gone; "
-                                                "marked failed by a later modelcd command")
+        instance.report_run_failed(
+            run,
+            message=(
+                f"the modelcd process that ran it (pid {run.tags[PID]} on {run.tags[HOST]}) is gone; "
+                "marked failed by a later modelcd command"
+            ),
+        )
         # An in-process run killed inside a pooled step keeps its slot until freed: every later promotion would wait on it.
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         what = f"gate {run.tags[CANDIDATE]}" if CANDIDATE in run.tags else f"rollback {run.tags.get(ROLLBACK, run.job_name)}"
-        line = (f"modelcd: run {run.run_id} ({what}) was left {run.status.value} by pid {run.tags[PID]}, which is gone: marked it failed"
-                + (f"; {production}" if production else "") + "".join(f"; removed {r}" for r in removed))
+        line = (
+            f"modelcd: run {run.run_id} ({what}) was left {run.status.value} by pid {run.tags[PID]}, which is gone: marked it failed"
+            + (f"; {production}" if production else "")
+            + "".join(f"; removed {r}" for r in removed)
+        )
         print(line, file=sys.stderr)
         lines.append(line)
     return lines

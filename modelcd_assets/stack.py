@@ -29,7 +29,9 @@ def run_stack(models: list[str], serve_port: int, prometheus_port: int, ui_port:
     if not required:
         known = set(registry.candidate_models())
         for model in [m for m in models if m not in known]:
-            print(f"modelcd up: {model} is not registered; not served ('make demo' registers the demo's models)", file=sys.stderr, flush=True)
+            print(
+                f"modelcd up: {model} is not registered; not served ('make demo' registers the demo's models)", file=sys.stderr, flush=True
+            )
         models = [m for m in models if m in known]
     if not models:
         raise ModelcdError("no model to serve: none of the demo's models is registered; run 'make demo', or name the models to serve")
@@ -50,7 +52,9 @@ def run_stack(models: list[str], serve_port: int, prometheus_port: int, ui_port:
     # session of its own, out of reach of the terminal's Ctrl-C: this process stops them all.
     stop_signals = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else [])
     previous = {sig: signal.signal(sig, on_signal) for sig in stop_signals}
-    prometheus = PrometheusServer(Path(env["MODELCD_HOME"]) / "prometheus", prometheus_port, [f"127.0.0.1:{port}" for port in ports.values()])
+    prometheus = PrometheusServer(
+        Path(env["MODELCD_HOME"]) / "prometheus", prometheus_port, [f"127.0.0.1:{port}" for port in ports.values()]
+    )
     children: dict[str, subprocess.Popen] = {}
     code = 0
     try:
@@ -58,14 +62,25 @@ def run_stack(models: list[str], serve_port: int, prometheus_port: int, ui_port:
         # die_with_parent, so that a SIGKILLed `up` leaves nothing behind: it reaches only these direct children,
         # and dagster dev, on that SIGTERM, stops the webserver, daemon and code server it started.
         for model, port in ports.items():
-            children[f"serve {model}"] = start_process([sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port),
-                                                        "--admin-port", str(port + 1)], die_with_parent=True, env=env)
-        children["dagster"] = start_process([str(Path(sys.executable).with_name("dagster")), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(ui_port)],
-                                            die_with_parent=True, env=env)
+            children[f"serve {model}"] = start_process(
+                [sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port), "--admin-port", str(port + 1)],
+                die_with_parent=True,
+                env=env,
+            )
+        children["dagster"] = start_process(
+            [str(Path(sys.executable).with_name("dagster")), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(ui_port)],
+            die_with_parent=True,
+            env=env,
+        )
         children["prometheus"] = prometheus.process
-        served = "\n".join(f"serving {model} on http://127.0.0.1:{port} ({_api(registry, model)}, /metrics, /readyz)" for model, port in ports.items())
-        print(f"{served}\nPrometheus on {prometheus.url}\nDagster UI and daemon on http://127.0.0.1:{ui_port} (registry_sensor, slo_sensor)\nCtrl-C stops everything.",
-              flush=True)
+        served = "\n".join(
+            f"serving {model} on http://127.0.0.1:{port} ({_api(registry, model)}, /metrics, /readyz)" for model, port in ports.items()
+        )
+        print(
+            f"{served}\nPrometheus on {prometheus.url}\nDagster UI and daemon on http://127.0.0.1:{ui_port} (registry_sensor,"
+            " slo_sensor)\nCtrl-C stops everything.",
+            flush=True,
+        )
         while not stopping:
             for name, proc in children.items():
                 if proc.poll() is not None:
@@ -80,7 +95,9 @@ def run_stack(models: list[str], serve_port: int, prometheus_port: int, ui_port:
     finally:
         stopping = True
         running = [name for name, proc in children.items() if proc.poll() is None]
-        codes = dict(zip(children, stop_processes(list(children.values()), timeout=STOP_TIMEOUT)))  # all at once, so they wind down together
+        codes = dict(
+            zip(children, stop_processes(list(children.values()), timeout=STOP_TIMEOUT))
+        )  # all at once, so they wind down together
         if killed := [name for name in running if codes[name] == -signal.SIGKILL]:
             print(f"modelcd up: {', '.join(killed)} did not stop within {STOP_TIMEOUT:.0f} s; killed", file=sys.stderr, flush=True)
         prometheus.stop()
@@ -93,4 +110,6 @@ def _api(registry: Registry, model: str) -> str:
     from modelcd_assets.lib.tasks.names import CAUSAL_LM
     from modelcd_assets.serving.server import task_of_model
 
-    return "the OpenAI API: POST /v1/chat/completions, /v1/completions" if task_of_model(registry, model) == CAUSAL_LM else "POST /v1/classify"
+    return (
+        "the OpenAI API: POST /v1/chat/completions, /v1/completions" if task_of_model(registry, model) == CAUSAL_LM else "POST /v1/classify"
+    )

@@ -34,7 +34,9 @@ TEST_LOCK = FileAliasLock(Path(tempfile.mkdtemp(prefix="mcd-alias-locks-")))
 # accuracy by ~0.4 points. An inconclusive throughput verdict passes: on a loaded 2-core machine a clean candidate's CI
 # can straddle the threshold, and that is not what those modules test (the inconclusive path is tested in
 # lib/judging/test_gates.py); a clearly slow candidate still fails (test_gated_pipeline's crafted 'slow' case).
-TINY_GATED_POLICY = "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n"
+TINY_GATED_POLICY = (
+    "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n"
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,9 @@ class Env:
         from modelcd_assets.resources.registry import MlflowRegistryResource
 
         return {
-            "registry": MlflowRegistryResource(tracking_uri=self.env["MLFLOW_TRACKING_URI"], artifact_location=self.env["MODELCD_MLFLOW_ARTIFACTS"]),
+            "registry": MlflowRegistryResource(
+                tracking_uri=self.env["MLFLOW_TRACKING_URI"], artifact_location=self.env["MODELCD_MLFLOW_ARTIFACTS"]
+            ),
             "policy": PolicyResource(policy_dir=self.env["MODELCD_POLICY_DIR"]),
             "prometheus": PrometheusResource(url=prometheus_url),
         }
@@ -87,7 +91,9 @@ def make_env(home: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str = "") -> E
     MODELCD_PG_URL is always set (empty for SQLite), so a developer's exported URL never switches a test's storage."""
     env = {**local_defaults(home, normalize_pg_url(pg_url) if pg_url else ""), PG_URL_VAR: normalize_pg_url(pg_url) if pg_url else ""}
     if pg_url:  # every state folder on this server shares its registry, so they share the key its versions are signed with
-        keys = _registry_keys.setdefault(pg_url, Keys(*(Path(tempfile.mkdtemp(prefix="mcd-keys-")) / f for f in ("signing.key", "signing.pub"))))
+        keys = _registry_keys.setdefault(
+            pg_url, Keys(*(Path(tempfile.mkdtemp(prefix="mcd-keys-")) / f for f in ("signing.key", "signing.pub")))
+        )
         env.update({SIGNING_KEY_ENV: str(keys.private), VERIFY_KEY_ENV: str(keys.public)})
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -164,7 +170,9 @@ def tiny_base(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_trained(tiny_base: Path, tmp_path_factory) -> Path:
     """The tiny classifier fine-tuned on the synthetic tickets: about 89% accurate."""
-    return train_classifier(tiny_base, generate(3000, 1), tmp_path_factory.mktemp("tiny") / "trained", Training(steps=150, learning_rate=3e-3), desc="tiny")
+    return train_classifier(
+        tiny_base, generate(3000, 1), tmp_path_factory.mktemp("tiny") / "trained", Training(steps=150, learning_rate=3e-3), desc="tiny"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -173,15 +181,25 @@ def tiny_adapters(tiny_trained: Path, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("adapters")
     train = generate(3000, 1)
     return {
-        "good": train_adapter(tiny_trained, train, root / "good", Training(steps=10, learning_rate=1e-4, rank=4, alpha=8, seed=3), "models:/tiny-base/1"),
+        "good": train_adapter(
+            tiny_trained, train, root / "good", Training(steps=10, learning_rate=1e-4, rank=4, alpha=8, seed=3), "models:/tiny-base/1"
+        ),
         # A second passable adapter, different weights: serving swaps between the two. The same seed as good, so the two differ
         # only by their step size: with another seed (5), on an AVX2-only AMD EPYC, its INT8 disagreed with good's on 45 of
         # the 2,400 evaluation texts, 42 of them against it, and the paired accuracy gate rightly blocked it (p=4.3e-10).
         # The step is 3x good's: at 1.2x the two versions' logits were 3.7e-4 apart at the closest request, too close for
         # test_live_swaps to tell a mixed response from a served one (it asks for 50x its 1e-5 tolerance); at 3x the
         # closest of 200 texts is 9.6e-4 apart in FP32, and every argmax is good's.
-        "good2": train_adapter(tiny_trained, train, root / "good2", Training(steps=10, learning_rate=3e-4, rank=4, alpha=8, seed=3), "models:/tiny-base/1"),
-        "worse": train_adapter(tiny_trained, train, root / "worse", Training(steps=60, learning_rate=3e-3, rank=4, alpha=8, seed=4, label_noise=0.5), "models:/tiny-base/1"),
+        "good2": train_adapter(
+            tiny_trained, train, root / "good2", Training(steps=10, learning_rate=3e-4, rank=4, alpha=8, seed=3), "models:/tiny-base/1"
+        ),
+        "worse": train_adapter(
+            tiny_trained,
+            train,
+            root / "worse",
+            Training(steps=60, learning_rate=3e-3, rank=4, alpha=8, seed=4, label_noise=0.5),
+            "models:/tiny-base/1",
+        ),
     }
 
 

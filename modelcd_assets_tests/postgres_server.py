@@ -21,8 +21,9 @@ START_TIMEOUT = 600  # the first start on a fresh machine installs Debian's post
 
 
 def script(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], env={**os.environ, "MODELCD_HOME": str(home)},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], env={**os.environ, "MODELCD_HOME": str(home)}, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def libpq(url: str) -> str:
@@ -65,8 +66,11 @@ def pg_server():
     seconds = time.monotonic() - began
     if started.returncode != 0:
         shutil.rmtree(home, ignore_errors=True)
-        pytest.fail(f"scripts/postgres.sh start failed (exit {started.returncode}); set MODELCD_SKIP_POSTGRES=1 to skip the "
-                    f"postgres tests on a machine without PostgreSQL:\n{started.stderr}", pytrace=False)
+        pytest.fail(
+            f"scripts/postgres.sh start failed (exit {started.returncode}); set MODELCD_SKIP_POSTGRES=1 to skip the "
+            f"postgres tests on a machine without PostgreSQL:\n{started.stderr}",
+            pytrace=False,
+        )
     print(f"\nscripts/postgres.sh start: {seconds:.1f} s", file=sys.stderr)
     yield Server(home, started.stdout.strip(), seconds)
     stopped = script(home, "stop")

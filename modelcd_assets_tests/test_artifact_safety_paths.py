@@ -48,7 +48,9 @@ def test_malicious_pickle_never_runs(modelcd_env, tiny_base, tmp_path, capsys):
     unsigned = _register_outside_modelcd(modelcd_env.registry, evil, "evil-model")
     # Signed by a tool that holds the key but skips modelcd's scan: the artifact_is_safe gate blocks it.
     ref = _register_outside_modelcd(modelcd_env.registry, evil, "evil-model", signed=True)
-    resource = MlflowRegistryResource(tracking_uri=modelcd_env.env["MLFLOW_TRACKING_URI"], artifact_location=modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"])
+    resource = MlflowRegistryResource(
+        tracking_uri=modelcd_env.env["MLFLOW_TRACKING_URI"], artifact_location=modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"]
+    )
     with dg.instance_for_test(temp_dir=modelcd_env.env["DAGSTER_HOME"]) as instance:
         result = registry_sensor(dg.build_sensor_context(instance=instance, resources={"registry": resource}))
         assert [r.partition_key for r in result.run_requests] == [unsigned.key, ref.key]

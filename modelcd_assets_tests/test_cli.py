@@ -70,18 +70,21 @@ def closed_registry(modelcd_env, monkeypatch):
     return urlsplit(uri).port
 
 
-@pytest.mark.parametrize("args", [
-    ["register", "{tiny_base}", "--name", "m"],
-    ["gate", "m", "1"],
-    ["calibrate", "m", "--from", "{tiny_base}/config.json"],
-    ["status"],
-    ["status", "m"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["register", "{tiny_base}", "--name", "m"],
+        ["gate", "m", "1"],
+        ["calibrate", "m", "--from", "{tiny_base}/config.json"],
+        ["status"],
+        ["status", "m"],
+    ],
+)
 def test_a_registry_that_does_not_answer_is_exit_1_not_bad_input(closed_registry, tiny_base, capsys, args):
     """Issue 17: 'gate' said 'models:/m/1 is not in the registry' (exit 2) and the others printed a traceback."""
     assert main([a.format(tiny_base=tiny_base) for a in args]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"modelcd: registry unavailable: could not ") and "\n" not in err, err
+    assert err.startswith("modelcd: registry unavailable: could not ") and "\n" not in err, err
     assert f"http://user:***@127.0.0.1:{closed_registry}" in err and "secret" not in err, err
     assert err.endswith("retry when the registry answers"), err
 
@@ -106,10 +109,17 @@ def test_a_gated_run_that_loses_the_registry_is_exit_1(modelcd_env, tiny_base, m
     assert "database is locked" in line and "nothing was promoted" in line, err
 
 
-@pytest.mark.parametrize("fault, patch, line", [
-    (RuntimeError("disk full"), "production", "modelcd: error: the calibrate run "),
-    (ConnectionError("connection refused"), "client", "modelcd: registry unavailable: could not read the production alias of 'm' from "),
-])
+@pytest.mark.parametrize(
+    "fault, patch, line",
+    [
+        (RuntimeError("disk full"), "production", "modelcd: error: the calibrate run "),
+        (
+            ConnectionError("connection refused"),
+            "client",
+            "modelcd: registry unavailable: could not read the production alias of 'm' from ",
+        ),
+    ],
+)
 def test_calibrate_exits_2_only_when_the_set_is_refused(modelcd_env, tiny_base, tmp_path, monkeypatch, capsys, fault, patch, line):
     """A calibrate run that failed for another reason (a bug, the registry) was re-raised as bad input: exit 2, 'the set was refused'."""
     from mlflow import MlflowClient
@@ -124,7 +134,11 @@ def test_calibrate_exits_2_only_when_the_set_is_refused(modelcd_env, tiny_base, 
         raise fault
 
     # 'production' breaks modelcd's own code inside the run; 'client' breaks the registry under it (the CLI's own check lists models).
-    monkeypatch.setattr(Registry, "production", broken) if patch == "production" else monkeypatch.setattr(MlflowClient, "get_registered_model", broken)
+    (
+        monkeypatch.setattr(Registry, "production", broken)
+        if patch == "production"
+        else monkeypatch.setattr(MlflowClient, "get_registered_model", broken)
+    )
     capsys.readouterr()
     assert main(["calibrate", "m", "--from", str(source)]) == 1
     err = capsys.readouterr().err

@@ -32,8 +32,11 @@ def env(request, tmp_path_factory):
     e = make_env(tmp_path_factory.mktemp(f"concurrent-{request.param}") / "home", mp, pg_url)
     apply_local_defaults(dict(e.env))  # the instance's dagster.yaml, with the promotion pool's limit, before any process starts
     # Eight gated runs share two cores: throughput is not what this test judges.
-    e.policy(MODEL, "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\n"
-                    "throughput:\n  min_ratio: 0.01\n  p99_slo_ms: 100000\n  on_inconclusive: pass\n")
+    e.policy(
+        MODEL,
+        "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\n"
+        "throughput:\n  min_ratio: 0.01\n  p99_slo_ms: 100000\n  on_inconclusive: pass\n",
+    )
     yield e
     mp.undo()
 
@@ -53,8 +56,16 @@ def test_eight_concurrent_gates_promote_by_compare_and_set(env, tiny_trained, ti
     refs = [reg.register(tiny_adapters["good"], MODEL) for _ in range(CANDIDATES)]
 
     child_env = dict(os.environ, **env.env)
-    procs = [subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "gate", MODEL, ref.version], env=child_env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for ref in refs]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "modelcd_assets.cli", "gate", MODEL, ref.version],
+            env=child_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for ref in refs
+    ]
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     codes = {ref.version: p.returncode for ref, p in zip(refs, procs)}
 

@@ -158,8 +158,10 @@ def test_killed_mid_quantization_then_the_same_gate_rebuilds_and_promotes(env, i
 
     code, out, err = modelcd_here(capsys, "gate", MODEL, ref.version)
     assert code == 0, out[-3000:]
-    assert f"modelcd: run {run.run_id} (gate {ref.key}) was left STARTED by pid {run.tags[PID]}, which is gone: marked it failed; " \
-           f"production of {MODEL} is none\n" in err
+    assert (
+        f"modelcd: run {run.run_id} (gate {ref.key}) was left STARTED by pid {run.tags[PID]}, which is gone: marked it failed; "
+        f"production of {MODEL} is none\n" in err
+    )
     assert status(instance, run) == dg.DagsterRunStatus.FAILURE
     assert chain(env) == [ref.version] and promoted_versions(env) == {ref.version}
 
@@ -184,10 +186,15 @@ def test_killed_after_the_tags_the_dangling_promotion_tags_are_removed(env, inst
     ref, run = crash_gate(env, instance, adapter, "after_tags")
     assert env.registry.production(MODEL) == before
     # The crash left the candidate looking promoted, in the very tag rollback walks.
-    assert tags(env, ref.version)[PREVIOUS_PRODUCTION] == before.version and json.loads(tags(env, ref.version)[PROMOTION])["run_id"] == run.run_id
+    assert (
+        tags(env, ref.version)[PREVIOUS_PRODUCTION] == before.version
+        and json.loads(tags(env, ref.version)[PROMOTION])["run_id"] == run.run_id
+    )
 
     [line] = recover_dead_runs(instance)
-    assert line.endswith(f"; production of {MODEL} is {before.version}; removed the promotion tags on {ref.uri}, which the alias never reached")
+    assert line.endswith(
+        f"; production of {MODEL} is {before.version}; removed the promotion tags on {ref.uri}, which the alias never reached"
+    )
     assert status(instance, run) == dg.DagsterRunStatus.FAILURE and slot_holders(instance) == set()
     assert PROMOTION not in tags(env, ref.version) and PREVIOUS_PRODUCTION not in tags(env, ref.version)
     assert recover_dead_runs(instance) == []

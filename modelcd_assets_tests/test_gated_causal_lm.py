@@ -44,7 +44,13 @@ def test_the_first_adapter_is_judged_on_the_ceiling_and_promoted_with_an_attesta
     assert run.outcome == PROMOTED, (run.error, got)
     assert set(got.values()) == {"pass"}, got
     # The causal-LM gates, and none of the classifier's own.
-    assert {"perplexity_within_tolerance", "generation_is_healthy", "golden_cases_pass", "int8_agrees_with_fp32", "cost_within_budget"} <= set(got)
+    assert {
+        "perplexity_within_tolerance",
+        "generation_is_healthy",
+        "golden_cases_pass",
+        "int8_agrees_with_fp32",
+        "cost_within_budget",
+    } <= set(got)
     assert "accuracy_within_tolerance" not in got
     quality = next(r for r in run.rows if r.gate == "perplexity_within_tolerance")
     assert "first candidate" in quality.reason and "ceiling only" in quality.threshold
@@ -157,13 +163,17 @@ def test_the_classifier_server_refuses_a_causal_lm_version_with_the_reason(env, 
     from modelcd_assets.serving.pool import ServingPool, SwapRefused
 
     pool = ServingPool(MODEL, env.registry, env.home, ServingPolicy())
-    with pytest.raises(SwapRefused, match="is a causal-lm model, and this server serves classification models; serve it with a server of its own"):
+    with pytest.raises(
+        SwapRefused, match="is a causal-lm model, and this server serves classification models; serve it with a server of its own"
+    ):
         pool.load(env.registry.production(MODEL).version)
 
 
 def test_a_classifier_adapter_is_refused_against_a_causal_lm_base(env, base, tiny_adapters):
     from modelcd_assets.lib.errors import BadCandidate
 
-    with pytest.raises(BadCandidate, match="is a classification adapter by its adapter_config.json task_type, but its base models:/tiny-lm-base/1 "
-                                           "is a causal-lm model"):
+    with pytest.raises(
+        BadCandidate,
+        match="is a classification adapter by its adapter_config.json task_type, but its base models:/tiny-lm-base/1 is a causal-lm model",
+    ):
         env.registry.register(tiny_adapters["good"], "tiny-reply-mixed", base="models:/tiny-lm-base/1")

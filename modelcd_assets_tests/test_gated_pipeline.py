@@ -227,7 +227,9 @@ def test_cli_gate_exit_codes_and_status(env, base, tiny_adapters, capsys):
 
 def gate_report_page(instance, ref) -> dict:
     """The latest gate_report materialization's metadata for one candidate."""
-    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("gate_report"), asset_partitions=[ref.key]), limit=1).records
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("gate_report"), asset_partitions=[ref.key]), limit=1
+    ).records
     assert records, f"no gate_report for {ref.key}"
     return {k: getattr(v, "value", v) for k, v in records[0].asset_materialization.metadata.items()}
 
@@ -374,10 +376,16 @@ def test_adapter_with_a_wrong_rank_is_bad_input_and_alias_stays(env, instance, b
     assert production(env) == before
 
 
-@pytest.mark.parametrize("promotion, why", [
-    (None, "no gated run promoted it (no modelcd.promotion record), so there is no earlier production it was judged against"),
-    ('{"rollback_from": "1", "trigger": "manual"}', "a rollback from version 1 restored it, so what it was first judged against is not recorded"),
-])
+@pytest.mark.parametrize(
+    "promotion, why",
+    [
+        (None, "no gated run promoted it (no modelcd.promotion record), so there is no earlier production it was judged against"),
+        (
+            '{"rollback_from": "1", "trigger": "manual"}',
+            "a rollback from version 1 restored it, so what it was first judged against is not recorded",
+        ),
+    ],
+)
 def test_a_production_no_gated_run_promoted_is_never_judged_against_itself(env, instance, base, tiny_adapters, promotion, why):
     """Issue 17: gating the version production points at judged it against itself, and every paired gate passed on nothing."""
     from modelcd_assets.launch import BAD_INPUT
@@ -395,7 +403,10 @@ def test_a_production_no_gated_run_promoted_is_never_judged_against_itself(env, 
         for tag in (PROMOTION, PREVIOUS_PRODUCTION) if promotion else ():
             env.registry.client.delete_model_version_tag(MODEL, ref.version, tag)
     assert run.outcome == BAD_INPUT, (run.outcome, run.error)
-    assert f"{ref.uri} is production itself; a version is never judged against itself: {why}. Nothing was judged and production stays." in run.error
+    assert (
+        f"{ref.uri} is production itself; a version is never judged against itself: {why}. Nothing was judged and production stays."
+        in run.error
+    )
     assert {r.status for r in run.rows} == {"not run"}  # no gate ran, so none passed
     assert PROMOTION not in env.registry.tags(ref)
 
@@ -414,8 +425,12 @@ def test_a_deleted_production_alias_is_never_a_first_candidate(env, instance, ba
     finally:
         env.registry.client.set_registered_model_alias(MODEL, PRODUCTION, before.version)
     assert run.outcome == BAD_INPUT, (run.outcome, run.error)
-    assert (f"production alias missing: {MODEL} had a production version (last promoted: version {before.version}) but its `production` "
-            f"alias is gone; {ref.uri} is not judged as a first candidate") in run.error
-    assert (f"python -c \"from mlflow import MlflowClient; MlflowClient('{env.registry.shown_uri}').set_registered_model_alias('{MODEL}', "
-            f"'production', '{before.version}')\", then gate it again: modelcd gate {MODEL} {ref.version}") in run.error
+    assert (
+        f"production alias missing: {MODEL} had a production version (last promoted: version {before.version}) but its `production` "
+        f"alias is gone; {ref.uri} is not judged as a first candidate" in run.error
+    )
+    assert (
+        f"python -c \"from mlflow import MlflowClient; MlflowClient('{env.registry.shown_uri}').set_registered_model_alias('{MODEL}', "
+        f"'production', '{before.version}')\", then gate it again: modelcd gate {MODEL} {ref.version}" in run.error
+    )
     assert {r.status for r in run.rows} == {"not run"} and PROMOTION not in env.registry.tags(ref)

@@ -13,8 +13,14 @@ LINT = Path(sys.executable).with_name("lint-imports")
 
 def lint(root: Path) -> subprocess.CompletedProcess:
     # PYTHONPATH first: the copy under root is analysed, not the package installed in editable mode.
-    return subprocess.run([str(LINT), "--no-cache"], cwd=root, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(LINT), "--no-cache"],
+        cwd=root,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -36,16 +42,19 @@ def test_the_copy_keeps_them_too(copy):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("module, line, broken", [
-    # lib/ reaching for Dagster, directly or through the launcher
-    ("lib/judging/gates.py", "import dagster", "lib/ imports no Dagster BROKEN"),
-    ("lib/errors.py", "from modelcd_assets.launch import run_gate", "Each layer imports only the layers below it"),
-    # the Dagster layer calling up into the face
-    ("defs/assets/gate_selftest.py", "from modelcd_assets.faults.runner import run_selftest", "never imports the face"),
-    ("defs/assets/gate_report.py", "from modelcd_assets.demo import main", "never imports the face"),
-    # the serving process pulling in torch through lib
-    ("lib/inference/tokens.py", "import torch", "The serving process imports neither torch nor Dagster BROKEN"),
-])
+@pytest.mark.parametrize(
+    "module, line, broken",
+    [
+        # lib/ reaching for Dagster, directly or through the launcher
+        ("lib/judging/gates.py", "import dagster", "lib/ imports no Dagster BROKEN"),
+        ("lib/errors.py", "from modelcd_assets.launch import run_gate", "Each layer imports only the layers below it"),
+        # the Dagster layer calling up into the face
+        ("defs/assets/gate_selftest.py", "from modelcd_assets.faults.runner import run_selftest", "never imports the face"),
+        ("defs/assets/gate_report.py", "from modelcd_assets.demo import main", "never imports the face"),
+        # the serving process pulling in torch through lib
+        ("lib/inference/tokens.py", "import torch", "The serving process imports neither torch nor Dagster BROKEN"),
+    ],
+)
 def test_a_wrong_import_breaks_its_contract(copy, module, line, broken):
     path = copy / "modelcd_assets" / module
     path.write_text(path.read_text() + f"\n{line}  # a deliberately wrong import\n")

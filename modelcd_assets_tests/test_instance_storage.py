@@ -86,8 +86,11 @@ def test_an_outdated_instance_file_of_ours_is_rewritten(tmp_path):
 
 
 MY_POSTGRES_STORAGE = "storage:\n  postgres:\n    postgres_db:\n      username: me\n      hostname: db\n      db_name: d\n"
-MY_POSTGRES_PARTS = "".join(f"{part}_storage:\n  module: dagster_postgres.{part}_storage\n  class: Postgres{cls}Storage\n  config:\n    postgres_url: {{env: MY_URL}}\n"
-                            for part, cls in (("run", "Run"), ("event_log", "EventLog"), ("schedule", "Schedule")))
+MY_POSTGRES_PARTS = "".join(
+    f"{part}_storage:\n  module: dagster_postgres.{part}_storage\n  class: Postgres{cls}Storage\n  config:\n    postgres_url: {{env:"
+    " MY_URL}\n"
+    for part, cls in (("run", "Run"), ("event_log", "EventLog"), ("schedule", "Schedule"))
+)
 
 
 @pytest.mark.parametrize("pg_url", ["", PG_URL], ids=["sqlite", "postgres"])
@@ -115,13 +118,17 @@ def test_a_hand_written_instance_file_without_postgres_is_an_error_when_postgres
     assert (dagster_home / "dagster.yaml").read_text() == "# my instance\ntelemetry:\n  enabled: false\n"
 
 
-@pytest.mark.parametrize("url, message", [
-    (f"postgres://modelcd:{SECRET}@127.0.0.1:5432/dagster", "no longer accepts postgres://"),
-    (f"mysql://modelcd:{SECRET}@127.0.0.1:3306/dagster", "is not a Postgres URL"),
-    (f"postgresql://modelcd:{SECRET}@127.0.0.1:5432", "names no database"),
-    (f"postgresql://modelcd:{SECRET}@127.0.0.1:5432/a/b", "is not a database name"),
-    ("postgresql:///dagster", "names no host"),
-], ids=["postgres-scheme", "mysql", "no-database", "nested-path", "no-host"])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        (f"postgres://modelcd:{SECRET}@127.0.0.1:5432/dagster", "no longer accepts postgres://"),
+        (f"mysql://modelcd:{SECRET}@127.0.0.1:3306/dagster", "is not a Postgres URL"),
+        (f"postgresql://modelcd:{SECRET}@127.0.0.1:5432", "names no database"),
+        (f"postgresql://modelcd:{SECRET}@127.0.0.1:5432/a/b", "is not a database name"),
+        ("postgresql:///dagster", "names no host"),
+    ],
+    ids=["postgres-scheme", "mysql", "no-database", "nested-path", "no-host"],
+)
 def test_a_bad_url_is_an_error_that_names_the_variable_and_hides_the_password(tmp_path, url, message):
     with pytest.raises(ModelcdError, match=message) as raised:
         apply_local_defaults({"MODELCD_HOME": str(tmp_path / "home"), "MODELCD_PG_URL": url})
@@ -129,18 +136,24 @@ def test_a_bad_url_is_an_error_that_names_the_variable_and_hides_the_password(tm
     assert SECRET not in str(raised.value)
 
 
-@pytest.mark.parametrize("url, expected", [
-    (PG_URL, DRIVER_URL),
-    (DRIVER_URL, DRIVER_URL),
-    ("postgresql://u@db.example:6432/dagster?sslmode=require", "postgresql+psycopg2://u@db.example:6432/dagster?sslmode=require"),
-    ("postgresql://u@/dagster?host=/run/postgresql", "postgresql+psycopg2://u@/dagster?host=/run/postgresql"),
-])
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        (PG_URL, DRIVER_URL),
+        (DRIVER_URL, DRIVER_URL),
+        ("postgresql://u@db.example:6432/dagster?sslmode=require", "postgresql+psycopg2://u@db.example:6432/dagster?sslmode=require"),
+        ("postgresql://u@/dagster?host=/run/postgresql", "postgresql+psycopg2://u@/dagster?host=/run/postgresql"),
+    ],
+)
 def test_urls_name_the_psycopg2_driver(url, expected):
     assert normalize_pg_url(url) == expected
 
 
 def test_mlflow_uses_the_mlflow_database_on_the_same_server_with_the_same_options():
-    assert mlflow_url("postgresql://u:p@db.example:6432/dagster?sslmode=require") == "postgresql+psycopg2://u:p@db.example:6432/mlflow?sslmode=require"
+    assert (
+        mlflow_url("postgresql://u:p@db.example:6432/dagster?sslmode=require")
+        == "postgresql+psycopg2://u:p@db.example:6432/mlflow?sslmode=require"
+    )
 
 
 def test_the_storage_section_reads_the_url_from_the_environment():
@@ -150,5 +163,8 @@ def test_the_storage_section_reads_the_url_from_the_environment():
 def test_registry_messages_never_show_a_database_password():
     from modelcd_assets.lib.release.registry import masked_uri
 
-    assert masked_uri("postgresql+psycopg2://modelcd:s3cret@127.0.0.1:5433/mlflow") == "postgresql+psycopg2://modelcd:***@127.0.0.1:5433/mlflow"
+    assert (
+        masked_uri("postgresql+psycopg2://modelcd:s3cret@127.0.0.1:5433/mlflow")
+        == "postgresql+psycopg2://modelcd:***@127.0.0.1:5433/mlflow"
+    )
     assert masked_uri("sqlite:///x.db") == "sqlite:///x.db"

@@ -31,9 +31,29 @@ def mlflow_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
     log = open(root / "server.log", "w")
-    proc = start_process([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-                          "--artifacts-destination", str(root / "artifacts"), "--serve-artifacts", "--host", "127.0.0.1", "--port", str(port),
-                          "--workers", "1", "--allowed-hosts", f"127.0.0.1:{port},{SERVICE_HOST}"], stdout=log, stderr=log)
+    proc = start_process(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--serve-artifacts",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--allowed-hosts",
+            f"127.0.0.1:{port},{SERVICE_HOST}",
+        ],
+        stdout=log,
+        stderr=log,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90

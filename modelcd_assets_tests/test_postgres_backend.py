@@ -1,7 +1,8 @@
 """Postgres as modelcd's backend: the server scripts/postgres.sh runs, Dagster's run, event-log and schedule storage on it,
 and MLflow's registry on it.
 
-One server for the session (modelcd_assets_tests/postgres_server.py), started through the script. MODELCD_SKIP_POSTGRES=1 skips these tests; without it, a
+One server for the session (modelcd_assets_tests/postgres_server.py), started through the script. MODELCD_SKIP_POSTGRES=1 skips these
+tests; without it, a
 server that does not start is an error, never a skip.
 """
 
@@ -41,6 +42,7 @@ def storage_classes(instance: dg.DagsterInstance) -> set[str]:
 
 # The script, without a server.
 
+
 def test_script_without_a_command_prints_its_usage(tmp_path):
     result = script(tmp_path, "restart")
     assert result.returncode == 1 and "usage: scripts/postgres.sh start|stop|status|url" in result.stderr
@@ -57,14 +59,22 @@ def test_script_before_the_first_start_says_to_start(tmp_path):
 
 # The server.
 
+
 @pytest.mark.postgres
 def test_start_sets_up_the_databases_on_loopback_with_a_private_password(pg_server):
     folder = pg_server.folder
-    assert pg_server.url.startswith(f"postgresql+psycopg2://modelcd:{(folder / 'password').read_text()}@127.0.0.1:{(folder / 'port').read_text().strip()}/dagster")
+    assert pg_server.url.startswith(
+        f"postgresql+psycopg2://modelcd:{(folder / 'password').read_text()}@127.0.0.1:{(folder / 'port').read_text().strip()}/dagster"
+    )
     assert stat.S_IMODE((folder / "password").stat().st_mode) == 0o600
     assert query(pg_server.url, "SHOW listen_addresses") == [("127.0.0.1",)]
     assert (folder / f".s.PGSQL.{(folder / 'port').read_text().strip()}").is_socket()
-    databases = {name for (name,) in query(pg_server.url, "SELECT datname FROM pg_database WHERE datdba = (SELECT oid FROM pg_roles WHERE rolname = 'modelcd')")}
+    databases = {
+        name
+        for (name,) in query(
+            pg_server.url, "SELECT datname FROM pg_database WHERE datdba = (SELECT oid FROM pg_roles WHERE rolname = 'modelcd')"
+        )
+    }
     assert databases == {"dagster", MLFLOW_DATABASE}
     assert query(pg_server.url, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user") == [(False,)]
     with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
@@ -101,6 +111,7 @@ def test_stop_then_start_keeps_the_url_and_the_data(pg_server):
 
 
 # Dagster on it.
+
 
 @pytest.mark.postgres
 def test_switching_the_environment_switches_storage_on_the_same_dagster_home(pg_server, tmp_path, monkeypatch):
@@ -153,11 +164,16 @@ def test_runs_events_and_dynamic_partitions_are_stored_in_postgres(pg_env, pg_se
     # What the instance read back is in the dagster database itself.
     url = pg_server.url
     assert query(url, "SELECT status FROM runs WHERE run_id = %s", result.run_id) == [("SUCCESS",)]
-    assert query(url, "SELECT count(*) FROM event_logs WHERE run_id = %s AND dagster_event_type = 'ASSET_MATERIALIZATION'", result.run_id) == [(1,)]
-    assert query(url, "SELECT partition FROM dynamic_partitions WHERE partitions_def_name = %s ORDER BY id", candidates.name) == [("ticket-intent:3",), ("ticket-intent:4",)]
+    assert query(
+        url, "SELECT count(*) FROM event_logs WHERE run_id = %s AND dagster_event_type = 'ASSET_MATERIALIZATION'", result.run_id
+    ) == [(1,)]
+    assert query(url, "SELECT partition FROM dynamic_partitions WHERE partitions_def_name = %s ORDER BY id", candidates.name) == [
+        ("ticket-intent:3",),
+        ("ticket-intent:4",),
+    ]
 
 
-SENSOR_DEFS = '''
+SENSOR_DEFS = """
 import dagster as dg
 
 @dg.asset(name="{asset}")
@@ -169,7 +185,7 @@ def watcher(context):
     return dg.SkipReason("nothing new")
 
 defs = dg.Definitions(assets=[watched], sensors=[watcher])
-'''
+"""
 
 
 @pytest.mark.postgres
@@ -193,6 +209,7 @@ def test_sensor_state_is_stored_in_postgres(pg_env, pg_server, tmp_path):
 
 # MLflow on it.
 
+
 @pytest.mark.postgres
 def test_mlflow_registry_is_stored_in_postgres_through_psycopg2(pg_env, pg_server, tmp_path):
     tracking_uri = pg_env["MLFLOW_TRACKING_URI"]
@@ -212,5 +229,7 @@ def test_mlflow_registry_is_stored_in_postgres_through_psycopg2(pg_env, pg_serve
     assert registry.production(name).version == str(version.version)
 
     mlflow_db = pg_server.url.rsplit("/", 1)[0] + f"/{MLFLOW_DATABASE}"
-    assert query(mlflow_db, "SELECT version FROM registered_model_aliases WHERE name = %s AND alias = 'production'", name) == [(int(version.version),)]
+    assert query(mlflow_db, "SELECT version FROM registered_model_aliases WHERE name = %s AND alias = 'production'", name) == [
+        (int(version.version),)
+    ]
     assert query(mlflow_db, "SELECT value FROM model_version_tags WHERE name = %s AND key = 'modelcd.semver'", name) == [("1.0.0",)]

@@ -27,7 +27,13 @@ def run_doc(adapter_dir: Path, lm_base_dir: Path, lm_adapter_dir: Path) -> str:
     import io
 
     out = io.StringIO()
-    namespace = {"adapter_dir": adapter_dir, "model_name": MODEL, "lm_base_dir": lm_base_dir, "lm_adapter_dir": lm_adapter_dir, "lm_model_name": LM_MODEL}
+    namespace = {
+        "adapter_dir": adapter_dir,
+        "model_name": MODEL,
+        "lm_base_dir": lm_base_dir,
+        "lm_adapter_dir": lm_adapter_dir,
+        "lm_model_name": LM_MODEL,
+    }
     with contextlib.redirect_stdout(out):
         for code in snippets():
             exec(compile(code, str(DOC), "exec"), namespace)  # noqa: S102 - the page's own snippets, from this repository
@@ -40,7 +46,9 @@ def test_the_pages_snippets_are_short():
     assert all(len(c.strip().splitlines()) < 20 for c in code)
 
 
-def test_the_python_api_doc_gates_a_good_adapter_into_production_and_blocks_a_worse_one(tmp_path, monkeypatch, tiny_trained, tiny_adapters, tiny_lm):
+def test_the_python_api_doc_gates_a_good_adapter_into_production_and_blocks_a_worse_one(
+    tmp_path, monkeypatch, tiny_trained, tiny_adapters, tiny_lm
+):
     env = make_env(tmp_path / "home", monkeypatch)
     env.policy(MODEL, POLICY)
     env.policy(LM_MODEL, LM_POLICY)

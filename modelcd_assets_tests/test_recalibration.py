@@ -71,11 +71,14 @@ def test_the_first_version_is_pinned_to_the_data_folders_calibration_split(env, 
     assert record(env, "1").quantization()["artifact_id"] == artifact_id("static", pinned)
 
 
-@pytest.mark.parametrize("problem, texts, reason", [
-    ("overlaps the evaluation split", lambda ev: ev[:250], "are in the evaluation split"),
-    ("too few texts", lambda ev: [t + " please" for t in ev[:50]], "fewer than calibration.min_examples (200)"),
-    ("texts far shorter than the evaluation split's", lambda ev: ["ok"] * 300, "median length is 3 tokens"),
-])
+@pytest.mark.parametrize(
+    "problem, texts, reason",
+    [
+        ("overlaps the evaluation split", lambda ev: ev[:250], "are in the evaluation split"),
+        ("too few texts", lambda ev: [t + " please" for t in ev[:50]], "fewer than calibration.min_examples (200)"),
+        ("texts far shorter than the evaluation split's", lambda ev: ["ok"] * 300, "median length is 3 tokens"),
+    ],
+)
 def test_a_bad_set_is_refused_with_the_reason_and_nothing_changes(env, instance, production_v1, tmp_path, capsys, problem, texts, reason):
     evaluation = [ex.text for ex in read_split(env.data / "evaluation.jsonl")]
     versions = env.registry.versions(MODEL)
@@ -94,7 +97,9 @@ def test_calibration_revision_is_requested_by_declarative_automation_when_a_set_
     quiet = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
     assert quiet.total_requested == 0  # nothing new upstream: nothing requested
     job = defs.resolve_job_def("calibrate")
-    assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("calibration_set")]).success  # the default set, versioned again
+    assert job.execute_in_process(
+        instance=instance, asset_selection=[dg.AssetKey("calibration_set")]
+    ).success  # the default set, versioned again
     after = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=quiet.cursor)
     assert after.total_requested == 1
     assert after.get_requested_partitions(dg.AssetKey("calibration_revision")) == {None}

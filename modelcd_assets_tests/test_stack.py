@@ -49,8 +49,25 @@ def test_modelcd_up_in_the_background_stops_with_all_it_started_on_one_signal(se
     serve, prom, ui = free_port(), free_port(), free_port()
     env = dict(os.environ, **served.env.env)
     with open(tmp_path / "up.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "up", MODEL, "--port", str(serve), "--prometheus-port", str(prom),
-                                 "--ui-port", str(ui)], env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=ignore_sigint)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "modelcd_assets.cli",
+                "up",
+                MODEL,
+                "--port",
+                str(serve),
+                "--prometheus-port",
+                str(prom),
+                "--ui-port",
+                str(ui),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=ignore_sigint,
+        )
     tree = []
     try:
         deadline = time.monotonic() + 180

@@ -18,8 +18,10 @@ def main(stats: Path = Path("mutants/mutmut-cicd-stats.json"), out: Path = Path(
     result = {"command": COMMAND, "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), **counts, "score": round(score, 4)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"mutation score {score:.1%}: {counts['killed']} of {total} killed, {counts['survived']} survived, "
-          f"{counts['timeout']} timed out, {counts['no_tests']} without tests -> {out}")
+    print(
+        f"mutation score {score:.1%}: {counts['killed']} of {total} killed, {counts['survived']} survived, "
+        f"{counts['timeout']} timed out, {counts['no_tests']} without tests -> {out}"
+    )
     return 0
 
 

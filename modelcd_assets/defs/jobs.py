@@ -22,8 +22,10 @@ CALIBRATION_JOB = "calibrate"
 calibrate = dg.define_asset_job(
     CALIBRATION_JOB,
     selection=dg.AssetSelection.assets("calibration_set", "calibration_revision"),
-    description=("Register a model's new calibration set (config: model, source), refused unless valid, and re-quantize production "
-                 "under it as a calibration revision for the registry sensor to gate. Without config: version the data folder's split."),
+    description=(
+        "Register a model's new calibration set (config: model, source), refused unless valid, and re-quantize production "
+        "under it as a calibration revision for the registry sensor to gate. Without config: version the data folder's split."
+    ),
 )
 
 ROLLBACK_JOB = "rollback_production"

@@ -23,8 +23,12 @@ def resources() -> dg.Definitions:
     return dg.Definitions(
         resources={
             "state": LocalStateResource(home=bound("MODELCD_HOME"), data_dir=bound("MODELCD_DATA")),
-            "registry": MlflowRegistryResource(tracking_uri=bound("MLFLOW_TRACKING_URI"), artifact_location=bound("MODELCD_MLFLOW_ARTIFACTS"),
-                                               signing_key=bound("MODELCD_SIGNING_KEY"), verify_key=bound("MODELCD_VERIFY_KEY")),
+            "registry": MlflowRegistryResource(
+                tracking_uri=bound("MLFLOW_TRACKING_URI"),
+                artifact_location=bound("MODELCD_MLFLOW_ARTIFACTS"),
+                signing_key=bound("MODELCD_SIGNING_KEY"),
+                verify_key=bound("MODELCD_VERIFY_KEY"),
+            ),
             "policy": PolicyResource(policy_dir=bound("MODELCD_POLICY_DIR")),
             "prometheus": PrometheusResource(url=bound("MODELCD_PROMETHEUS_URL")),
             "alias_lock": AliasLockResource(),

@@ -20,12 +20,17 @@ gate_selftest_job = dg.define_asset_job(
 )
 
 # Sunday 03:00, when no one is promoting: the sandbox gates dozens of candidates on this machine.
-gate_selftest_weekly = dg.ScheduleDefinition(name="gate_selftest_weekly", job=gate_selftest_job, cron_schedule="0 3 * * 0",
-                                             default_status=dg.DefaultScheduleStatus.RUNNING)
+gate_selftest_weekly = dg.ScheduleDefinition(
+    name="gate_selftest_weekly", job=gate_selftest_job, cron_schedule="0 3 * * 0", default_status=dg.DefaultScheduleStatus.RUNNING
+)
 # The causal-LM demo's model, two hours later: its fault classes are the causal-LM catalog's (the task of its production).
 gate_selftest_weekly_causal_lm = dg.ScheduleDefinition(
-    name="gate_selftest_weekly_support_reply", job=gate_selftest_job, cron_schedule="0 5 * * 0",
-    run_config={"ops": {"gate_selftest": {"config": {"model": "support-reply"}}}}, default_status=dg.DefaultScheduleStatus.RUNNING)
+    name="gate_selftest_weekly_support_reply",
+    job=gate_selftest_job,
+    cron_schedule="0 5 * * 0",
+    run_config={"ops": {"gate_selftest": {"config": {"model": "support-reply"}}}},
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+)
 
 LIVE_TRAFFIC_JOB = "judge_live_traffic"
 
@@ -40,8 +45,10 @@ PRODUCTION_RECHECK_JOB = "recheck_production"
 recheck_production = dg.define_asset_job(
     PRODUCTION_RECHECK_JOB,
     selection=dg.AssetSelection.assets(production_recheck, production_chain),
-    description=("Time production's INT8 model again and compare with the throughput and p99 its gate recorded; audit each production "
-                 "chain back to its first version (modelcd audit)."),
+    description=(
+        "Time production's INT8 model again and compare with the throughput and p99 its gate recorded; audit each production "
+        "chain back to its first version (modelcd audit)."
+    ),
 )
 
 
@@ -53,8 +60,10 @@ def live_traffic_hourly(context: dg.ScheduleEvaluationContext, registry: MlflowR
         return dg.SkipReason("no registered model has a production version: no live traffic to judge")
     sampled = sorted(m for m in productions if traffic_log.has_records(state.root, m))
     if not sampled:
-        return dg.SkipReason(f"no sampled traffic for {', '.join(sorted(productions))} in the state folder {state.root}: "
-                             "serve production with 'modelcd serve' and serving.sample_ratio above 0")
+        return dg.SkipReason(
+            f"no sampled traffic for {', '.join(sorted(productions))} in the state folder {state.root}: "
+            "serve production with 'modelcd serve' and serving.sample_ratio above 0"
+        )
     return dg.RunRequest(tags={"modelcd/models": ",".join(sampled)})
 
 

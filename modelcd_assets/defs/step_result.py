@@ -14,5 +14,7 @@ def _value(v):
 
 
 def materialize(result: StepResult) -> dg.MaterializeResult:
-    return dg.MaterializeResult(metadata={k: _value(v) for k, v in result.metadata.items()},
-                                data_version=dg.DataVersion(result.data_version) if result.data_version is not None else None)
+    return dg.MaterializeResult(
+        metadata={k: _value(v) for k, v in result.metadata.items()},
+        data_version=dg.DataVersion(result.data_version) if result.data_version is not None else None,
+    )

@@ -140,6 +140,7 @@ def inf_weights(prod: Production, out: Path) -> Candidate:
 
 def weight_scale_blowup(prod: Production, out: Path) -> Candidate:
     """The head's weights and bias x1000: every argmax is unchanged, every logit and confidence is not."""
+
     def blow_up(w):
         keys = head_keys(w) or [k for k in w if "lora_B" in k]
         for k in keys:
@@ -263,7 +264,9 @@ def remote_code(prod: Production, out: Path, raw: bool = False) -> Candidate:
     folder = _copy(prod.artifact, out)
     marker = _marker(out)
     (folder / "modeling_custom.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
-    edit_json(config_file(folder), lambda cfg: cfg.__setitem__("auto_map", {"AutoModelForSequenceClassification": "modeling_custom.CustomModel"}))
+    edit_json(
+        config_file(folder), lambda cfg: cfg.__setitem__("auto_map", {"AutoModelForSequenceClassification": "modeling_custom.CustomModel"})
+    )
     return Candidate(folder, raw=raw, marker=marker)
 
 
@@ -292,7 +295,9 @@ def _onnx_reading(*locations: str, length: int | None = 64) -> bytes:
             entry = w.external_data.add()
             entry.key, entry.value = key, value
         inits.append(w)
-    graph = helper.make_graph([helper.make_node("Identity", ["w0"], ["y"])], "g", [], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 4])], inits)
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["w0"], ["y"])], "g", [], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 4])], inits
+    )
     return helper.make_model(graph).SerializeToString()
 
 
@@ -306,7 +311,8 @@ def onnx_external_data_escape(prod: Production, out: Path, raw: bool = False) ->
 
 
 def onnx_external_data_hiding_code(prod: Production, out: Path, raw: bool = False) -> Candidate:
-    """An ONNX file naming as its external data a pickle (weights.data), the config with auto_map and the module it names: code behind raw-data names."""
+    """An ONNX file naming as its external data a pickle (weights.data), the config with auto_map and the module it names: code behind
+    raw-data names."""
     folder = _copy(prod.artifact, out)
     marker = _marker(out)
     (folder / "weights.data").write_bytes(pickle.dumps(_Marker(str(marker)), protocol=4))
@@ -319,6 +325,7 @@ def onnx_external_data_hiding_code(prod: Production, out: Path, raw: bool = Fals
 
 def raw(builder: Callable[..., Candidate]) -> Builder:
     """The same fault uploaded straight to MLflow, skipping `modelcd register`: artifact_is_safe must see it."""
+
     def build(prod: Production, out: Path) -> Candidate:
         return builder(prod, out, raw=True)
 

@@ -75,7 +75,8 @@ def _wait(predicate: Callable[[], bool], what: str, timeout: float) -> None:
 
 @contextlib.contextmanager
 def _server(sb: Sandbox) -> Iterator:
-    """The server of the sandbox's model, in process, once it serves the sandbox's production (a TestClient); no admin token, so no admin API."""
+    """The server of the sandbox's model, in process, once it serves the sandbox's production (a TestClient); no admin token, so no admin
+    API."""
     from fastapi.testclient import TestClient
 
     from modelcd_assets.serving.server import app_from_env
@@ -86,14 +87,20 @@ def _server(sb: Sandbox) -> Iterator:
             _wait(lambda: client.get("/readyz").status_code == 200, f"the server of {sb.name} becoming ready", READY_TIMEOUT)
             serving = client.get("/readyz").json()["version"]
             if serving != sb.production.version:
-                raise ModelcdError(f"the server of {sb.name} serves version {serving}, not the sandbox's production {sb.production.version}")
+                raise ModelcdError(
+                    f"the server of {sb.name} serves version {serving}, not the sandbox's production {sb.production.version}"
+                )
             yield client
 
 
 def _samples(client) -> dict[tuple[str, frozenset], float]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    return {(s.name, frozenset(s.labels.items())): s.value for fam in text_string_to_metric_families(client.get("/metrics").text) for s in fam.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for fam in text_string_to_metric_families(client.get("/metrics").text)
+        for s in fam.samples
+    }
 
 
 def _total(samples: dict, name: str, **labels: str) -> float:
@@ -110,8 +117,11 @@ def alias_moved_to_blocked(sb: Sandbox) -> Outcome:
         follower = client.app.state.follower
         try:
             sb.registry.client.set_registered_model_alias(sb.name, PRODUCTION, blocked.version)
-            _wait(lambda: blocked.version in follower.refused or follower.followed == blocked.version, "the server seeing the alias move",
-                  READY_TIMEOUT)
+            _wait(
+                lambda: blocked.version in follower.refused or follower.followed == blocked.version,
+                "the server seeing the alias move",
+                READY_TIMEOUT,
+            )
             serving = client.get("/readyz").json().get("version")
             answer = client.post("/v1/classify", json={"texts": ["where is my parcel"]})
             by_number = client.post("/v1/classify", json={"texts": ["where is my parcel"], "adapter": blocked.version}).status_code
@@ -120,15 +130,26 @@ def alias_moved_to_blocked(sb: Sandbox) -> Outcome:
             sb.restore_production()
     answered_by = answer.json().get("version") if answer.status_code == 200 else None
     if serving != sb.production.version or answered_by != sb.production.version or by_number == 200:
-        return Outcome(GOT_THROUGH, detail=f"the server serves version {serving}, answered from version {answered_by}, and answered "
-                                           f"{blocked.version} by number with {by_number}")
+        return Outcome(
+            GOT_THROUGH,
+            detail=(
+                f"the server serves version {serving}, answered from version {answered_by}, and answered "
+                f"{blocked.version} by number with {by_number}"
+            ),
+        )
     counted = "modelcd_alias_refused set" if gauge == 1 else "but modelcd_alias_refused NOT set"
-    return Outcome(NEVER_SERVED, detail=f"{refused}; the server kept serving version {serving} ({counted}; asked for {blocked.version} by number: "
-                                        f"{by_number}; the follower: {follower.refused.get(blocked.version, 'no refusal recorded')})")
+    return Outcome(
+        NEVER_SERVED,
+        detail=(
+            f"{refused}; the server kept serving version {serving} ({counted}; asked for {blocked.version} by number: "
+            f"{by_number}; the follower: {follower.refused.get(blocked.version, 'no refusal recorded')})"
+        ),
+    )
 
 
 def files_swapped_after_gating(sb: Sandbox) -> Outcome:
-    """One byte of a gated, promoted version's INT8 model, tokenizer or fetched weights changed on the state volume after its gates passed."""
+    """One byte of a gated, promoted version's INT8 model, tokenizer or fetched weights changed on the state volume after its gates
+    passed."""
     # The sandbox's production is such a version: a clean copy, gated and promoted here before any class ran.
     checked = servable.check(sb.registry, sb.home, sb.production)
     record = checked.record
@@ -147,7 +168,10 @@ def files_swapped_after_gating(sb: Sandbox) -> Outcome:
         finally:
             path.write_bytes(kept)
         if refused is None or load_refused is None:
-            return Outcome(GOT_THROUGH, detail=f"{what} changed after gating ({path}) was accepted by {'servable.check' if refused is None else 'the loader'}")
+            return Outcome(
+                GOT_THROUGH,
+                detail=f"{what} changed after gating ({path}) was accepted by {'servable.check' if refused is None else 'the loader'}",
+            )
         refusals.append(f"{what}: {refused}")
     restored = _load_refusal(pool, sb.production.version)
     if restored is not None:
@@ -155,14 +179,18 @@ def files_swapped_after_gating(sb: Sandbox) -> Outcome:
     now = sb.registry.production(sb.name)
     if now != sb.production:
         return Outcome(ERROR, detail=f"production moved to {now.uri if now else 'nothing'}")
-    return Outcome(NEVER_SERVED, detail="; ".join(refusals) + f"; restored, version {sb.production.version} loads again and stays production")
+    return Outcome(
+        NEVER_SERVED, detail="; ".join(refusals) + f"; restored, version {sb.production.version} loads again and stays production"
+    )
 
 
 def _sensor_tick(sb: Sandbox, cursor: str | None):
     from modelcd_assets.defs.sensors.registry_sensor import registry_sensor
     from modelcd_assets.resources.registry import MlflowRegistryResource
 
-    resources = {"registry": MlflowRegistryResource(tracking_uri=sb.env["MLFLOW_TRACKING_URI"], artifact_location=sb.env["MODELCD_MLFLOW_ARTIFACTS"])}
+    resources = {
+        "registry": MlflowRegistryResource(tracking_uri=sb.env["MLFLOW_TRACKING_URI"], artifact_location=sb.env["MODELCD_MLFLOW_ARTIFACTS"])
+    }
     return registry_sensor(dg.build_sensor_context(cursor=cursor, instance=sb.instance, resources=resources))
 
 
@@ -193,11 +221,17 @@ def model_deleted_and_recreated(sb: Sandbox) -> Outcome:
             sb.registry.client.delete_registered_model(name)
         (policy_path(policies, name)).unlink(missing_ok=True)
     if refused is None or refused_copy is None:
-        return Outcome(GOT_THROUGH, detail=f"servable.check accepted the re-created {new.uri} on the old version's verdict"
-                                           + (" copied over" if refused is not None else ""))
+        return Outcome(
+            GOT_THROUGH,
+            detail=f"servable.check accepted the re-created {new.uri} on the old version's verdict"
+            + (" copied over" if refused is not None else ""),
+        )
     requested = [r.partition_key for r in tick.run_requests]
-    regated = (f"registry_sensor gated anew: it requested a run of {new.key} (run key {tick.run_requests[0].run_key})" if new.key in requested
-               else f"registry_sensor did NOT request {new.key} again ({tick.skip_reason.skip_message if tick.skip_reason else requested})")
+    regated = (
+        f"registry_sensor gated anew: it requested a run of {new.key} (run key {tick.run_requests[0].run_key})"
+        if new.key in requested
+        else f"registry_sensor did NOT request {new.key} again ({tick.skip_reason.skip_message if tick.skip_reason else requested})"
+    )
     return Outcome(NEVER_SERVED, detail=f"{refused}; with the old verdict copied onto it: {refused_copy}; {regated}")
 
 
@@ -206,14 +240,23 @@ def attestation_forged_with_another_key(sb: Sandbox) -> Outcome:
     blocked = sb.blocked_version()
     genuine = servable.check(sb.registry, sb.home, sb.production).verdict
     record = CandidateRecord.of(sb.home, blocked)
-    forged = attestation.Verdict(sb.name, blocked.version, servable.subjects(sb.registry, blocked, record), genuine.gates, genuine.judged_against,
-                                 genuine.policy_sha256, "forged by the fault sandbox")
+    forged = attestation.Verdict(
+        sb.name,
+        blocked.version,
+        servable.subjects(sb.registry, blocked, record),
+        genuine.gates,
+        genuine.judged_against,
+        genuine.policy_sha256,
+        "forged by the fault sandbox",
+    )
     with tempfile.TemporaryDirectory(dir=sb.work) as tmp:
         other = init_keys(Keys(Path(tmp) / "signing.key", Path(tmp) / "signing.pub"))
         sb.registry.put_attestation(blocked, attestation.sign(forged, other.private))
     refused, load_refused = _refusal(sb, blocked), _load_refusal(_pool(sb), blocked.version)
     if refused is None or load_refused is None:
-        return Outcome(GOT_THROUGH, detail=f"{'servable.check' if refused is None else 'the loader'} accepted {blocked.uri} on a forged verdict")
+        return Outcome(
+            GOT_THROUGH, detail=f"{'servable.check' if refused is None else 'the loader'} accepted {blocked.uri} on a forged verdict"
+        )
     sb.registry.put_attestation(blocked, sb.registry.attestation(sb.production))  # production's genuine verdict, copied over
     copied = _refusal(sb, blocked)
     if copied is None:
@@ -235,7 +278,7 @@ def oversized_requests(sb: Sandbox) -> Outcome:
         before = _samples(client)
         for i in range(rounds):
             for k in range(2):
-                normal.append(client.post("/v1/classify", json={"texts": texts[(2 * i + k) % len(texts):][:4]}).status_code)
+                normal.append(client.post("/v1/classify", json={"texts": texts[(2 * i + k) % len(texts) :][:4]}).status_code)
             answers += [client.post("/v1/classify", **request) for request in oversized]
         after = _samples(client)
         serving = client.get("/readyz").json().get("version")
@@ -244,15 +287,30 @@ def oversized_requests(sb: Sandbox) -> Outcome:
     delta = lambda name, **labels: _total(after, name, model=sb.name, **labels) - _total(before, name, model=sb.name, **labels)  # noqa: E731
     observed, answered = delta("modelcd_request_duration_seconds_count"), delta("modelcd_requests_total")
     if None in reasons or observed > len(normal) or answered > len(normal):
-        return Outcome(GOT_THROUGH, detail=f"oversized requests answered {statuses}; {answered:.0f} requests answered by a version and {observed:.0f} "
-                                           f"observed in the latency histogram for {len(normal)} normal ones")
+        return Outcome(
+            GOT_THROUGH,
+            detail=(
+                f"oversized requests answered {statuses}; {answered:.0f} requests answered by a version and {observed:.0f} "
+                f"observed in the latency histogram for {len(normal)} normal ones"
+            ),
+        )
     if normal != [200] * len(normal) or serving != sb.production.version or sb.registry.production(sb.name) != sb.production:
-        return Outcome(ERROR, detail=f"normal requests answered {sorted(set(normal))}; the server serves version {serving}; "
-                                     f"production is {sb.registry.production(sb.name)}")
+        return Outcome(
+            ERROR,
+            detail=(
+                f"normal requests answered {sorted(set(normal))}; the server serves version {serving}; "
+                f"production is {sb.registry.production(sb.name)}"
+            ),
+        )
     counts = {reason: reasons.count(reason) for reason in sorted(set(reasons))}
     counted = all(delta("modelcd_requests_rejected_total", reason=reason) == n for reason, n in counts.items())
-    return Outcome(REJECTED, detail=f"{len(answers)} oversized requests answered {'/'.join(map(str, statuses))} "
-                                    f"({', '.join(f'{k} {v}' for k, v in counts.items())}), "
-                                    + ("counted in modelcd_requests_rejected_total" if counted else "modelcd_requests_rejected_total did NOT count them all")
-                                    + f", none observed in the latency histogram ({observed:.0f} observations, one per normal request); "
-                                      f"{len(normal)} normal requests answered 200 by version {serving}, which stays production")
+    return Outcome(
+        REJECTED,
+        detail=(
+            f"{len(answers)} oversized requests answered {'/'.join(map(str, statuses))} "
+            f"({', '.join(f'{k} {v}' for k, v in counts.items())}), "
+        )
+        + ("counted in modelcd_requests_rejected_total" if counted else "modelcd_requests_rejected_total did NOT count them all")
+        + f", none observed in the latency histogram ({observed:.0f} observations, one per normal request); "
+        f"{len(normal)} normal requests answered 200 by version {serving}, which stays production",
+    )

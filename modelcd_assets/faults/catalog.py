@@ -10,7 +10,19 @@ from modelcd_assets.faults import builders as b
 from modelcd_assets.faults import bypasses as v
 from modelcd_assets.faults import conditions as c
 from modelcd_assets.faults import llm_builders as lm
-from modelcd_assets.faults.outcomes import BAD_INPUT, BLOCKED, MANIFEST, NEVER_SERVED, REFUSED, REJECTED, RUN_FAILED, SKIPPED, SUPERSEDED, Outcome, blocked
+from modelcd_assets.faults.outcomes import (
+    BAD_INPUT,
+    BLOCKED,
+    MANIFEST,
+    NEVER_SERVED,
+    REFUSED,
+    REJECTED,
+    RUN_FAILED,
+    SKIPPED,
+    SUPERSEDED,
+    Outcome,
+    blocked,
+)
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION
 
@@ -71,43 +83,103 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("swapped_id2label", "contract", blocked("semver_covers_contract_change"), b.swapped_id2label),
     FaultClass("incompatible_tokenizer", "contract", blocked("tokenizer_fits_model"), b.incompatible_tokenizer),
     FaultClass("vocab_exceeds_embeddings", "contract", blocked("tokenizer_fits_model"), b.vocab_exceeds_embeddings),
-    FaultClass("adapter_targets_no_module", "contract", Outcome(BAD_INPUT, detail="does not fit base"), b.adapter_targets_no_module, adapter_only=True),
-    FaultClass("adapter_weights_match_no_module", "contract", blocked("adapter_fits_base"), b.adapter_weights_match_no_module, adapter_only=True),
+    FaultClass(
+        "adapter_targets_no_module",
+        "contract",
+        Outcome(BAD_INPUT, detail="does not fit base"),
+        b.adapter_targets_no_module,
+        adapter_only=True,
+    ),
+    FaultClass(
+        "adapter_weights_match_no_module", "contract", blocked("adapter_fits_base"), b.adapter_weights_match_no_module, adapter_only=True
+    ),
     FaultClass("adapter_for_another_base", "contract", blocked("adapter_fits_base"), b.adapter_for_another_base, adapter_only=True),
-    FaultClass("adapter_shapes_for_another_base", "contract", Outcome(BAD_INPUT, detail="does not fit base"), b.adapter_shapes_for_another_base, adapter_only=True),
+    FaultClass(
+        "adapter_shapes_for_another_base",
+        "contract",
+        Outcome(BAD_INPUT, detail="does not fit base"),
+        b.adapter_shapes_for_another_base,
+        adapter_only=True,
+    ),
     FaultClass("dropped_head", "contract", blocked("model_loads_cleanly"), b.dropped_head),
     FaultClass("contract_change_as_patch", "contract", blocked("semver_covers_contract_change"), b.contract_change_as_patch),
     # Tokenizer and config files beside an adapter's weights: the merged model is served with its base's, so each is refused at
     # register unless it says what the base's copy says (lib/tasks/adapter_files.py); without `modelcd register`, artifact_is_safe.
     FaultClass("adapter_added_tokens_file", "contract", _unlike_the_base("added_tokens.json"), b.added_tokens_file, adapter_only=True),
     FaultClass("raw_adapter_added_tokens_file", "contract", blocked("artifact_is_safe"), b.raw(b.added_tokens_file), adapter_only=True),
-    FaultClass("adapter_special_tokens_map_changed", "contract", _unlike_the_base("special_tokens_map.json"), b.special_tokens_map_changed, adapter_only=True),
-    FaultClass("adapter_tokenizer_config_changed", "contract", _unlike_the_base("tokenizer_config.json"), b.tokenizer_config_changed, adapter_only=True),
-    FaultClass("adapter_tokenizer_json_changed", "contract", _unlike_the_base("tokenizer.json"), b.tokenizer_json_changed, adapter_only=True),
+    FaultClass(
+        "adapter_special_tokens_map_changed",
+        "contract",
+        _unlike_the_base("special_tokens_map.json"),
+        b.special_tokens_map_changed,
+        adapter_only=True,
+    ),
+    FaultClass(
+        "adapter_tokenizer_config_changed",
+        "contract",
+        _unlike_the_base("tokenizer_config.json"),
+        b.tokenizer_config_changed,
+        adapter_only=True,
+    ),
+    FaultClass(
+        "adapter_tokenizer_json_changed", "contract", _unlike_the_base("tokenizer.json"), b.tokenizer_json_changed, adapter_only=True
+    ),
     FaultClass("adapter_vocab_txt_edited", "contract", _unlike_the_base("vocab.txt"), b.vocab_txt_edited, adapter_only=True),
     FaultClass("adapter_config_json_changed", "contract", _unlike_the_base("config.json"), b.config_json_changed, adapter_only=True),
     # Data
     FaultClass("drifted_traffic", "data", blocked("no_drift_detected"), traffic="traffic_shifted"),
     # Infrastructure
-    FaultClass("registry_outage", "infra", Outcome(RUN_FAILED, detail="exit 1: modelcd: registry unavailable: candidate: could not read the production alias"),
-               probe=c.registry_outage),
-    FaultClass("registry_unreachable", "infra", Outcome(RUN_FAILED, detail="exit 1: modelcd: registry unavailable: could not read"), probe=c.registry_unreachable),
-    FaultClass("production_alias_deleted", "infra", Outcome(BAD_INPUT, detail="production alias missing"), b.identical, c.production_alias_deleted),
+    FaultClass(
+        "registry_outage",
+        "infra",
+        Outcome(RUN_FAILED, detail="exit 1: modelcd: registry unavailable: candidate: could not read the production alias"),
+        probe=c.registry_outage,
+    ),
+    FaultClass(
+        "registry_unreachable",
+        "infra",
+        Outcome(RUN_FAILED, detail="exit 1: modelcd: registry unavailable: could not read"),
+        probe=c.registry_unreachable,
+    ),
+    FaultClass(
+        "production_alias_deleted", "infra", Outcome(BAD_INPUT, detail="production alias missing"), b.identical, c.production_alias_deleted
+    ),
     FaultClass("production_moved_mid_run", "infra", Outcome(SUPERSEDED, detail="moved from"), b.identical, c.production_moves),
     FaultClass("prometheus_unreachable", "infra", Outcome(SKIPPED), probe=c.prometheus_unreachable),
     # One-word calibration collapses static INT8 on the tiny test model (96.7% agreement), but not on MiniLM, where every
     # calibration tried keeps 100% agreement (bench/bench_calibration.py): measured first, on production's build, and
     # reported as not reproducible where it does not collapse.
-    FaultClass("static_calibration_collapse", "infra", blocked("int8_agrees_with_fp32"), b.readme_changed, c.static_calibration_collapse,
-               reproducible=c.calibration_collapses),
+    FaultClass(
+        "static_calibration_collapse",
+        "infra",
+        blocked("int8_agrees_with_fp32"),
+        b.readme_changed,
+        c.static_calibration_collapse,
+        reproducible=c.calibration_collapses,
+    ),
     # Ways around a verdict once it is given (faults/bypasses.py): what is served must still hold a valid one over its bytes.
-    FaultClass("alias_moved_to_blocked", "verdict", Outcome(NEVER_SERVED, detail="modelcd_alias_refused set"), probe=v.alias_moved_to_blocked),
-    FaultClass("files_swapped_after_gating", "verdict", Outcome(NEVER_SERVED, detail="differ from what was judged"), probe=v.files_swapped_after_gating),
+    FaultClass(
+        "alias_moved_to_blocked", "verdict", Outcome(NEVER_SERVED, detail="modelcd_alias_refused set"), probe=v.alias_moved_to_blocked
+    ),
+    FaultClass(
+        "files_swapped_after_gating",
+        "verdict",
+        Outcome(NEVER_SERVED, detail="differ from what was judged"),
+        probe=v.files_swapped_after_gating,
+    ),
     FaultClass("model_deleted_and_recreated", "verdict", Outcome(NEVER_SERVED, detail="gated anew"), probe=v.model_deleted_and_recreated),
-    FaultClass("attestation_forged_with_another_key", "verdict", Outcome(NEVER_SERVED, detail="does not verify with the public key"),
-               probe=v.attestation_forged_with_another_key),
-    FaultClass("oversized_requests", "serving", Outcome(REJECTED, detail="counted in modelcd_requests_rejected_total, none observed"),
-               probe=v.oversized_requests),
+    FaultClass(
+        "attestation_forged_with_another_key",
+        "verdict",
+        Outcome(NEVER_SERVED, detail="does not verify with the public key"),
+        probe=v.attestation_forged_with_another_key,
+    ),
+    FaultClass(
+        "oversized_requests",
+        "serving",
+        Outcome(REJECTED, detail="counted in modelcd_requests_rejected_total, none observed"),
+        probe=v.oversized_requests,
+    ),
 )
 
 
@@ -122,11 +194,21 @@ LM_CLASSES: tuple[FaultClass, ...] = (
     _lm("lm_lora_b_x50", "weights", blocked("weights_within_scale", "perplexity_within_tolerance"), lm.lora_b_overdriven),
     # On SmolLM2 its INT8 build already drifts from its FP32 twin (int8_agrees_with_fp32 runs before evaluation, so the
     # perplexity gate is never reached); on the tiny test model perplexity or drift blocks it.
-    _lm("lm_same_reply_for_everything", "weights", blocked("perplexity_within_tolerance", "no_drift_detected", "int8_agrees_with_fp32"), lm.same_reply),
+    _lm(
+        "lm_same_reply_for_everything",
+        "weights",
+        blocked("perplexity_within_tolerance", "no_drift_detected", "int8_agrees_with_fp32"),
+        lm.same_reply,
+    ),
     # An adapter cannot change the work per token of its base's graph (the build's LoRA slots fix the rank and targets; one
     # that asks for more is refused by adapter_fits_base: lm_other_rank, lm_other_targets), so there is no slower adapter to
     # time. What its values can do is put the CPU on a slow path on the same graph: the scan of its served values finds them.
-    _lm("lm_subnormal_lora", "weights", Outcome(BLOCKED, "throughput_within_tolerance", detail="served values are subnormal"), lm.subnormal_lora),
+    _lm(
+        "lm_subnormal_lora",
+        "weights",
+        Outcome(BLOCKED, "throughput_within_tolerance", detail="served values are subnormal"),
+        lm.subnormal_lora,
+    ),
     # Every adapter of a base is served with the base build's tokenizer, template, EOS and config: a file of these beside the
     # adapter's weights is refused at register unless it says what the base's copy says (lib/tasks/adapter_files.py).
     _lm("lm_added_special_token", "contract", _unlike_the_base("tokenizer.json"), lm.added_special_token),
@@ -142,18 +224,27 @@ LM_CLASSES: tuple[FaultClass, ...] = (
     _lm("lm_adapter_of_another_base", "contract", blocked("adapter_fits_base"), lm.adapter_of_another_base),
     _lm("lm_other_rank", "contract", blocked("adapter_fits_base"), lm.other_rank),
     _lm("lm_other_targets", "contract", blocked("adapter_fits_base"), lm.other_targets),
-    _lm("lm_prompt_beyond_context", "data", Outcome(BAD_INPUT, detail="does not fit the model's context"), b.identical, during=lm.golden_prompt_beyond_context),
+    _lm(
+        "lm_prompt_beyond_context",
+        "data",
+        Outcome(BAD_INPUT, detail="does not fit the model's context"),
+        b.identical,
+        during=lm.golden_prompt_beyond_context,
+    ),
 )
 
 BY_NAME = {fc.name: fc for fc in (*CLASSES, *LM_CLASSES)}
 
 
 def select(only: list[str] | None, task: str = CLASSIFICATION) -> list[FaultClass]:
-    """The classes named (in catalog order), or all of a task's; an unknown name, or one of another task, is an error that lists the known ones."""
+    """The classes named (in catalog order), or all of a task's; an unknown name, or one of another task, is an error that lists the known
+    ones."""
     catalog = LM_CLASSES if task == CAUSAL_LM else CLASSES
     if not only:
         return list(catalog)
     unknown = [n for n in only if n not in {fc.name for fc in catalog}]
     if unknown:
-        raise ModelcdError(f"unknown fault class(es) {', '.join(unknown)} for a {task} production; known: {', '.join(fc.name for fc in catalog)}")
+        raise ModelcdError(
+            f"unknown fault class(es) {', '.join(unknown)} for a {task} production; known: {', '.join(fc.name for fc in catalog)}"
+        )
     return [fc for fc in catalog if fc.name in only]

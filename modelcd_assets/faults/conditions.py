@@ -40,7 +40,8 @@ def _database_locked() -> Iterator[None]:
 
 
 def _judge_cli(sb: Sandbox, ref: CandidateRef, code: int, err: str) -> Outcome:
-    """What `modelcd gate` did to ref, read from the registry once it answers again: promoted, or the exit code and modelcd's one-line error."""
+    """What `modelcd gate` did to ref, read from the registry once it answers again: promoted, or the exit code and modelcd's one-line
+    error."""
     now = sb.registry.production(sb.name)
     if now != sb.production or PROMOTION in sb.registry.tags(ref):
         return Outcome(PROMOTED, detail=f"exit {code}; production is {now.uri if now else 'nothing'}")
@@ -59,8 +60,12 @@ def registry_outage(sb: Sandbox) -> Outcome:
 def registry_unreachable(sb: Sandbox) -> Outcome:
     """`modelcd gate` with the registry on a closed port: no answer at all, and no run is launched."""
     ref = sb.register(identical(sb.prod, sb.work / "registry_unreachable"))
-    code, err = sb.cli(["gate", ref.name, ref.version], MLFLOW_TRACKING_URI=f"http://127.0.0.1:{_closed_port()}", MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
-                       MLFLOW_HTTP_REQUEST_TIMEOUT="5")
+    code, err = sb.cli(
+        ["gate", ref.name, ref.version],
+        MLFLOW_TRACKING_URI=f"http://127.0.0.1:{_closed_port()}",
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+        MLFLOW_HTTP_REQUEST_TIMEOUT="5",
+    )
     return _judge_cli(sb, ref, code, err)
 
 
@@ -109,7 +114,8 @@ def static_calibration_collapse(sb: Sandbox, ref: CandidateRef) -> Iterator[None
 
 def calibration_collapses(sb: Sandbox) -> tuple[bool, str]:
     """Whether static INT8 calibrated on COLLAPSING_CALIBRATION falls below the fidelity floor on production's own build, measured as
-    quantized_model and int8_agrees_with_fp32 measure it (same quantizer, evaluation split, predictions and verdict); and what was measured."""
+    quantized_model and int8_agrees_with_fp32 measure it (same quantizer, evaluation split, predictions and verdict); and what was measured.
+    """
     import numpy as np
 
     from modelcd_assets.lib.inference.evaluate import predict
@@ -132,7 +138,10 @@ def calibration_collapses(sb: Sandbox) -> tuple[bool, str]:
         feeds = encode(build.merged, texts)
         fp32 = np.load(build.predictions("fp32")) if build.predictions("fp32").is_file() else predict(build.onnx, feeds)
         verdict = judge_fidelity(predict(static, feeds), fp32, floor)
-    return verdict.status == FAIL, f"static INT8 calibrated on {len(COLLAPSING_CALIBRATION)} one-word texts, on production's build: {verdict.reason}"
+    return (
+        verdict.status == FAIL,
+        f"static INT8 calibrated on {len(COLLAPSING_CALIBRATION)} one-word texts, on production's build: {verdict.reason}",
+    )
 
 
 def _closed_port() -> int:
@@ -149,7 +158,9 @@ def prometheus_unreachable(sb: Sandbox) -> Outcome:
     from modelcd_assets.resources.registry import MlflowRegistryResource
 
     resources = {
-        "registry": MlflowRegistryResource(tracking_uri=sb.env["MLFLOW_TRACKING_URI"], artifact_location=sb.env["MODELCD_MLFLOW_ARTIFACTS"]),
+        "registry": MlflowRegistryResource(
+            tracking_uri=sb.env["MLFLOW_TRACKING_URI"], artifact_location=sb.env["MODELCD_MLFLOW_ARTIFACTS"]
+        ),
         "policy": PolicyResource(policy_dir=sb.env["MODELCD_POLICY_DIR"]),
         "prometheus": PrometheusResource(url=f"http://127.0.0.1:{_closed_port()}"),
     }

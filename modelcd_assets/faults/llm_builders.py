@@ -8,7 +8,18 @@ import json
 import shutil
 from pathlib import Path
 
-from modelcd_assets.faults.builders import Candidate, Production, _copy, _require_adapter, base_json, edit_json, edit_tensors, new_tokens, shipped_beside, widen_lora
+from modelcd_assets.faults.builders import (
+    Candidate,
+    Production,
+    _copy,
+    _require_adapter,
+    base_json,
+    edit_json,
+    edit_tensors,
+    new_tokens,
+    shipped_beside,
+    widen_lora,
+)
 from modelcd_assets.lib.causal_lm.contract import GENERATION_FILE, chat_template
 from modelcd_assets.lib.release.registry import BUMP_DECLARED
 
@@ -23,6 +34,7 @@ LONG_PROMPT_WORDS = 40_000
 
 def scaled_lora_b(adapter: Path, out: Path, factor: float) -> Path:
     """A copy of the adapter folder with every LoRA B times factor: the same modules and slots, another update."""
+
     def scale(w):
         for k, v in w.items():
             if ".lora_B." in k:
@@ -64,8 +76,9 @@ def added_special_token(prod: Production, out: Path) -> Candidate:
     tokenizer = json.loads((prod.base / "tokenizer.json").read_text())
     vocab = tokenizer["model"]["vocab"]
     new_id = 1 + max([*vocab.values(), *(t["id"] for t in tokenizer.get("added_tokens", []))])
-    tokenizer.setdefault("added_tokens", []).append({"id": new_id, "content": "<|tool|>", "single_word": False, "lstrip": False, "rstrip": False,
-                                                     "normalized": False, "special": True})
+    tokenizer.setdefault("added_tokens", []).append(
+        {"id": new_id, "content": "<|tool|>", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+    )
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
     return Candidate(folder)
 
@@ -75,7 +88,9 @@ def chat_template_as_patch(prod: Production, out: Path) -> Candidate:
     _require_adapter(prod, "chat_template_as_patch")
     folder = _copy(prod.artifact, out)
     template = chat_template(prod.base)
-    (folder / "chat_template.jinja").write_text(template.replace("<|im_start|>", "<|im_start|>### ") if "<|im_start|>" in template else "### " + template)
+    (folder / "chat_template.jinja").write_text(
+        template.replace("<|im_start|>", "<|im_start|>### ") if "<|im_start|>" in template else "### " + template
+    )
     return Candidate(folder, tags={BUMP_DECLARED: "patch"})
 
 
@@ -119,8 +134,18 @@ def other_targets(prod: Production, out: Path) -> Candidate:
     _require_adapter(prod, "other_targets")
     folder = _copy(prod.artifact, out)
     edit_tensors(folder, lambda w: {k.replace(".q_proj.", ".k_proj."): v for k, v in w.items()})
-    edit_json(folder / "adapter_config.json", lambda cfg: cfg.__setitem__("target_modules", sorted(
-        {"k_proj" if t == "q_proj" else t for t in (cfg["target_modules"] if isinstance(cfg["target_modules"], list) else [cfg["target_modules"]])})))
+    edit_json(
+        folder / "adapter_config.json",
+        lambda cfg: cfg.__setitem__(
+            "target_modules",
+            sorted(
+                {
+                    "k_proj" if t == "q_proj" else t
+                    for t in (cfg["target_modules"] if isinstance(cfg["target_modules"], list) else [cfg["target_modules"]])
+                }
+            ),
+        ),
+    )
     return Candidate(folder)
 
 
@@ -133,8 +158,15 @@ def same_reply(prod: Production, out: Path) -> Candidate:
     _require_adapter(prod, "same_reply")
     config = json.loads((prod.artifact / "adapter_config.json").read_text())
     chats = [Chat(c.system, c.user, SAME_REPLY) for c in demo_chats(200, 11)]
-    train = LmTraining(steps=30, batch_size=8, learning_rate=5e-3, rank=int(config["r"]), alpha=int(config["lora_alpha"]),
-                       targets=tuple(sorted(config["target_modules"])), seed=7)
+    train = LmTraining(
+        steps=30,
+        batch_size=8,
+        learning_rate=5e-3,
+        rank=int(config["r"]),
+        alpha=int(config["lora_alpha"]),
+        targets=tuple(sorted(config["target_modules"])),
+        seed=7,
+    )
     if out.exists():
         shutil.rmtree(out)
     return Candidate(train_lm_adapter(prod.base, chats, out, train, prod.base_uri, desc="training the same-reply adapter"))
@@ -142,8 +174,12 @@ def same_reply(prod: Production, out: Path) -> Candidate:
 
 def golden_prompt_beyond_context(sb, ref) -> contextlib.AbstractContextManager[None]:
     """A golden prompt longer than the model's context in the policy while the candidate is gated: refused by the one length rule."""
+
     def add(policy: dict) -> None:
-        policy["golden_prompts"] = [*(policy.get("golden_prompts") or []), {"prompt": " ".join(["refund"] * LONG_PROMPT_WORDS), "expect": "billing"}]
+        policy["golden_prompts"] = [
+            *(policy.get("golden_prompts") or []),
+            {"prompt": " ".join(["refund"] * LONG_PROMPT_WORDS), "expect": "billing"},
+        ]
 
     return sb.policy_edited(add)
 
@@ -166,6 +202,7 @@ def subnormal_lora(prod: Production, out: Path) -> Candidate:
 
 def saved_as(dtype_name: str):
     """A builder of production's adapter with its weights saved in another float type: a clean control (peft users ship bf16 and fp16)."""
+
     def build(prod: Production, out: Path) -> Candidate:
         import torch
 
@@ -198,7 +235,8 @@ def added_tokens_file(prod: Production, out: Path) -> Candidate:
 
 
 def special_tokens_map_eos(prod: Production, out: Path) -> Candidate:
-    """special_tokens_map.json beside the adapter with another EOS: the base's copy, or the special tokens its tokenizer_config.json names."""
+    """special_tokens_map.json beside the adapter with another EOS: the base's copy, or the special tokens its tokenizer_config.json
+    names."""
     if (prod.base / "special_tokens_map.json").is_file():
         tokens = base_json(prod, "special_tokens_map.json", "lm_special_tokens_map_eos")
     else:

@@ -45,8 +45,9 @@ def _wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> 
 
 
 @contextlib.contextmanager
-def serving_under_load(env: Mapping[str, str], model: str, texts: list[str], log: Path, concurrency: int = 2,
-                       ready_timeout: float = 300) -> Iterator[LoadStats]:
+def serving_under_load(
+    env: Mapping[str, str], model: str, texts: list[str], log: Path, concurrency: int = 2, ready_timeout: float = 300
+) -> Iterator[LoadStats]:
     """A server for model on a free loopback port, and `concurrency` clients sending batches of 8 texts back to back until
     the block ends. The clients run in a load generator process of their own (serving.loadgen), so their CPU time is not
     charged to the process that gates the controls, whose speed gate times its own CPU (lib/inference/benchmark). The
@@ -58,12 +59,35 @@ def serving_under_load(env: Mapping[str, str], model: str, texts: list[str], log
     answers = log.with_name(log.stem + "-answers.json")
     stats = LoadStats()
     with open(log, "wb") as out:
-        proc = start_process([sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port), "--workers", "1", "--admin-port", "0"],
-                             die_with_parent=True, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+        proc = start_process(
+            [sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port), "--workers", "1", "--admin-port", "0"],
+            die_with_parent=True,
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         try:
             _wait_ready(url, proc, log, ready_timeout)
-            sender = start_process([sys.executable, "-m", "modelcd_assets.serving.loadgen", "--url", url, "--batches", str(batches), "--requests", "0",
-                                    "--concurrency", str(concurrency), "--out", str(answers)], die_with_parent=True, stdout=out, stderr=subprocess.STDOUT)
+            sender = start_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "modelcd_assets.serving.loadgen",
+                    "--url",
+                    url,
+                    "--batches",
+                    str(batches),
+                    "--requests",
+                    "0",
+                    "--concurrency",
+                    str(concurrency),
+                    "--out",
+                    str(answers),
+                ],
+                die_with_parent=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
             try:
                 yield stats
             finally:

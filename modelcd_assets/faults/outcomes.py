@@ -42,7 +42,8 @@ class Outcome:
         return f"{BLOCKED} {self.gate}"
 
     def satisfies(self, expected: "Outcome") -> bool:
-        """An actual outcome meets the expected one: same kind, for the stated reason if any, and for a block the expected gate among those that failed."""
+        """An actual outcome meets the expected one: same kind, for the stated reason if any, and for a block the expected gate among those
+        that failed."""
         if self.kind != expected.kind or expected.detail not in self.detail:
             return False
         return expected.kind != BLOCKED or bool({expected.gate, *expected.alternatives} & set(self.gates))

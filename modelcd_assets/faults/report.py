@@ -120,23 +120,42 @@ class SelftestReport:
         return table(["class", "expected", "actual", "ok", "s"], rows, max_width=110)
 
     def control_table(self) -> str:
-        rows = [[c.label, c.kind, "yes" if c.under_load else "no", str(c.outcome), "NO (false block)" if c.blocked else "yes", f"{c.seconds:.0f}"]
-                for c in self.controls]
+        rows = [
+            [
+                c.label,
+                c.kind,
+                "yes" if c.under_load else "no",
+                str(c.outcome),
+                "NO (false block)" if c.blocked else "yes",
+                f"{c.seconds:.0f}",
+            ]
+            for c in self.controls
+        ]
         return table(["control", "kind", "server under load", "outcome", "ok", "s"], rows, max_width=110)
 
     def summary(self) -> list[str]:
-        lines = [f"fault classes: {self.caught}/{len(self.reproduced)} ended in their expected outcome (interception rate {self.interception_rate:.0%})"]
+        lines = [
+            f"fault classes: {self.caught}/{len(self.reproduced)} ended in their expected outcome (interception rate"
+            f" {self.interception_rate:.0%})"
+        ]
         if self.not_reproducible:
-            lines.append(f"not reproducible on this model, counted apart (neither caught nor missed): {len(self.not_reproducible)} "
-                         f"({', '.join(r.name for r in self.not_reproducible)})")
+            lines.append(
+                f"not reproducible on this model, counted apart (neither caught nor missed): {len(self.not_reproducible)} "
+                f"({', '.join(r.name for r in self.not_reproducible)})"
+            )
         if self.controls:
             lo, hi = clopper_pearson(self.false_blocks, len(self.controls))
             loaded = sum(c.under_load for c in self.controls)
-            lines.append(f"clean controls: {self.false_blocks}/{len(self.controls)} blocked, false-block rate {self.false_block_rate:.1%} "
-                         f"(95% Clopper–Pearson interval [{lo:.1%}, {hi:.1%}]); {loaded} gated beside a server under load")
+            lines.append(
+                f"clean controls: {self.false_blocks}/{len(self.controls)} blocked, false-block rate {self.false_block_rate:.1%} "
+                f"(95% Clopper–Pearson interval [{lo:.1%}, {hi:.1%}]); {loaded} gated beside a server under load"
+            )
         else:
             lines.append("clean controls: none gated (--controls 0); no false-block rate")
-        lines.append(f"user's production {self.production}: " + ("unchanged" if self.user_production_unchanged else f"MOVED to {self.user_production_after}"))
+        lines.append(
+            f"user's production {self.production}: "
+            + ("unchanged" if self.user_production_unchanged else f"MOVED to {self.user_production_after}")
+        )
         return lines
 
     def render(self) -> str:
@@ -147,7 +166,10 @@ class SelftestReport:
             out += [f"  {r.name}: {r.actual.detail}" for r in self.not_reproducible]
         if mismatches:
             out += ["", "not in their expected outcome:"]
-            out += [f"  {r.name}: expected {r.expected}, got {r.actual}" + (f": {r.actual.detail}" if r.actual.detail else "") for r in mismatches]
+            out += [
+                f"  {r.name}: expected {r.expected}, got {r.actual}" + (f": {r.actual.detail}" if r.actual.detail else "")
+                for r in mismatches
+            ]
         if self.controls:
             out += ["", self.control_table()]
             out += [f"  {c.label}: {c.outcome.detail}" for c in self.controls if c.blocked and c.outcome.detail]
@@ -156,27 +178,51 @@ class SelftestReport:
 
     def markdown(self) -> tuple[str, str]:
         """The class table and the control table as Markdown, for the gate_selftest asset in the UI."""
+
         def cell(text: str) -> str:
             return str(text).replace("|", "\\|").replace("\n", " ")
 
         classes = "| class | expected | actual | ok |\n|---|---|---|---|\n" + "\n".join(
-            f"| {r.name} | {cell(r.expected)} | {cell(r.actual)} | {'**NO**' if r.verdict == 'NO' else r.verdict} |" for r in self.classes)
+            f"| {r.name} | {cell(r.expected)} | {cell(r.actual)} | {'**NO**' if r.verdict == 'NO' else r.verdict} |" for r in self.classes
+        )
         controls = "| control | kind | server under load | outcome |\n|---|---|---|---|\n" + "\n".join(
-            f"| {c.label} | {c.kind} | {'yes' if c.under_load else 'no'} | {cell(c.outcome)} |" for c in self.controls)
+            f"| {c.label} | {c.kind} | {'yes' if c.under_load else 'no'} | {cell(c.outcome)} |" for c in self.controls
+        )
         return classes, controls
 
     def to_dict(self) -> dict:
         return {
-            "model": self.model, "production": self.production, "user_production_after": self.user_production_after, "ok": self.ok,
-            "interception_rate": self.interception_rate, "caught": self.caught, "reproduced": len(self.reproduced),
-            "not_reproducible": [r.name for r in self.not_reproducible], "false_blocks": self.false_blocks, "controls": len(self.controls),
-            "false_block_rate": self.false_block_rate, "false_block_upper_95": self.false_block_upper,
-            "classes": [asdict(r) | {"ok": r.ok, "not_reproducible": r.not_reproducible, "expected": str(r.expected), "actual": str(r.actual),
-                                     "detail": r.actual.detail} for r in self.classes],
-            "control_results": [asdict(c) | {"blocked": c.blocked, "outcome": str(c.outcome), "detail": c.outcome.detail} for c in self.controls],
-            "load": self.load, "notes": self.notes,
+            "model": self.model,
+            "production": self.production,
+            "user_production_after": self.user_production_after,
+            "ok": self.ok,
+            "interception_rate": self.interception_rate,
+            "caught": self.caught,
+            "reproduced": len(self.reproduced),
+            "not_reproducible": [r.name for r in self.not_reproducible],
+            "false_blocks": self.false_blocks,
+            "controls": len(self.controls),
+            "false_block_rate": self.false_block_rate,
+            "false_block_upper_95": self.false_block_upper,
+            "classes": [
+                asdict(r)
+                | {
+                    "ok": r.ok,
+                    "not_reproducible": r.not_reproducible,
+                    "expected": str(r.expected),
+                    "actual": str(r.actual),
+                    "detail": r.actual.detail,
+                }
+                for r in self.classes
+            ],
+            "control_results": [
+                asdict(c) | {"blocked": c.blocked, "outcome": str(c.outcome), "detail": c.outcome.detail} for c in self.controls
+            ],
+            "load": self.load,
+            "notes": self.notes,
             # As the gate_selftest asset shows them in the UI: it runs `modelcd faults run --json` as its own process and reads this.
-            "summary": self.summary() + self.notes, "markdown": dict(zip(("classes", "controls"), self.markdown())),
+            "summary": self.summary() + self.notes,
+            "markdown": dict(zip(("classes", "controls"), self.markdown())),
             "missed": [r.name for r in self.reproduced if not r.ok],
             "not_reproducible_details": {r.name: r.actual.detail for r in self.not_reproducible},
         }

@@ -77,7 +77,10 @@ def _identical_controls(sb: Sandbox, n: int) -> list[tuple[str, str, Path]]:
 
 def _retrained_controls(sb: Sandbox, n: int, train: Callable[[Path, int], Path]) -> list[tuple[str, str, Path]]:
     """n adapters retrained from production's base, control i with seed CONTROL_SEEDS + i; train(folder, seed) writes one."""
-    return [(f"retrained-{i}", f"retrained, seed {CONTROL_SEEDS + i}", train(sb.work / f"retrained-{i}", CONTROL_SEEDS + i)) for i in range(1, n + 1)]
+    return [
+        (f"retrained-{i}", f"retrained, seed {CONTROL_SEEDS + i}", train(sb.work / f"retrained-{i}", CONTROL_SEEDS + i))
+        for i in range(1, n + 1)
+    ]
 
 
 def _base_files_control(sb: Sandbox) -> list[tuple[str, str, Path]]:
@@ -95,29 +98,49 @@ def _lm_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: LmTr
     from modelcd_assets.lib.causal_lm.training import train_lm_adapter
 
     chats = read_chats(split_path(sb.data, chat_split("train"))) if retrained_n else []
-    return [*_identical_controls(sb, identical_n),
-            ("lora-b-x1.001", "LoRA B x 1.001", lora_b_noise(sb.prod, sb.work / "lora-b-x1.001").folder),
-            *_base_files_control(sb),
-            *((label, f"production's weights saved as {dtype}", saved_as(dtype)(sb.prod, sb.work / label).folder)
-              for label, dtype in (("bf16", "bfloat16"), ("fp16", "float16"))),
-            *_retrained_controls(sb, retrained_n, lambda folder, seed: train_lm_adapter(
-                sb.prod.base, chats, folder, replace(training, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"))]
+    return [
+        *_identical_controls(sb, identical_n),
+        ("lora-b-x1.001", "LoRA B x 1.001", lora_b_noise(sb.prod, sb.work / "lora-b-x1.001").folder),
+        *_base_files_control(sb),
+        *(
+            (label, f"production's weights saved as {dtype}", saved_as(dtype)(sb.prod, sb.work / label).folder)
+            for label, dtype in (("bf16", "bfloat16"), ("fp16", "float16"))
+        ),
+        *_retrained_controls(
+            sb,
+            retrained_n,
+            lambda folder, seed: train_lm_adapter(
+                sb.prod.base, chats, folder, replace(training, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"
+            ),
+        ),
+    ]
 
 
-def _control_candidates(sb: Sandbox, identical_n: int, retrained_n: int, training: Training, notes: list[str],
-                        lm_training: LmTraining | None = None) -> list[tuple[str, str, Path]]:
+def _control_candidates(
+    sb: Sandbox, identical_n: int, retrained_n: int, training: Training, notes: list[str], lm_training: LmTraining | None = None
+) -> list[tuple[str, str, Path]]:
     """(label, kind, folder) of every clean control; the retrained ones are trained here, before any of them is gated."""
     if sb.task == CAUSAL_LM:
         return _lm_controls(sb, identical_n, retrained_n, lm_training or LmTraining())
     if retrained_n and not sb.prod.is_adapter:
-        notes.append(f"production is a full model: its base is unknown, so {retrained_n} byte-identical controls replace the retrained ones")
+        notes.append(
+            f"production is a full model: its base is unknown, so {retrained_n} byte-identical controls replace the retrained ones"
+        )
         identical_n, retrained_n = identical_n + retrained_n, 0
     from modelcd_assets.lib.model.training import train_adapter
 
     train = read_split(split_path(sb.data, "train")) if retrained_n else []
-    return [*_identical_controls(sb, identical_n), *_base_files_control(sb),
-            *_retrained_controls(sb, retrained_n, lambda folder, seed: train_adapter(
-                sb.prod.base, train, folder, replace(training, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"))]
+    return [
+        *_identical_controls(sb, identical_n),
+        *_base_files_control(sb),
+        *_retrained_controls(
+            sb,
+            retrained_n,
+            lambda folder, seed: train_adapter(
+                sb.prod.base, train, folder, replace(training, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"
+            ),
+        ),
+    ]
 
 
 def _gate_control(sb: Sandbox, label: str, kind: str, folder: Path, under_load: bool) -> ControlResult:
@@ -132,12 +155,22 @@ def _gate_control(sb: Sandbox, label: str, kind: str, folder: Path, under_load: 
     return ControlResult(label, kind, under_load, outcome, time.perf_counter() - start)
 
 
-def run_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: Training, under_load: bool, echo: Callable[[str], None],
-                 notes: list[str], lm_training: LmTraining | None = None) -> tuple[list[ControlResult], dict]:
+def run_controls(
+    sb: Sandbox,
+    identical_n: int,
+    retrained_n: int,
+    training: Training,
+    under_load: bool,
+    echo: Callable[[str], None],
+    notes: list[str],
+    lm_training: LmTraining | None = None,
+) -> tuple[list[ControlResult], dict]:
     """Clean candidates that must all be promoted; half of each kind (rounded up) gated beside a server under load."""
     controls = _control_candidates(sb, identical_n, retrained_n, training, notes, lm_training)
     if under_load and sb.task == CAUSAL_LM:
-        notes.append("causal LM: the controls were gated without a server under load beside them (the load generator speaks POST /v1/classify only)")
+        notes.append(
+            "causal LM: the controls were gated without a server under load beside them (the load generator speaks POST /v1/classify only)"
+        )
         under_load = False
     by_kind: dict[str, list[str]] = {}
     for label, kind, _ in controls:
@@ -158,24 +191,40 @@ def run_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: Trai
         with serving_under_load(sb.env, sb.name, texts, sb.root / "serve-under-load.log") as stats:
             gate_all([c for c in controls if c[0] in loaded])
         load = {"requests": stats.requests, "errors": stats.errors}
-        notes.append(f"server under load: {stats.requests} requests answered while {len(loaded)} controls were gated, {stats.errors} failed"
-                     + "".join(f"; {f}" for f in stats.failures))
+        notes.append(
+            f"server under load: {stats.requests} requests answered while {len(loaded)} controls were gated, {stats.errors} failed"
+            + "".join(f"; {f}" for f in stats.failures)
+        )
     gate_all([c for c in controls if c[0] not in loaded])
     return results, load
 
 
-def run_selftest(name: str, source_env: Mapping[str, str], *, only: list[str] | None = None, identical_controls: int = 5,
-                 retrained_controls: int = 5, training: Training | None = None, under_load: bool = True, root: Path | None = None,
-                 keep: bool = False, progress: bool = False, echo: Callable[[str], None] = print, task: str | None = None,
-                 lm_training: LmTraining | None = None) -> SelftestReport:
+def run_selftest(
+    name: str,
+    source_env: Mapping[str, str],
+    *,
+    only: list[str] | None = None,
+    identical_controls: int = 5,
+    retrained_controls: int = 5,
+    training: Training | None = None,
+    under_load: bool = True,
+    root: Path | None = None,
+    keep: bool = False,
+    progress: bool = False,
+    echo: Callable[[str], None] = print,
+    task: str | None = None,
+    lm_training: LmTraining | None = None,
+) -> SelftestReport:
     """Gate every selected fault class of the production's task and the clean controls in a sandbox copy of name's production;
     the user's registry is only read."""
     source = Registry.from_env(source_env)
     user_prod = source.production(name)
     prod_task = source.tags(user_prod).get(TASK, DEFAULT_TASK) if user_prod else (task or DEFAULT_TASK)
     if task is not None and task != prod_task:
-        raise ModelcdError(f"{name}'s production is a {prod_task} model: its faults are the {prod_task} classes, not {task}'s; pass --task {prod_task} "
-                           f"or the --name of a {task} model")
+        raise ModelcdError(
+            f"{name}'s production is a {prod_task} model: its faults are the {prod_task} classes, not {task}'s; pass --task {prod_task} "
+            f"or the --name of a {task} model"
+        )
     classes = select(only, prod_task)
     root = Path(root) if root else Path(tempfile.mkdtemp(prefix="modelcd-faults-"))
     report = SelftestReport(name, user_prod.uri if user_prod else "none", "")
@@ -187,8 +236,9 @@ def run_selftest(name: str, source_env: Mapping[str, str], *, only: list[str] | 
                 report.notes.append(f"production is a full model: adapter classes not run ({', '.join(skipped)})")
             report.classes = run_classes(sb, [fc for fc in classes if fc.name not in skipped], echo)
             if identical_controls or retrained_controls:
-                report.controls, report.load = run_controls(sb, identical_controls, retrained_controls, training or Training(),
-                                                            under_load, echo, report.notes, lm_training)
+                report.controls, report.load = run_controls(
+                    sb, identical_controls, retrained_controls, training or Training(), under_load, echo, report.notes, lm_training
+                )
     finally:
         if keep:
             echo(f"sandbox kept in {root}")

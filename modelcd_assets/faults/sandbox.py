@@ -29,7 +29,19 @@ from modelcd_assets.lib.judging.policy import policy_for, policy_path
 from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.operations.settings import apply_local_defaults, local_defaults
 from modelcd_assets.lib.release.alias_lock import AliasLock
-from modelcd_assets.lib.release.registry import BASE, CONTENT, EXPERIMENT, KIND, PROMOTION, SEMVER, SEMVER_DECLARED, TASK, TOKENIZER_CHANGE, CandidateRef, Registry
+from modelcd_assets.lib.release.registry import (
+    BASE,
+    CONTENT,
+    EXPERIMENT,
+    KIND,
+    PROMOTION,
+    SEMVER,
+    SEMVER_DECLARED,
+    TASK,
+    TOKENIZER_CHANGE,
+    CandidateRef,
+    Registry,
+)
 from modelcd_assets.lib.release.signing import SIGNATURE_FILE, FilesChanged, Keys, init_keys, sign_folder
 from modelcd_assets.lib.splits import split_path
 from modelcd_assets.lib.tasks.names import DEFAULT_TASK
@@ -118,7 +130,8 @@ class Sandbox:
             yield
 
     def register(self, cand: Candidate, name: str | None = None) -> CandidateRef:
-        """`modelcd register`, into the sandbox: the safety scan with the model's policy limits, then the upload (as name, default the model's)."""
+        """`modelcd register`, into the sandbox: the safety scan with the model's policy limits, then the upload (as name, default the
+        model's)."""
         name = name or self.name
         return self.registry.register(cand.folder, name, base=cand.base, tags=dict(cand.tags), limits=_limits(self.env, name))
 
@@ -138,8 +151,10 @@ class Sandbox:
             ref = self.register(random_reinit(self.prod, self.work / "blocked-version"))
             run = self.gate(ref)
             if run.outcome != launch.BLOCKED:
-                raise ModelcdError(f"{ref.uri}, production's weights redrawn at random, was not blocked in the sandbox ({run.outcome}: {run.error}); "
-                                   "a class that needs a blocked version cannot be set up")
+                raise ModelcdError(
+                    f"{ref.uri}, production's weights redrawn at random, was not blocked in the sandbox ({run.outcome}: {run.error}); "
+                    "a class that needs a blocked version cannot be set up"
+                )
             self._blocked = ref
         return self._blocked
 
@@ -150,7 +165,9 @@ class Sandbox:
         info = inspect_artifact(cand.folder)
         run = client.create_run(client.get_experiment_by_name(EXPERIMENT).experiment_id, run_name=f"raw upload {self.name}")
         with tempfile.TemporaryDirectory() as tmp:
-            client.log_artifact(run.info.run_id, str(sign_folder(cand.folder, self.registry.keys.require_private(), Path(tmp) / SIGNATURE_FILE)))
+            client.log_artifact(
+                run.info.run_id, str(sign_folder(cand.folder, self.registry.keys.require_private(), Path(tmp) / SIGNATURE_FILE))
+            )
         client.log_artifacts(run.info.run_id, str(cand.folder), artifact_path="model")
         client.set_terminated(run.info.run_id)
         tags = {KIND: info.kind, CONTENT: manifest_hash(folder_manifest(cand.folder)), **cand.tags}
@@ -215,6 +232,7 @@ class Sandbox:
 
     def policy(self, overrides: dict) -> contextlib.AbstractContextManager[None]:
         """The sandbox's policy for the model with sections overridden while the block runs."""
+
         def override(policy: dict) -> None:
             for section, values in overrides.items():
                 policy[section] = {**(policy.get(section) or {}), **values}
@@ -242,7 +260,9 @@ def _fetch_production(source: Registry, name: str, work: Path) -> tuple[Candidat
     """The user's production version, its tags, its files (and its base's, for an adapter), verified against their manifests."""
     prod = source.production(name)
     if prod is None:
-        raise ModelcdError(f"{name} has no production version in {source.shown_uri}; faults are derived from production ('make demo' first)")
+        raise ModelcdError(
+            f"{name} has no production version in {source.shown_uri}; faults are derived from production ('make demo' first)"
+        )
     tags = source.tags(prod)
     artifact = source.fetch(prod, work / "production")
     kind = inspect_artifact(artifact).kind
@@ -281,8 +301,10 @@ def open_sandbox(name: str, source_env: Mapping[str, str], root: Path, progress:
         run = sandbox.gate(ref)
         if run.outcome != launch.PROMOTED:
             failing = "; ".join(f"{r.gate}: {r.reason or r.status}" for r in run.rows if r.status not in _PASSING) or run.error
-            raise ModelcdError(f"production {user_prod.uri}, copied into the sandbox, does not pass its own gates there ({run.outcome}: {failing}); "
-                               "faults are judged against a production that does")
+            raise ModelcdError(
+                f"production {user_prod.uri}, copied into the sandbox, does not pass its own gates there ({run.outcome}: {failing}); "
+                "faults are judged against a production that does"
+            )
         yield sandbox
     finally:
         instance.dispose()

@@ -36,8 +36,17 @@ CORRECTNESS_FILE = "evaluation_correct.npz"
 DRIFT_FILE = "drift.json"
 BENCHMARK_FILE = "benchmark.json"
 # Every name a candidate folder holds: each is spelled out here and nowhere else (a test greps the package for it).
-CANDIDATE_FILES = (ARTIFACT_DIR, RECORD_FILE, QUANTIZATION_FILE, HEALTH_FILE, CONTRACT_FILE, EVALUATION_FILE, CORRECTNESS_FILE, DRIFT_FILE,
-                   BENCHMARK_FILE)
+CANDIDATE_FILES = (
+    ARTIFACT_DIR,
+    RECORD_FILE,
+    QUANTIZATION_FILE,
+    HEALTH_FILE,
+    CONTRACT_FILE,
+    EVALUATION_FILE,
+    CORRECTNESS_FILE,
+    DRIFT_FILE,
+    BENCHMARK_FILE,
+)
 
 
 class Versioned(Protocol):

@@ -10,8 +10,20 @@ from pathlib import Path
 
 import numpy as np
 
-_NUMPY = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "I16": np.int16, "U16": np.uint16, "F16": np.float16, "I32": np.int32,
-          "U32": np.uint32, "F32": np.float32, "I64": np.int64, "U64": np.uint64, "F64": np.float64}
+_NUMPY = {
+    "BOOL": np.bool_,
+    "U8": np.uint8,
+    "I8": np.int8,
+    "I16": np.int16,
+    "U16": np.uint16,
+    "F16": np.float16,
+    "I32": np.int32,
+    "U32": np.uint32,
+    "F32": np.float32,
+    "I64": np.int64,
+    "U64": np.uint64,
+    "F64": np.float64,
+}
 
 
 def _array(dtype: str, shape: list[int], data: bytearray) -> np.ndarray:

@@ -27,8 +27,11 @@ def alias_lock_for(instance: dg.DagsterInstance, state_root: Path, timeout_s: fl
 class AliasLockResource(dg.ConfigurableResource):
     """The lock promotion and rollback hold around the production alias's compare-and-set (lib/release/alias_lock.py)."""
 
-    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="Seconds a move waits for the alias's lock; past them its step "
-                                                                  "fails with that reason and nothing moves")
+    timeout_s: float = Field(
+        DEFAULT_TIMEOUT_S,
+        gt=0,
+        description="Seconds a move waits for the alias's lock; past them its step fails with that reason and nothing moves",
+    )
 
     def lock(self, instance: dg.DagsterInstance, state_root: Path) -> AliasLock:
         return alias_lock_for(instance, state_root, self.timeout_s)

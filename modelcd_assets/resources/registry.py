@@ -17,10 +17,14 @@ class MlflowRegistryResource(dg.ConfigurableResource):
     tracking_uri: str = Field(description="MLflow tracking and registry URI, e.g. sqlite:///.modelcd/mlflow.db or http://mlflow:5000")
     artifact_location: str = Field(description="Where registration runs store artifacts (a local folder for the embedded default)")
     page_size: int = Field(100, ge=1, le=1000, description="Results per registry search call; every listing reads all pages")
-    signing_key: str = Field("", description="Private key (PEM) that signs registrations and verdicts; only runs that register or promote need it")
+    signing_key: str = Field(
+        "", description="Private key (PEM) that signs registrations and verdicts; only runs that register or promote need it"
+    )
     verify_key: str = Field("", description="Public key (PEM) every fetch, load and verdict is verified with")
 
     def registry(self) -> Registry:
         default = Keys.from_env()
-        keys = Keys(Path(self.signing_key) if self.signing_key else default.private, Path(self.verify_key) if self.verify_key else default.public)
+        keys = Keys(
+            Path(self.signing_key) if self.signing_key else default.private, Path(self.verify_key) if self.verify_key else default.public
+        )
         return Registry(self.tracking_uri, self.artifact_location, self.page_size, keys=keys)

@@ -55,5 +55,7 @@ class LocalStateResource(dg.ConfigurableResource):
     def split(self, name: str) -> Path:
         path = split_path(Path(self.data_dir).resolve(), name)
         if not path.is_file():
-            raise FileNotFoundError(f"data split {name!r} not found at {path}; run 'modelcd demo' or put a JSON-lines file with text and label there")
+            raise FileNotFoundError(
+                f"data split {name!r} not found at {path}; run 'modelcd demo' or put a JSON-lines file with text and label there"
+            )
         return path

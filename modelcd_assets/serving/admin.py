@@ -84,7 +84,9 @@ def admin_app(pool, swapper: Swapper, admin_token: str | None) -> tuple[FastAPI,
 
     def require_admin(request: Request) -> None:
         if not admin_token:
-            raise HTTPException(401, "the admin API is disabled: start the server with MODELCD_ADMIN_TOKEN set", headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401, "the admin API is disabled: start the server with MODELCD_ADMIN_TOKEN set", headers={"WWW-Authenticate": "Bearer"}
+            )
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), admin_token.encode()):
             raise HTTPException(401, "missing or wrong bearer token for the admin API", headers={"WWW-Authenticate": "Bearer"})
@@ -96,9 +98,20 @@ def admin_app(pool, swapper: Swapper, admin_token: str | None) -> tuple[FastAPI,
     @admin.get("/v1/admin/adapters", dependencies=[Depends(require_admin)])
     async def list_loaded():
         active = pool.active
-        return {"model": pool.model, "default": active.version if active else None,
-                "loaded": [{"version": s.version, "adapter_sha256": s.content_hash, "artifact_sha256": s.artifact_sha256, "variant": s.variant,
-                            "last_load": pool.reports[s.version].as_dict() if s.version in pool.reports else None} for s in pool.loaded()]}
+        return {
+            "model": pool.model,
+            "default": active.version if active else None,
+            "loaded": [
+                {
+                    "version": s.version,
+                    "adapter_sha256": s.content_hash,
+                    "artifact_sha256": s.artifact_sha256,
+                    "variant": s.variant,
+                    "last_load": pool.reports[s.version].as_dict() if s.version in pool.reports else None,
+                }
+                for s in pool.loaded()
+            ],
+        }
 
     @admin.post("/v1/admin/adapters", dependencies=[Depends(require_admin)])
     async def load(body: LoadRequest):

@@ -45,7 +45,8 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
     The two apps share one pool, so `modelcd serve` runs them in one process, the admin app on a port of its own (the
     public app has no /v1/admin routes). Every load, by the alias follower or the admin API, goes through the pool, which
     takes a version only with a valid verdict over its bytes (lib/release/servable.py); the admin API answers 409 for a version
-    without one. chaos registers the fault-injection endpoint. A classify request beyond serving.max_body_bytes, max_texts or max_text_chars is refused
+    without one. chaos registers the fault-injection endpoint. A classify request beyond serving.max_body_bytes, max_texts or
+    max_text_chars is refused
     before it is parsed or tokenized, and counted in modelcd_requests_rejected_total, never in a version's requests or
     latency. A share serving.sample_ratio of the requests answered 200 have their texts written to the model's traffic
     log (lib/operations/traffic_log.py), off the request path, for live drift; /metrics exports the live drift verdict judged on it.
@@ -53,9 +54,15 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
     metrics = ServerMetrics(live_drift=LiveDriftCollector(pool.state_root, pool.model))
     policy = pool.policy
     inference = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inference")
-    sc = scaffold(pool, metrics, REJECT_REASONS, admin_token=admin_token, poll_seconds=poll_seconds,
-                  description=f"Serves {pool.model}, following its production alias.",
-                  closers=(lambda: inference.shutdown(wait=False, cancel_futures=True),))
+    sc = scaffold(
+        pool,
+        metrics,
+        REJECT_REASONS,
+        admin_token=admin_token,
+        poll_seconds=poll_seconds,
+        description=f"Serves {pool.model}, following its production alias.",
+        closers=(lambda: inference.shutdown(wait=False, cancel_futures=True),),
+    )
     app, admin, require_admin, traffic, sampler = sc.app, sc.admin, sc.require_admin, sc.traffic, sc.sampler
     faults: dict[str, FaultRequest] = {}
     # One batcher per loaded version, gone with it: a batch never mixes versions.
@@ -102,9 +109,14 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
                 status, payload = 500, {"error": f"the model produced non-finite outputs for {bad} of {len(body.texts)} texts"}
             else:
                 names = served.engine.labels
-                payload = {"model": served.model, "version": served.version, "adapter_sha256": served.content_hash,
-                           "artifact_sha256": served.artifact_sha256, "labels": names,
-                           "predictions": [{"label": names[int(row.argmax())], "logits": [float(x) for x in row]} for row in out]}
+                payload = {
+                    "model": served.model,
+                    "version": served.version,
+                    "adapter_sha256": served.content_hash,
+                    "artifact_sha256": served.artifact_sha256,
+                    "labels": names,
+                    "predictions": [{"label": names[int(row.argmax())], "logits": [float(x) for x in row]} for row in out],
+                }
                 metrics.texts.labels(*labels).inc(len(body.texts))
         except Exception as e:  # a failed request is counted and answered, never dropped
             log.exception("classify failed on %s version %s", served.model, served.version)
@@ -118,8 +130,11 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
         if status >= 500:
             metrics.errors.labels(*labels).inc()
         metrics.latency.labels(*labels).observe(time.perf_counter() - start)
-        return JSONResponse(payload, status_code=status, headers={HASH_HEADER: served.content_hash, VERSION_HEADER: served.version,
-                                                                  ARTIFACT_HEADER: served.artifact_sha256})
+        return JSONResponse(
+            payload,
+            status_code=status,
+            headers={HASH_HEADER: served.content_hash, VERSION_HEADER: served.version, ARTIFACT_HEADER: served.artifact_sha256},
+        )
 
     async def inject(body: FaultRequest):
         if body.latency_ms or body.error_ratio or body.nan_ratio:
@@ -132,4 +147,3 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
         admin.post("/v1/admin/faults", dependencies=[Depends(require_admin)])(inject)
 
     return app
-

@@ -28,13 +28,16 @@ def compare(served: np.ndarray, recorded: np.ndarray, max_abs_diff: float, min_t
     if not np.all(np.isfinite(served)):
         raise SwapRefused(f"{what}: the probe produced non-finite logits; the version was not switched in")
     if served.shape != recorded.shape:
-        raise SwapRefused(f"{what}: the probe gave logits of shape {served.shape}, the gated model recorded {recorded.shape}; the version was not switched in")
+        raise SwapRefused(
+            f"{what}: the probe gave logits of shape {served.shape}, the gated model recorded {recorded.shape}; the version was not"
+            " switched in"
+        )
     diff = float(np.max(np.abs(served - recorded)))
     agree = float(np.mean(served.argmax(1) == recorded.argmax(1)))
     result = Consistency(len(served), diff, agree)
     if diff > max_abs_diff or agree < min_top1:
         raise SwapRefused(
-            f"{what}: the served model and the gated INT8 outputs recorded at gating disagree on {len(served)} probe texts "
-            f"(max |Δlogit| {diff:.2e}, limit {max_abs_diff:.0e}; top-1 agreement {agree:.2%}, minimum {min_top1:.2%}); the version was not switched in"
+            f"{what}: the served model and the gated INT8 outputs recorded at gating disagree on {len(served)} probe texts (max |Δlogit|"
+            f" {diff:.2e}, limit {max_abs_diff:.0e}; top-1 agreement {agree:.2%}, minimum {min_top1:.2%}); the version was not switched in"
         )
     return result

@@ -15,7 +15,9 @@ from modelcd_assets.lib.model.config import labels_of
 class Engine:
     """One InferenceSession over one artifact, with the tokenizer and labels of the model it was built from."""
 
-    def __init__(self, artifact: Path, model_dir: Path, threads: int = 1, batch_dependent: bool | None = None, artifact_bytes: bytes | None = None):
+    def __init__(
+        self, artifact: Path, model_dir: Path, threads: int = 1, batch_dependent: bool | None = None, artifact_bytes: bytes | None = None
+    ):
         self.artifact = Path(artifact)
         self.model = OnnxModel(self.artifact, threads=threads, batch_dependent=batch_dependent, model_bytes=artifact_bytes)
         self.encoder = TextEncoder(model_dir)
@@ -26,7 +28,8 @@ class Engine:
         return self.model.batch_dependent
 
     def logits(self, texts: list[str], max_batch: int = BATCH) -> np.ndarray:
-        """Logits of texts in length buckets of max_batch (one text per call for a batch-dependent model); sessions take concurrent calls."""
+        """Logits of texts in length buckets of max_batch (one text per call for a batch-dependent model); sessions take concurrent
+        calls."""
         return self.model.logits(self.encoder.encode(texts), max_batch)
 
 

@@ -46,25 +46,43 @@ class Generations:
         """The generation's bounds, or ApiError (400, 413, 429) before anything runs."""
         p = self.policy
         if prompt_tokens > p.max_prompt_tokens:
-            raise ApiError(400, f"the prompt has {prompt_tokens} tokens, more than serving.max_prompt_tokens ({p.max_prompt_tokens})",
-                           param="messages", code="context_length_exceeded", reason=PROMPT_TOO_LONG)
+            raise ApiError(
+                400,
+                f"the prompt has {prompt_tokens} tokens, more than serving.max_prompt_tokens ({p.max_prompt_tokens})",
+                param="messages",
+                code="context_length_exceeded",
+                reason=PROMPT_TOO_LONG,
+            )
         if max_tokens is not None and max_tokens > p.max_completion_tokens:
-            raise ApiError(400, f"max_tokens {max_tokens} is more than serving.max_completion_tokens ({p.max_completion_tokens})",
-                           param="max_tokens", reason=MAX_TOKENS_TOO_LARGE)
+            raise ApiError(
+                400,
+                f"max_tokens {max_tokens} is more than serving.max_completion_tokens ({p.max_completion_tokens})",
+                param="max_tokens",
+                reason=MAX_TOKENS_TOO_LARGE,
+            )
         new = max_tokens if max_tokens is not None else max(1, min(p.default_max_tokens, context_length - prompt_tokens))
         try:
             check_generation_length(prompt_tokens, new, context_length)
         except BadCandidate as e:
-            raise ApiError(400, str(e), param="max_tokens", code="context_length_exceeded",
-                           reason=PROMPT_TOO_LONG) from None
+            raise ApiError(400, str(e), param="max_tokens", code="context_length_exceeded", reason=PROMPT_TOO_LONG) from None
         kv = (prompt_tokens + new) * kv_bytes_per_token
         if kv > p.max_kv_cache_mb * MIB:
-            raise ApiError(413, f"prompt + max_tokens ({prompt_tokens} + {new} tokens) need {kv / MIB:.1f} MiB of KV cache, more than "
-                           f"serving.max_kv_cache_mb ({p.max_kv_cache_mb:g}); ask for fewer max_tokens", param="max_tokens", reason=KV_CACHE_TOO_LARGE)
+            raise ApiError(
+                413,
+                f"prompt + max_tokens ({prompt_tokens} + {new} tokens) need {kv / MIB:.1f} MiB of KV cache, more than "
+                f"serving.max_kv_cache_mb ({p.max_kv_cache_mb:g}); ask for fewer max_tokens",
+                param="max_tokens",
+                reason=KV_CACHE_TOO_LARGE,
+            )
         with self._lock:
             if self.running >= p.max_generations:
-                raise ApiError(429, f"{self.running} generations are running, serving.max_generations; retry after {p.retry_after_s} s",
-                               type="rate_limit_error", reason=TOO_MANY_GENERATIONS, headers={"Retry-After": str(p.retry_after_s)})
+                raise ApiError(
+                    429,
+                    f"{self.running} generations are running, serving.max_generations; retry after {p.retry_after_s} s",
+                    type="rate_limit_error",
+                    reason=TOO_MANY_GENERATIONS,
+                    headers={"Retry-After": str(p.retry_after_s)},
+                )
             self._started(kv)
         return Admitted(new, kv)
 

@@ -23,8 +23,13 @@ REJECT_REASONS = (BODY_TOO_LARGE, TEXT_TOO_LONG, TOO_MANY_TEXTS, BAD_REQUEST, UN
 
 class ClassifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    texts: list[str] = Field(min_length=1, description="Texts to classify, all served by one version (at most serving.max_texts, each at most serving.max_text_chars).")
-    adapter: str | None = Field(None, max_length=64, description="Registry version of a loaded adapter; default: the version the server follows.")
+    texts: list[str] = Field(
+        min_length=1,
+        description="Texts to classify, all served by one version (at most serving.max_texts, each at most serving.max_text_chars).",
+    )
+    adapter: str | None = Field(
+        None, max_length=64, description="Registry version of a loaded adapter; default: the version the server follows."
+    )
 
 
 class Rejected(Exception):
@@ -46,7 +51,13 @@ async def read_json(request: Request, limit: int) -> object:
     while it streams for a body without one."""
 
     def too_large(size: str) -> Rejected:
-        return Rejected(413, BODY_TOO_LARGE, f"the request body{size} is larger than serving.max_body_bytes ({limit} bytes)", "serving.max_body_bytes", limit)
+        return Rejected(
+            413,
+            BODY_TOO_LARGE,
+            f"the request body{size} is larger than serving.max_body_bytes ({limit} bytes)",
+            "serving.max_body_bytes",
+            limit,
+        )
 
     declared = request.headers.get("content-length")
     if declared is not None:
@@ -72,16 +83,28 @@ async def read_classify(request: Request, policy: ServingPolicy) -> ClassifyRequ
     texts = raw.get("texts") if isinstance(raw, dict) else None
     if isinstance(texts, list):
         if len(texts) > policy.max_texts:
-            raise Rejected(422, TOO_MANY_TEXTS, f"{len(texts)} texts in one request, more than serving.max_texts ({policy.max_texts})",
-                           "serving.max_texts", policy.max_texts)
+            raise Rejected(
+                422,
+                TOO_MANY_TEXTS,
+                f"{len(texts)} texts in one request, more than serving.max_texts ({policy.max_texts})",
+                "serving.max_texts",
+                policy.max_texts,
+            )
         for i, text in enumerate(texts):
             if isinstance(text, str) and len(text) > policy.max_text_chars:
-                raise Rejected(422, TEXT_TOO_LONG, f"text {i} has {len(text)} characters, more than serving.max_text_chars ({policy.max_text_chars})",
-                               "serving.max_text_chars", policy.max_text_chars)
+                raise Rejected(
+                    422,
+                    TEXT_TOO_LONG,
+                    f"text {i} has {len(text)} characters, more than serving.max_text_chars ({policy.max_text_chars})",
+                    "serving.max_text_chars",
+                    policy.max_text_chars,
+                )
     try:
         body = ClassifyRequest.model_validate(raw)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or 'body'}: {err['msg']}" for err in e.errors(include_url=False, include_input=False))
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc']) or 'body'}: {err['msg']}" for err in e.errors(include_url=False, include_input=False)
+        )
         raise Rejected(422, BAD_REQUEST, f"not a classify request: {problems}") from None
     for i, text in enumerate(body.texts):
         try:

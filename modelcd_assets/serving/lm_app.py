@@ -52,8 +52,15 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
     metrics = LmServerMetrics(live_drift=LiveDriftCollector(pool.state_root, pool.model))
     policy = pool.policy
     generations = Generations(pool.model, policy, metrics, node_usd_per_hour)
-    sc = scaffold(pool, metrics, LM_REJECT_REASONS, admin_token=admin_token, poll_seconds=poll_seconds, closers=(generations.close,),
-                  description=f"Serves {pool.model}, a causal LM, through the OpenAI API, following its production alias.")
+    sc = scaffold(
+        pool,
+        metrics,
+        LM_REJECT_REASONS,
+        admin_token=admin_token,
+        poll_seconds=poll_seconds,
+        closers=(generations.close,),
+        description=f"Serves {pool.model}, a causal LM, through the OpenAI API, following its production alias.",
+    )
     app, traffic, sampler, swapper = sc.app, sc.traffic, sc.sampler, sc.swapper
     for a in (app, sc.admin):
         a.state.generations = generations
@@ -63,19 +70,29 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
         """NAME while production is served, and NAME:VERSION for each version loaded now (each verified when it was loaded)."""
         active = pool.active
         withdrawn = pool.withdrawn
-        data = ([{"id": pool.model, "object": "model", "created": 0, "owned_by": "modelcd", "version": active.version}] if active else [])
-        data += [{"id": f"{pool.model}:{s.version}", "object": "model", "created": 0, "owned_by": "modelcd", "version": s.version}
-                 for s in pool.loaded() if s.version not in withdrawn]
+        data = [{"id": pool.model, "object": "model", "created": 0, "owned_by": "modelcd", "version": active.version}] if active else []
+        data += [
+            {"id": f"{pool.model}:{s.version}", "object": "model", "created": 0, "owned_by": "modelcd", "version": s.version}
+            for s in pool.loaded()
+            if s.version not in withdrawn
+        ]
         return {"object": "list", "data": data}
 
     async def resolve(name: str) -> LmServed:
         model, _, version = name.partition(":")
         if model != pool.model or (version and not version.isdigit()):
-            raise ApiError(404, f"The model `{name}` does not exist: this server serves {pool.model} (production) and {pool.model}:VERSION",
-                           param="model", code="model_not_found", reason=UNKNOWN_VERSION)
+            raise ApiError(
+                404,
+                f"The model `{name}` does not exist: this server serves {pool.model} (production) and {pool.model}:VERSION",
+                param="model",
+                code="model_not_found",
+                reason=UNKNOWN_VERSION,
+            )
         if not version:
             if pool.active is None:
-                raise ApiError(503, f"no version of {pool.model} is being served yet; the server is not ready", type="server_error", reason=NOT_READY)
+                raise ApiError(
+                    503, f"no version of {pool.model} is being served yet; the server is not ready", type="server_error", reason=NOT_READY
+                )
             return pool.active
         try:
             return pool.resolve(version)
@@ -85,7 +102,9 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
             await swapper.swap_async(version, activate=False)
             return pool.resolve(version)
         except (NotServable, ModelcdError) as e:
-            raise ApiError(404, f"The model `{name}` may not be served: {e}", param="model", code="model_not_found", reason=UNKNOWN_VERSION) from None
+            raise ApiError(
+                404, f"The model `{name}` may not be served: {e}", param="model", code="model_not_found", reason=UNKNOWN_VERSION
+            ) from None
 
     async def complete(request: Request, chat: bool):
         started = time.perf_counter()

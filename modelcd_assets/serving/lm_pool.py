@@ -124,8 +124,10 @@ class LmPool(ServingPool):
         if "logits" not in probe:
             raise SwapRefused(f"{what} was gated by an older modelcd that recorded no probe logits for the server to reproduce; {rerun}")
         if probe.get("logits_of") != PROBE_LOGITS_OF:
-            raise SwapRefused(f"{what} was gated by an older modelcd whose probe logits are the second token's, not those its first token was "
-                              f"chosen from; {rerun}")
+            raise SwapRefused(
+                f"{what} was gated by an older modelcd whose probe logits are the second token's, not those its first token was "
+                f"chosen from; {rerun}"
+            )
         folder = Path(gated["base_build"]) / "int8"
         if not folder.is_dir():
             raise SwapRefused(f"{what}: the INT8 base build its gates judged is missing ({folder}); {rerun}")
@@ -138,8 +140,10 @@ class LmPool(ServingPool):
         checked = self._check(ref, base.sha256)
         adapter_sha = bytes_sha256(data)
         if adapter_sha != checked.verdict.subjects[attestation.ADAPTER_FILE]:
-            raise SwapRefused(f"{what}: the adapter file changed while it was being checked (sha256 {adapter_sha[:12]}, attested "
-                              f"{checked.verdict.subjects[attestation.ADAPTER_FILE][:12]}); not loaded")
+            raise SwapRefused(
+                f"{what}: the adapter file changed while it was being checked (sha256 {adapter_sha[:12]}, attested "
+                f"{checked.verdict.subjects[attestation.ADAPTER_FILE][:12]}); not loaded"
+            )
         step("verdict verified over the registered files, INT8 base build, adapter file and tokenizer")
         _scan(Path(record.artifact_dir), what, self.limits)
         step("registered files scanned")
@@ -154,8 +158,17 @@ class LmPool(ServingPool):
             private.unlink(missing_ok=True)
             raise SwapRefused(f"{what}: ONNX Runtime GenAI refused its adapter file: {e}") from e
         attested = checked.verdict.subjects
-        served = LmServed(self.model, ref.version, attested[attestation.REGISTERED_FILES], attested[attestation.INT8_MODEL], adapter_sha,
-                          gated["chosen"], base, name, private)
+        served = LmServed(
+            self.model,
+            ref.version,
+            attested[attestation.REGISTERED_FILES],
+            attested[attestation.INT8_MODEL],
+            adapter_sha,
+            gated["chosen"],
+            base,
+            name,
+            private,
+        )
         step("adapter loaded")
         try:
             consistency = self._probe(served, record, probe, what)
@@ -175,7 +188,9 @@ class LmPool(ServingPool):
             raise SwapRefused(f"{what}: the probe logits recorded at gating ({path}) are not the file its gating wrote; re-gate it")
         recorded = np.load(io.BytesIO(raw))
         n = min(self.policy.probe_prompts, len(probe["prompts"]))
-        k = min(self.policy.probe_tokens, int(probe["max_new_tokens"]))  # greedy search is deterministic: k tokens are the recorded ones' first k
+        k = min(
+            self.policy.probe_tokens, int(probe["max_new_tokens"])
+        )  # greedy search is deterministic: k tokens are the recorded ones' first k
         decoder, worst, same = served.decoder, 0.0, 0
         for i in range(n):
             ids = decoder.encode_chat(Chat(probe["system"], probe["prompts"][i], "").messages())
@@ -186,8 +201,10 @@ class LmPool(ServingPool):
             same += run.tokens == list(probe["tokens"][i])[:k]
         result = Consistency(n, worst, same / n if n else 0.0)
         if same < n or worst > self.policy.max_abs_logit_diff:
-            raise SwapRefused(f"{what}: served and gated generations disagree on {n} probe prompts ({same} of {n} greedy sequences of {k} tokens equal, "
-                              f"max |Δlogit| of the first token {worst:.2e}, limit {self.policy.max_abs_logit_diff:.0e}); the version was not switched in")
+            raise SwapRefused(
+                f"{what}: served and gated generations disagree on {n} probe prompts ({same} of {n} greedy sequences of {k} tokens equal, "
+                f"max |Δlogit| of the first token {worst:.2e}, limit {self.policy.max_abs_logit_diff:.0e}); the version was not switched in"
+            )
         return result
 
     def _forget(self, served: LmServed) -> None:

@@ -35,12 +35,27 @@ def run_load(url: str, batches: list[list[str]], requests: int, concurrency: int
                 try:
                     r = http.post("/v1/classify", json={"texts": batches[batch]})
                     body = r.json()
-                    result = {"i": i, "batch": batch, "status": r.status_code, "sha": r.headers.get(HASH_HEADER),
-                              "start": start, "latency_s": time.perf_counter() - start,
-                              "logits": [p["logits"] for p in body.get("predictions", [])], "error": body.get("error")}
+                    result = {
+                        "i": i,
+                        "batch": batch,
+                        "status": r.status_code,
+                        "sha": r.headers.get(HASH_HEADER),
+                        "start": start,
+                        "latency_s": time.perf_counter() - start,
+                        "logits": [p["logits"] for p in body.get("predictions", [])],
+                        "error": body.get("error"),
+                    }
                 except httpx.HTTPError as e:
-                    result = {"i": i, "batch": batch, "status": 0, "sha": None, "start": start,
-                              "latency_s": time.perf_counter() - start, "logits": [], "error": f"{type(e).__name__}: {e}"}
+                    result = {
+                        "i": i,
+                        "batch": batch,
+                        "status": 0,
+                        "sha": None,
+                        "start": start,
+                        "latency_s": time.perf_counter() - start,
+                        "logits": [],
+                        "error": f"{type(e).__name__}: {e}",
+                    }
                 with lock:
                     results[i] = result
 
@@ -57,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Send classify requests and record every response as JSON.")
     p.add_argument("--url", required=True)
     p.add_argument("--batches", required=True, type=Path, help="JSON file: a list of requests, each a list of texts")
-    p.add_argument("--requests", type=int, default=1000, help="how many to send; 0: until SIGTERM or SIGINT, then the answers so far are written")
+    p.add_argument(
+        "--requests", type=int, default=1000, help="how many to send; 0: until SIGTERM or SIGINT, then the answers so far are written"
+    )
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)

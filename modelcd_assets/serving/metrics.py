@@ -33,10 +33,18 @@ class LiveDriftCollector:
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
-        return (GaugeMetricFamily("modelcd_live_input_drift_share", "Share of text descriptors of sampled live traffic that drifted from the reference data.",
-                                  labels=["model"]),
-                GaugeMetricFamily("modelcd_live_drift_detected", "1 when live traffic drifted from the reference data at the last live_traffic run, else 0.",
-                                  labels=["model"]))
+        return (
+            GaugeMetricFamily(
+                "modelcd_live_input_drift_share",
+                "Share of text descriptors of sampled live traffic that drifted from the reference data.",
+                labels=["model"],
+            ),
+            GaugeMetricFamily(
+                "modelcd_live_drift_detected",
+                "1 when live traffic drifted from the reference data at the last live_traffic run, else 0.",
+                labels=["model"],
+            ),
+        )
 
     def describe(self) -> list[GaugeMetricFamily]:
         return list(self._families())  # names only, so the registry refuses a clash without reading the file
@@ -64,20 +72,47 @@ class _Metrics:
             self.registry.register(live_drift)
         self.requests = Counter("modelcd_requests", "Requests answered by a loaded version.", LABELS, registry=self.registry)
         self.errors = Counter("modelcd_request_errors", "Requests that failed on the server side.", LABELS, registry=self.registry)
-        self.nan_outputs = Counter("modelcd_nan_outputs", "Requests whose outputs (a classifier's logits, a causal LM's next-token logits) contained NaN or Inf.",
-                                   LABELS, registry=self.registry)
-        self.swaps = Counter("modelcd_adapter_swaps", "Version loads and switches, by outcome (switched, loaded, refused).", ("model", "outcome"),
-                             registry=self.registry)
-        self.swap_seconds = Histogram("modelcd_adapter_swap_duration_seconds", "Load, verify, probe and switch time of a version, by INT8 variant.", ("model", "variant"),
-                                      buckets=SWAP_BUCKETS, registry=self.registry)
+        self.nan_outputs = Counter(
+            "modelcd_nan_outputs",
+            "Requests whose outputs (a classifier's logits, a causal LM's next-token logits) contained NaN or Inf.",
+            LABELS,
+            registry=self.registry,
+        )
+        self.swaps = Counter(
+            "modelcd_adapter_swaps",
+            "Version loads and switches, by outcome (switched, loaded, refused).",
+            ("model", "outcome"),
+            registry=self.registry,
+        )
+        self.swap_seconds = Histogram(
+            "modelcd_adapter_swap_duration_seconds",
+            "Load, verify, probe and switch time of a version, by INT8 variant.",
+            ("model", "variant"),
+            buckets=SWAP_BUCKETS,
+            registry=self.registry,
+        )
         self.serving = Gauge("modelcd_serving_info", "1 for the version served by default.", LABELS, registry=self.registry)
-        self.alias_refused = Gauge("modelcd_alias_refused", "1 for a version the production alias points at that may not be served (no valid verdict "
-                                   "over its bytes); the previous version keeps serving.", ("model", "version"), registry=self.registry)
+        self.alias_refused = Gauge(
+            "modelcd_alias_refused",
+            "1 for a version the production alias points at that may not be served (no valid verdict "
+            "over its bytes); the previous version keeps serving.",
+            ("model", "version"),
+            registry=self.registry,
+        )
         # Apart from the version's series on purpose: what never reached a model must not move the latency or error ratio slo_sensor judges.
-        self.rejected = Counter("modelcd_requests_rejected", "Requests answered before they reached a model (over a limit, malformed, "
-                                "unknown version, not ready, too many at once), by reason.", ("model", "reason"), registry=self.registry)
-        self.samples_dropped = Counter("modelcd_traffic_samples_dropped", "Sampled texts not written to the traffic log: its writer's queue was full, "
-                                       "or the record was too long.", ("model",), registry=self.registry)
+        self.rejected = Counter(
+            "modelcd_requests_rejected",
+            "Requests answered before they reached a model (over a limit, malformed, "
+            "unknown version, not ready, too many at once), by reason.",
+            ("model", "reason"),
+            registry=self.registry,
+        )
+        self.samples_dropped = Counter(
+            "modelcd_traffic_samples_dropped",
+            "Sampled texts not written to the traffic log: its writer's queue was full, or the record was too long.",
+            ("model",),
+            registry=self.registry,
+        )
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -88,8 +123,13 @@ class ServerMetrics(_Metrics):
 
     def __init__(self, live_drift: Collector | None = None) -> None:
         super().__init__(live_drift)
-        self.latency = Histogram("modelcd_request_duration_seconds", "Time to answer a classify request.", LABELS,
-                                 buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.latency = Histogram(
+            "modelcd_request_duration_seconds",
+            "Time to answer a classify request.",
+            LABELS,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.texts = Counter("modelcd_classified_texts", "Texts classified.", LABELS, registry=self.registry)
 
 
@@ -99,14 +139,33 @@ class LmServerMetrics(_Metrics):
 
     def __init__(self, live_drift: Collector | None = None) -> None:
         super().__init__(live_drift)
-        self.ttft = Histogram("modelcd_llm_time_to_first_token_seconds", "Time from a generation's admission to its first token.", LABELS,
-                              buckets=TTFT_BUCKETS, registry=self.registry)
-        self.tpot = Histogram("modelcd_llm_time_per_output_token_seconds", "Mean time per generated token after the first, per generation.", LABELS,
-                              buckets=TPOT_BUCKETS, registry=self.registry)
+        self.ttft = Histogram(
+            "modelcd_llm_time_to_first_token_seconds",
+            "Time from a generation's admission to its first token.",
+            LABELS,
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.tpot = Histogram(
+            "modelcd_llm_time_per_output_token_seconds",
+            "Mean time per generated token after the first, per generation.",
+            LABELS,
+            buckets=TPOT_BUCKETS,
+            registry=self.registry,
+        )
         self.prompt_tokens = Counter("modelcd_llm_prompt_tokens", "Prompt tokens of generations.", LABELS, registry=self.registry)
         self.completion_tokens = Counter("modelcd_llm_completion_tokens", "Tokens generated.", LABELS, registry=self.registry)
-        self.kv_cache_bytes = Gauge("modelcd_llm_kv_cache_bytes", "KV cache allocated by the generations in flight (prompt + max_tokens each).", ("model",),
-                                    registry=self.registry)
+        self.kv_cache_bytes = Gauge(
+            "modelcd_llm_kv_cache_bytes",
+            "KV cache allocated by the generations in flight (prompt + max_tokens each).",
+            ("model",),
+            registry=self.registry,
+        )
         self.generations = Gauge("modelcd_llm_generations_in_flight", "Generations running now.", ("model",), registry=self.registry)
-        self.cost = Gauge("modelcd_llm_cost_usd_per_1m_tokens", "cost.node_usd_per_hour / (generated tokens per busy second x 3600) x 1e6: what 1M tokens "
-                          "cost at the throughput this server achieves while at least one generation runs.", ("model",), registry=self.registry)
+        self.cost = Gauge(
+            "modelcd_llm_cost_usd_per_1m_tokens",
+            "cost.node_usd_per_hour / (generated tokens per busy second x 3600) x 1e6: what 1M tokens "
+            "cost at the throughput this server achieves while at least one generation runs.",
+            ("model",),
+            registry=self.registry,
+        )

@@ -11,15 +11,29 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 # Why a request was answered before it reached a model (modelcd_requests_rejected_total's reason label, with serving/limits.py's).
-PROMPT_TOO_LONG, MAX_TOKENS_TOO_LARGE, KV_CACHE_TOO_LARGE, TOO_MANY_GENERATIONS = "prompt_too_long", "max_tokens_too_large", "kv_cache_too_large", "too_many_generations"
+PROMPT_TOO_LONG, MAX_TOKENS_TOO_LARGE, KV_CACHE_TOO_LARGE, TOO_MANY_GENERATIONS = (
+    "prompt_too_long",
+    "max_tokens_too_large",
+    "kv_cache_too_large",
+    "too_many_generations",
+)
 UNSUPPORTED = "unsupported"
 
 
 class ApiError(Exception):
     """An answer in the OpenAI error body: {"error": {"message", "type", "param", "code"}}."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None, code: str | None = None,
-                 reason: str | None = None, headers: dict | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        reason: str | None = None,
+        headers: dict | None = None,
+    ):
         super().__init__(message)
         self.status, self.type, self.param, self.code, self.headers = status, type, param, code, headers or {}
         self.reason = reason or code or type  # the rejected counter's label
@@ -99,7 +113,9 @@ class CompletionRequest(_Sampled):
     def text(self) -> str:
         if isinstance(self.prompt, list):
             if len(self.prompt) != 1:
-                raise ApiError(400, "one prompt per request is served; send the others as requests of their own", param="prompt", reason=UNSUPPORTED)
+                raise ApiError(
+                    400, "one prompt per request is served; send the others as requests of their own", param="prompt", reason=UNSUPPORTED
+                )
             return self.prompt[0]
         return self.prompt
 
@@ -160,15 +176,29 @@ class Answer:
         return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
 
     def chunk(self, text: str | None, finish: str | None = None, usage: dict | None = None, first: bool = False) -> dict:
-        out = {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion", "created": self.created, "model": self.model,
-               "choices": [self._choice(text, finish, first)]}
+        out = {
+            "id": self.id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [self._choice(text, finish, first)],
+        }
         return out | ({"usage": usage} if usage else {})
 
     def whole(self, text: str, finish: str, usage: dict) -> dict:
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish, "logprobs": None} if self.chat
-                  else {"index": 0, "text": text, "finish_reason": finish, "logprobs": None})
-        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion", "created": self.created, "model": self.model,
-                "choices": [choice], "usage": usage}
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish, "logprobs": None}
+            if self.chat
+            else {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+        )
+        return {
+            "id": self.id,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": usage,
+        }
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:

@@ -4,7 +4,8 @@ A version is loaded off the request path, and only with a valid verdict over the
 (lib/release/servable.py: its registered files verified against the signature the registry holds for it, its signed
 attestation, and the INT8 model, tokenizer and files hashed against the attested digests); its files are
 scanned, the INT8 model is opened in ONNX Runtime from the very bytes that were hashed, and its outputs on the
-probe texts are compared with the gated outputs recorded at gating. Only then is it published, by one reference assignment; a request takes its
+probe texts are compared with the gated outputs recorded at gating. Only then is it published, by one reference assignment; a request takes
+its
 snapshot of that reference once, so it is served entirely by one version. At most
 serving.max_loaded_versions stay loaded: the least recently used one that is not the default goes first.
 """
@@ -47,9 +48,16 @@ class LoadReport:
     steps: tuple[tuple[str, float], ...] = ()  # (step, seconds) in the order they ran
 
     def as_dict(self) -> dict:
-        return {"version": self.version, "content_sha256": self.content_hash, "artifact_sha256": self.artifact_sha256, "variant": self.variant,
-                "seconds": round(self.seconds, 4), "steps": {k: round(v, 4) for k, v in self.steps}, "consistency": self.consistency.as_dict(),
-                "evicted": list(self.evicted)}
+        return {
+            "version": self.version,
+            "content_sha256": self.content_hash,
+            "artifact_sha256": self.artifact_sha256,
+            "variant": self.variant,
+            "seconds": round(self.seconds, 4),
+            "steps": {k: round(v, 4) for k, v in self.steps},
+            "consistency": self.consistency.as_dict(),
+            "evicted": list(self.evicted),
+        }
 
 
 class Steps:
@@ -76,8 +84,15 @@ class ServingPool:
 
     task = CLASSIFICATION
 
-    def __init__(self, model: str, registry: Registry, state_root: Path, policy: ServingPolicy, limits: SafetyLimits = SafetyLimits(),
-                 threads: int = 1):
+    def __init__(
+        self,
+        model: str,
+        registry: Registry,
+        state_root: Path,
+        policy: ServingPolicy,
+        limits: SafetyLimits = SafetyLimits(),
+        threads: int = 1,
+    ):
         self.model, self.registry, self.state_root, self.policy, self.limits = model, registry, Path(state_root), policy, limits
         self.threads = threads  # ORT intra-op threads per model call
         self._loaded: OrderedDict[str, Served] = OrderedDict()  # least recently used first
@@ -121,12 +136,18 @@ class ServingPool:
             record = CandidateRecord.of(self.state_root, ref)
             gated = record.quantization()
         except FileNotFoundError as e:
-            raise servable.NotServable(f"{servable.NO_VERDICT} for {what}: it has no gated build in {self.state_root}; {rerun} first") from e
+            raise servable.NotServable(
+                f"{servable.NO_VERDICT} for {what}: it has no gated build in {self.state_root}; {rerun} first"
+            ) from e
         if record.task != self.task:
-            raise SwapRefused(f"{what} is a {record.task} model, and this server serves {self.task} models; serve it with a server of its own "
-                              f"('modelcd serve {ref.name}' picks the server by the task its production records)")
+            raise SwapRefused(
+                f"{what} is a {record.task} model, and this server serves {self.task} models; serve it with a server of its own "
+                f"('modelcd serve {ref.name}' picks the server by the task its production records)"
+            )
         if "artifact_sha256" not in gated or "probe" not in gated:
-            raise SwapRefused(f"{what} was gated by an older modelcd that recorded neither the served artifact's hash nor its probe outputs; {rerun}")
+            raise SwapRefused(
+                f"{what} was gated by an older modelcd that recorded neither the served artifact's hash nor its probe outputs; {rerun}"
+            )
         return record, gated
 
     def load(self, version: str) -> LoadReport:
@@ -145,8 +166,16 @@ class ServingPool:
                     self._active = served
                 self._forget(previous)
             evicted = self._evict(keep=ref.version)
-            report = LoadReport(ref.version, served.content_hash, served.artifact_sha256, served.variant, time.perf_counter() - step.start, consistency,
-                                evicted, tuple(step.done))
+            report = LoadReport(
+                ref.version,
+                served.content_hash,
+                served.artifact_sha256,
+                served.variant,
+                time.perf_counter() - step.start,
+                consistency,
+                evicted,
+                tuple(step.done),
+            )
             self.reports[ref.version] = report
             return report
 
@@ -163,7 +192,9 @@ class ServingPool:
         what = ref.uri
         artifact = record.build.int8(gated.get("artifact_id", gated["chosen"]))
         if not artifact.is_file():
-            raise SwapRefused(f"{what}: the INT8 model its gates judged is missing ({artifact}); run 'modelcd gate {ref.name} {ref.version}'")
+            raise SwapRefused(
+                f"{what}: the INT8 model its gates judged is missing ({artifact}); run 'modelcd gate {ref.name} {ref.version}'"
+            )
         # Hashed and opened from the same bytes: a file replaced after the check is never what serves.
         artifact_bytes = artifact.read_bytes()
         checked = self._check(ref, bytes_sha256(artifact_bytes))
@@ -172,16 +203,28 @@ class ServingPool:
         step("registered files scanned")
         try:
             # Gated builds record whether the graph is batch-dependent; older records make the engine read the graph.
-            engine = Engine(artifact, record.build.merged, threads=self.threads, batch_dependent=gated.get("batch_dependent"),
-                            artifact_bytes=artifact_bytes)
+            engine = Engine(
+                artifact,
+                record.build.merged,
+                threads=self.threads,
+                batch_dependent=gated.get("batch_dependent"),
+                artifact_bytes=artifact_bytes,
+            )
         except ModelcdError as e:
             raise SwapRefused(f"{what}: {e}") from e
         attested = checked.verdict.subjects
-        served = Served(self.model, ref.version, attested[attestation.REGISTERED_FILES], attested[attestation.INT8_MODEL], gated["chosen"], engine)
+        served = Served(
+            self.model, ref.version, attested[attestation.REGISTERED_FILES], attested[attestation.INT8_MODEL], gated["chosen"], engine
+        )
         step("session opened")
         probe = gated["probe"]
-        consistency = compare(served.logits(probe["texts"], int(probe["batch"])), np.asarray(probe["logits"], dtype=np.float32),
-                              self.policy.max_abs_logit_diff, self.policy.min_top1_agreement, what)
+        consistency = compare(
+            served.logits(probe["texts"], int(probe["batch"])),
+            np.asarray(probe["logits"], dtype=np.float32),
+            self.policy.max_abs_logit_diff,
+            self.policy.min_top1_agreement,
+            what,
+        )
         step("probed against the gated outputs")
         return served, consistency
 
@@ -219,6 +262,8 @@ class ServingPool:
         with self._load_lock:
             served = self.resolve(str(version))
             if self._active is not None and self._active.version == served.version:
-                raise ModelcdError(f"version {version} of {self.model} is the default being served; activate another version before unloading it")
+                raise ModelcdError(
+                    f"version {version} of {self.model} is the default being served; activate another version before unloading it"
+                )
             self._forget(self._loaded.pop(served.version))
             self.reports.pop(served.version, None)

@@ -51,8 +51,12 @@ class Sampler:
         except OSError as e:
             if not self._failed:
                 self._failed = True
-                log.warning("sampled traffic cannot be written to %s (%s); requests are served as before, but live drift cannot be judged "
-                            "until it can: check the folder's space and permissions, or set serving.sample_ratio to 0", self.traffic.folder, e)
+                log.warning(
+                    "sampled traffic cannot be written to %s (%s); requests are served as before, but live drift cannot be judged "
+                    "until it can: check the folder's space and permissions, or set serving.sample_ratio to 0",
+                    self.traffic.folder,
+                    e,
+                )
         except Exception:  # a bug, not the disk: said once, loudly, and still never the request's problem
             if not self._failed:
                 self._failed = True

@@ -32,16 +32,32 @@ class Scaffold:
     require_admin: object
 
 
-def scaffold(pool, metrics, reasons: tuple[str, ...], *, admin_token: str | None, poll_seconds: float, description: str,
-             closers: tuple[Callable[[], None], ...] = ()) -> Scaffold:
+def scaffold(
+    pool,
+    metrics,
+    reasons: tuple[str, ...],
+    *,
+    admin_token: str | None,
+    poll_seconds: float,
+    description: str,
+    closers: tuple[Callable[[], None], ...] = (),
+) -> Scaffold:
     for reason in reasons:
         metrics.rejected.labels(pool.model, reason)  # zeros from the start
     policy = pool.policy
-    traffic = TrafficLog(pool.state_root, pool.model, policy.sample_ratio, policy.sample_max, max_bytes=policy.sample_max_bytes,
-                         max_record_bytes=record_bytes_bound(policy.max_text_chars))
+    traffic = TrafficLog(
+        pool.state_root,
+        pool.model,
+        policy.sample_ratio,
+        policy.sample_max,
+        max_bytes=policy.sample_max_bytes,
+        max_record_bytes=record_bytes_bound(policy.max_text_chars),
+    )
     sampler = Sampler(traffic, metrics.samples_dropped.labels(pool.model))
     swapper = Swapper(pool, metrics, loader_executor())
-    follower = AliasFollower(pool.registry, pool.model, swapper, on_refused=lambda version, why: metrics.alias_refused.labels(pool.model, version).set(1))
+    follower = AliasFollower(
+        pool.registry, pool.model, swapper, on_refused=lambda version, why: metrics.alias_refused.labels(pool.model, version).set(1)
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -70,9 +86,15 @@ def scaffold(pool, metrics, reasons: tuple[str, ...], *, admin_token: str | None
         served = pool.active
         if served is None:
             return JSONResponse({"status": "not ready", "reason": follower.waiting_reason()}, status_code=503)
-        return {"status": "ready", "model": served.model, "version": served.version, "adapter_sha256": served.content_hash,
-                "artifact_sha256": served.artifact_sha256, "variant": served.variant,
-                **({"adapter_file_sha256": served.adapter_sha256} if hasattr(served, "adapter_sha256") else {})}
+        return {
+            "status": "ready",
+            "model": served.model,
+            "version": served.version,
+            "adapter_sha256": served.content_hash,
+            "artifact_sha256": served.artifact_sha256,
+            "variant": served.variant,
+            **({"adapter_file_sha256": served.adapter_sha256} if hasattr(served, "adapter_sha256") else {}),
+        }
 
     @app.get("/metrics")
     async def metrics_endpoint():

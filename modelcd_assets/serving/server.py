@@ -2,7 +2,8 @@
 
 The serving process imports neither torch nor Dagster: it runs ONNX Runtime on the gated artifact, reads
 the policy file itself, and loads a version (following the alias, or through the admin API) only with a valid
-signed verdict over its bytes (lib/release/servable.py), so it needs no Dagster database. The admin API listens on a port of its own, on loopback
+signed verdict over its bytes (lib/release/servable.py), so it needs no Dagster database. The admin API listens on a port of its own, on
+loopback
 unless told otherwise, and only when MODELCD_ADMIN_TOKEN is set; the public port has no admin routes.
 """
 
@@ -41,15 +42,23 @@ def app_from_env(model: str, workers: int = 2, environ: dict | None = None, *, c
         from modelcd_assets.serving.lm_pool import LmPool
 
         if chaos:
-            raise ModelcdError(f"--chaos injects faults into classify requests; {model} is a causal LM, served through the OpenAI API without it")
+            raise ModelcdError(
+                f"--chaos injects faults into classify requests; {model} is a causal LM, served through the OpenAI API without it"
+            )
         # One session per base build, its intra-op threads over all cores: a decode step is one small matmul per layer.
         lm_pool = LmPool(model, registry, Path(env["MODELCD_HOME"]), policy.serving, policy.safety.limits(), threads=None)
-        return create_lm_app(lm_pool, admin_token=env.get(ADMIN_TOKEN_ENV) or None, poll_seconds=policy.serving.poll_seconds,
-                             node_usd_per_hour=policy.cost.node_usd_per_hour)
+        return create_lm_app(
+            lm_pool,
+            admin_token=env.get(ADMIN_TOKEN_ENV) or None,
+            poll_seconds=policy.serving.poll_seconds,
+            node_usd_per_hour=policy.cost.node_usd_per_hour,
+        )
     pool = ServingPool(model, registry, Path(env["MODELCD_HOME"]), policy.serving, policy.safety.limits(), threads=1)
     if chaos:
         log.warning("--chaos: POST /v1/admin/faults can make any loaded version slow, failing or NaN-producing")
-    return create_app(pool, admin_token=env.get(ADMIN_TOKEN_ENV) or None, poll_seconds=policy.serving.poll_seconds, chaos=chaos, workers=workers)
+    return create_app(
+        pool, admin_token=env.get(ADMIN_TOKEN_ENV) or None, poll_seconds=policy.serving.poll_seconds, chaos=chaos, workers=workers
+    )
 
 
 def task_of_model(registry: Registry, model: str) -> str:
@@ -61,8 +70,9 @@ def task_of_model(registry: Registry, model: str) -> str:
     return registry.tags(ref).get(TASK, DEFAULT_TASK) if ref is not None else DEFAULT_TASK
 
 
-def serve(model: str, host: str, port: int, workers: int, chaos: bool = False,
-          admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT) -> int:
+def serve(
+    model: str, host: str, port: int, workers: int, chaos: bool = False, admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT
+) -> int:
     """The public app on host:port and the admin app on admin_host:admin_port (0: none), in one process and event loop."""
     import mlflow  # noqa: F401  (configures its own loggers on import; quieten them after)
     import uvicorn
@@ -77,7 +87,9 @@ def serve(model: str, host: str, port: int, workers: int, chaos: bool = False,
     elif not admin_port:
         log.warning("--admin-port 0: no admin API")
     else:
-        configs.append(uvicorn.Config(app.state.admin_app, host=admin_host, port=admin_port, lifespan="off", log_level="warning", access_log=False))
+        configs.append(
+            uvicorn.Config(app.state.admin_app, host=admin_host, port=admin_port, lifespan="off", log_level="warning", access_log=False)
+        )
         log.info("admin API on http://%s:%d/v1/admin/", admin_host, admin_port)
     servers = [uvicorn.Server(c) for c in configs]
     try:
@@ -92,6 +104,7 @@ async def _serve_together(servers: list) -> int:
 
     Returns 1 when one of them could not start (uvicorn logged why), else 0.
     """
+
     async def run(server) -> int:
         try:
             await server.serve()

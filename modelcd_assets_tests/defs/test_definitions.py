@@ -37,7 +37,9 @@ def test_every_gate_is_blocking_and_upstream_of_production(modelcd_env):
 
 def test_dagster_definitions_validate(modelcd_env):
     dagster = Path(sys.executable).with_name("dagster")
-    proc = subprocess.run([str(dagster), "definitions", "validate", "-w", str(ROOT / "workspace.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(dagster), "definitions", "validate", "-w", str(ROOT / "workspace.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -59,8 +61,10 @@ def test_the_gate_graph_reads_the_code_location_as_dagster_does(modelcd_env):
     graph, ours = d.resolve_asset_graph(), GateGraph.of(d)
     upstream = graph.get_ancestor_asset_keys(PRODUCTION_KEY)
     stage = {key: i for i, key in enumerate(graph.toposorted_asset_keys)}
-    expected = sorted((k for k in graph.asset_check_keys if k.asset_key in upstream and graph.get_check_spec(k).blocking),
-                      key=lambda k: (stage[k.asset_key], k.name))
+    expected = sorted(
+        (k for k in graph.asset_check_keys if k.asset_key in upstream and graph.get_check_spec(k).blocking),
+        key=lambda k: (stage[k.asset_key], k.name),
+    )
     assert required_gates(ours) == expected and len(expected) >= 15
     assert ours.ancestors(PRODUCTION_KEY) == upstream
     assert ours.pipeline_order(upstream) == [k for k in graph.toposorted_asset_keys if k in upstream]
@@ -78,8 +82,17 @@ def test_each_task_requires_the_gates_that_judge_it(modelcd_env):
     every, classifier, llm = ({k.name for k in required_gates(graph, t)} for t in (None, "classification", "causal-lm"))
     assert classifier == every - {"perplexity_within_tolerance", "generation_is_healthy"}
     assert llm == every - {"accuracy_within_tolerance"}
-    shared = {"artifact_is_safe", "weights_are_finite", "adapter_fits_base", "semver_covers_contract_change", "int8_agrees_with_fp32",
-              "golden_cases_pass", "no_drift_detected", "throughput_within_tolerance", "cost_within_budget"}
+    shared = {
+        "artifact_is_safe",
+        "weights_are_finite",
+        "adapter_fits_base",
+        "semver_covers_contract_change",
+        "int8_agrees_with_fp32",
+        "golden_cases_pass",
+        "no_drift_detected",
+        "throughput_within_tolerance",
+        "cost_within_budget",
+    }
     assert shared <= classifier & llm
 
 

@@ -22,8 +22,10 @@ pytestmark = pytest.mark.slow
 MODEL = "tiny-intent"
 # As test_gated_pipeline's policy; the re-timing compares with figures recorded minutes earlier on a busy 2-core test
 # machine, so the test scales the recorded figures far past the ratio threshold both ways.
-POLICY = ("accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n"
-          "  min_ratio: 0.5\ndrift:\n  live_window: 600\n  live_min_records: 200\n")
+POLICY = (
+    "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  on_inconclusive: pass\n"
+    "  min_ratio: 0.5\ndrift:\n  live_window: 600\n  live_min_records: 200\n"
+)
 
 
 env, instance = module_state_fixtures("monitoring", {MODEL: POLICY})
@@ -47,7 +49,7 @@ def serve(env, texts: list[str], version: str) -> None:
     shutil.rmtree(traffic_log.folder(root(env), MODEL), ignore_errors=True)
     log = TrafficLog(root(env), MODEL, ratio=1.0, max_records=10_000)
     for i in range(0, len(texts), 8):  # requests of 8 texts
-        log.append(version, texts[i:i + 8])
+        log.append(version, texts[i : i + 8])
 
 
 def run_job(instance, name: str, asset: str | None = None):
@@ -183,8 +185,14 @@ def test_plain_dagster_job_execute_in_the_repo_needs_no_variable(env, production
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MODELCD_", "MLFLOW_", "DAGSTER_"))}
     assert not {"MODELCD_HOME", "MODELCD_DATA", "MLFLOW_TRACKING_URI", "MODELCD_MLFLOW_ARTIFACTS", "MODELCD_POLICY_DIR"} & set(clean)
     dagster = Path(sys.executable).with_name("dagster")
-    done = subprocess.run([str(dagster), "job", "execute", "-m", "modelcd_assets.definitions", "-j", LIVE_TRAFFIC_JOB],
-                          cwd=tmp_path, env={**clean, "HOME": str(tmp_path)}, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(dagster), "job", "execute", "-m", "modelcd_assets.definitions", "-j", LIVE_TRAFFIC_JOB],
+        cwd=tmp_path,
+        env={**clean, "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     assert f"live traffic drifted from the reference data in {MODEL}" in output

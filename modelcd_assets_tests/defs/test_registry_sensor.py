@@ -98,9 +98,12 @@ def test_120_models_are_found_in_one_tick_with_paged_listings_and_launched_once(
     calls = []
     for method in ("search_registered_models", "search_model_versions", "get_registered_model", "get_model_version", "get_latest_versions"):
         real = getattr(MlflowClient, method)
-        monkeypatch.setattr(MlflowClient, method, lambda self, *a, _real=real, _m=method, **kw: (calls.append(_m), _real(self, *a, **kw))[1])
-    resource = MlflowRegistryResource(tracking_uri=modelcd_env.env["MLFLOW_TRACKING_URI"], artifact_location=modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"],
-                                      page_size=page)
+        monkeypatch.setattr(
+            MlflowClient, method, lambda self, *a, _real=real, _m=method, **kw: (calls.append(_m), _real(self, *a, **kw))[1]
+        )
+    resource = MlflowRegistryResource(
+        tracking_uri=modelcd_env.env["MLFLOW_TRACKING_URI"], artifact_location=modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"], page_size=page
+    )
     with dg.instance_for_test() as instance:
         first = registry_sensor(dg.build_sensor_context(instance=instance, resources={"registry": resource}))
         keys = keys_of(first)
@@ -116,7 +119,8 @@ def test_120_models_are_found_in_one_tick_with_paged_listings_and_launched_once(
 
 
 def test_a_model_deleted_and_re_created_is_gated_again_under_its_old_version_numbers(modelcd_env, tiny_base, tiny_trained):
-    """Re-created, a model restarts at version 1 with other bytes: skipping numbers already gated would let old passes stand for new bytes."""
+    """Re-created, a model restarts at version 1 with other bytes: skipping numbers already gated would let old passes stand for new
+    bytes."""
     import time
 
     reg = modelcd_env.registry

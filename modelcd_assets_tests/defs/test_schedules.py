@@ -5,7 +5,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from modelcd_assets.defs.schedules import LIVE_TRAFFIC_JOB, PRODUCTION_RECHECK_JOB, gate_selftest_weekly, live_traffic_hourly, production_recheck_nightly
+from modelcd_assets.defs.schedules import (
+    LIVE_TRAFFIC_JOB,
+    PRODUCTION_RECHECK_JOB,
+    gate_selftest_weekly,
+    live_traffic_hourly,
+    production_recheck_nightly,
+)
 from modelcd_assets.lib.errors import RegistryUnavailable
 from modelcd_assets.lib.operations.traffic_log import TrafficLog
 from modelcd_assets.resources.registry import MlflowRegistryResource
@@ -15,7 +21,9 @@ from modelcd_assets_tests.conftest import TEST_LOCK
 
 def resources(env) -> dict:
     return {
-        "registry": MlflowRegistryResource(tracking_uri=env.env["MLFLOW_TRACKING_URI"], artifact_location=env.env["MODELCD_MLFLOW_ARTIFACTS"]),
+        "registry": MlflowRegistryResource(
+            tracking_uri=env.env["MLFLOW_TRACKING_URI"], artifact_location=env.env["MODELCD_MLFLOW_ARTIFACTS"]
+        ),
         "state": LocalStateResource(home=env.env["MODELCD_HOME"], data_dir=env.env["MODELCD_DATA"]),
     }
 

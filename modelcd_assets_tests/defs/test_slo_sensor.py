@@ -20,8 +20,8 @@ from modelcd_assets.lib.judging.slo import PASS, evaluate_slo
 from modelcd_assets.lib.operations.prometheus_server import PrometheusServer
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.serving.metrics import ServerMetrics
-from modelcd_assets_tests.serving.conftest import free_port
 from modelcd_assets_tests.conftest import TEST_LOCK
+from modelcd_assets_tests.serving.conftest import free_port
 
 SLO = "slo:\n  p99_latency_ms: 100\n  window: 10s\n  min_samples: 20\n  consecutive_failures: 2\n"
 LATENCY = {"intent-a": 0.4, "intent-b": 0.01}

@@ -24,11 +24,22 @@ def production(tiny_trained, tiny_adapters, tmp_path_factory):
 def test_the_catalog_covers_every_outcome_and_at_least_25_classes():
     assert len(CLASSES) >= 25
     assert len({fc.name for fc in CLASSES}) == len(CLASSES)
-    assert {fc.expected.kind for fc in CLASSES} == {"refused at register", "manifest mismatch", "blocked by gate", "bad input", "superseded",
-                                                     "run failed, nothing promoted", "sensor skipped, nothing launched", "never served",
-                                                     "rejected before inference"}
+    assert {fc.expected.kind for fc in CLASSES} == {
+        "refused at register",
+        "manifest mismatch",
+        "blocked by gate",
+        "bad input",
+        "superseded",
+        "run failed, nothing promoted",
+        "sensor skipped, nothing launched",
+        "never served",
+        "rejected before inference",
+    }
     # A block is judged by the gate named, never by whichever gate a particular production happens to trip.
-    assert BY_NAME["static_calibration_collapse"].expected == blocked("int8_agrees_with_fp32") and BY_NAME["static_calibration_collapse"].reproducible
+    assert (
+        BY_NAME["static_calibration_collapse"].expected == blocked("int8_agrees_with_fp32")
+        and BY_NAME["static_calibration_collapse"].reproducible
+    )
 
 
 def test_select_keeps_catalog_order_and_names_unknown_classes():

@@ -8,15 +8,18 @@ from modelcd_assets.faults.outcomes import BAD_INPUT, BLOCKED, NOT_REPRODUCIBLE,
 from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport, clopper_pearson
 
 
-@pytest.mark.parametrize("actual, expected, ok", [
-    (blocked_by(["adapter_changes_outputs", "weights_are_finite"], "weights_are_finite"), blocked("weights_are_finite"), True),
-    (blocked_by(["accuracy_within_tolerance"]), blocked("weights_are_finite"), False),
-    (Outcome(PROMOTED), blocked("weights_are_finite"), False),
-    (Outcome(REFUSED, detail="x"), Outcome(REFUSED), True),
-    (Outcome(BAD_INPUT), Outcome(REFUSED), False),
-    (Outcome(BAD_INPUT, detail="adapter x does not fit base y: ..."), Outcome(BAD_INPUT, detail="does not fit base"), True),
-    (Outcome(BAD_INPUT, detail="FileNotFoundError: no split"), Outcome(BAD_INPUT, detail="does not fit base"), False),
-])
+@pytest.mark.parametrize(
+    "actual, expected, ok",
+    [
+        (blocked_by(["adapter_changes_outputs", "weights_are_finite"], "weights_are_finite"), blocked("weights_are_finite"), True),
+        (blocked_by(["accuracy_within_tolerance"]), blocked("weights_are_finite"), False),
+        (Outcome(PROMOTED), blocked("weights_are_finite"), False),
+        (Outcome(REFUSED, detail="x"), Outcome(REFUSED), True),
+        (Outcome(BAD_INPUT), Outcome(REFUSED), False),
+        (Outcome(BAD_INPUT, detail="adapter x does not fit base y: ..."), Outcome(BAD_INPUT, detail="does not fit base"), True),
+        (Outcome(BAD_INPUT, detail="FileNotFoundError: no split"), Outcome(BAD_INPUT, detail="does not fit base"), False),
+    ],
+)
 def test_an_outcome_satisfies_only_its_kind_and_for_a_block_its_gate(actual, expected, ok):
     assert actual.satisfies(expected) is ok
 
@@ -33,9 +36,13 @@ def test_clopper_pearson(k, n, low, high):
 
 
 def _report(actual: Outcome, control: Outcome, after: str = "models:/m/1") -> SelftestReport:
-    return SelftestReport("m", "models:/m/1", after,
-                          classes=[ClassResult("weight_scale_blowup", "weights", "", blocked("weights_are_finite"), actual, 1.0)],
-                          controls=[ControlResult("identical-1", "byte-identical", True, control, 1.0)])
+    return SelftestReport(
+        "m",
+        "models:/m/1",
+        after,
+        classes=[ClassResult("weight_scale_blowup", "weights", "", blocked("weights_are_finite"), actual, 1.0)],
+        controls=[ControlResult("identical-1", "byte-identical", True, control, 1.0)],
+    )
 
 
 def test_exit_code_is_zero_only_when_every_class_is_caught_no_control_blocked_and_production_unmoved(tmp_path):
@@ -78,11 +85,21 @@ def _render_docs_faults():
 
 
 def test_a_fault_not_reproducible_on_the_model_is_counted_apart_neither_caught_nor_missed(tmp_path):
-    measured = "static INT8 calibrated on 4 one-word texts, on production's build: INT8 agrees with FP32 on 100.00% of the evaluation split (>= 99.00%)"
+    measured = (
+        "static INT8 calibrated on 4 one-word texts, on production's build: INT8 agrees with FP32 on 100.00% of the evaluation split (>="
+        " 99.00%)"
+    )
     caught = ClassResult("nan_weights", "weights", "", blocked("weights_are_finite"), blocked_by(["weights_are_finite"]), 1.0)
-    apart = ClassResult("static_calibration_collapse", "infra", "", blocked("int8_agrees_with_fp32"), Outcome(NOT_REPRODUCIBLE, detail=measured), 1.0)
-    report = SelftestReport("m", "models:/m/1", "models:/m/1", classes=[caught, apart],
-                            controls=[ControlResult("identical-1", "byte-identical", False, Outcome(PROMOTED), 1.0)])
+    apart = ClassResult(
+        "static_calibration_collapse", "infra", "", blocked("int8_agrees_with_fp32"), Outcome(NOT_REPRODUCIBLE, detail=measured), 1.0
+    )
+    report = SelftestReport(
+        "m",
+        "models:/m/1",
+        "models:/m/1",
+        classes=[caught, apart],
+        controls=[ControlResult("identical-1", "byte-identical", False, Outcome(PROMOTED), 1.0)],
+    )
 
     assert not apart.ok and apart.not_reproducible and apart.verdict == "not reproducible"
     assert report.caught == 1 and [r.name for r in report.reproduced] == ["nan_weights"]
@@ -91,20 +108,41 @@ def test_a_fault_not_reproducible_on_the_model_is_counted_apart_neither_caught_n
     assert "fault classes: 1/1 ended in their expected outcome (interception rate 100%)" in text
     assert "not reproducible on this model, counted apart (neither caught nor missed): 1 (static_calibration_collapse)" in text
     assert f"  static_calibration_collapse: {measured}" in text and "not in their expected outcome" not in text and text.endswith("PASS")
-    assert "| static_calibration_collapse | blocked by gate int8_agrees_with_fp32 | not reproducible on this model | not reproducible |" in report.markdown()[0]
+    assert (
+        "| static_calibration_collapse | blocked by gate int8_agrees_with_fp32 | not reproducible on this model | not reproducible |"
+        in report.markdown()[0]
+    )
 
     report.write_json(tmp_path / "faults.json")
     saved = json.loads((tmp_path / "faults.json").read_text())
-    assert saved["ok"] is True and saved["caught"] == 1 and saved["reproduced"] == 1 and saved["not_reproducible"] == ["static_calibration_collapse"]
+    assert (
+        saved["ok"] is True
+        and saved["caught"] == 1
+        and saved["reproduced"] == 1
+        and saved["not_reproducible"] == ["static_calibration_collapse"]
+    )
     assert [c["not_reproducible"] for c in saved["classes"]] == [False, True] and saved["classes"][1]["detail"] == measured
     saved["load"] = {"requests": 0, "errors": 0}
     docs = _render_docs_faults()(saved)
-    assert docs.startswith("**1 of 1 classes ended in their expected outcome, 1 not reproducible on this model; 0 of 1 clean controls were blocked**")
-    assert "| static_calibration_collapse | infra | blocked by gate int8_agrees_with_fp32 | not reproducible on this model | not reproducible |" in docs
+    assert docs.startswith(
+        "**1 of 1 classes ended in their expected outcome, 1 not reproducible on this model; 0 of 1 clean controls were blocked**"
+    )
+    assert (
+        "| static_calibration_collapse | infra | blocked by gate int8_agrees_with_fp32 | not reproducible on this model | not"
+        " reproducible |" in docs
+    )
     assert f"Not reproducible on this model, counted apart: static_calibration_collapse: {measured}." in docs
 
     # Not reproducible is never a way to pass: a missed class still fails the run, and so does a false block.
     missed = ClassResult("weight_scale_blowup", "weights", "", blocked("weights_within_scale"), Outcome(PROMOTED), 1.0)
     assert SelftestReport("m", "models:/m/1", "models:/m/1", classes=[apart, missed]).exit_code == 1
-    assert SelftestReport("m", "models:/m/1", "models:/m/1", classes=[apart], controls=[
-        ControlResult("identical-1", "byte-identical", False, blocked_by(["throughput_within_tolerance"]), 1.0)]).exit_code == 1
+    assert (
+        SelftestReport(
+            "m",
+            "models:/m/1",
+            "models:/m/1",
+            classes=[apart],
+            controls=[ControlResult("identical-1", "byte-identical", False, blocked_by(["throughput_within_tolerance"]), 1.0)],
+        ).exit_code
+        == 1
+    )

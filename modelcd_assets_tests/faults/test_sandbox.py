@@ -22,10 +22,22 @@ pytestmark = pytest.mark.slow
 MODEL = "tiny-intent"
 # As test_gated_pipeline.py's policy (dynamic INT8 pinned, a floor the tiny model clears); a throughput verdict
 # left inconclusive by a busy 2-core machine does not block a control here, and six pairs keep each benchmark short.
-POLICY = "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  pairs: 6\n  max_pairs: 6\n  on_inconclusive: pass\n"
+POLICY = (
+    "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: dynamic\nthroughput:\n  p99_slo_ms: 250\n  pairs: 6\n  max_pairs: 6\n "
+    " on_inconclusive: pass\n"
+)
 # One class of each outcome kind, plus a raw upload that only artifact_is_safe sees.
-FAST = ["pickle_renamed", "tampered_after_registration", "raw_pickle_renamed", "nan_weights", "weight_scale_blowup", "adapter_targets_no_module",
-        "registry_outage", "production_moved_mid_run", "prometheus_unreachable"]
+FAST = [
+    "pickle_renamed",
+    "tampered_after_registration",
+    "raw_pickle_renamed",
+    "nan_weights",
+    "weight_scale_blowup",
+    "adapter_targets_no_module",
+    "registry_outage",
+    "production_moved_mid_run",
+    "prometheus_unreachable",
+]
 
 
 def tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
@@ -48,11 +60,21 @@ def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_p
     assert sorted(r.name for r in report.classes) == sorted(FAST)
     assert {r.name: f"{r.actual}: {r.actual.detail}" for r in report.classes if not r.ok} == {}
     assert {str(r.expected).split(" gate ")[0] for r in report.classes} == {
-        "refused at register", "manifest mismatch", "blocked by", "bad input", "superseded", "run failed, nothing promoted", "sensor skipped, nothing launched"}
+        "refused at register",
+        "manifest mismatch",
+        "blocked by",
+        "bad input",
+        "superseded",
+        "run failed, nothing promoted",
+        "sensor skipped, nothing launched",
+    }
     # Two byte-identical copies and the base's tokenizer and config files copied beside production's adapter; the first
     # of each kind gated first, beside the sandbox's server answering a load generator process until those gates had ended.
     assert [(c.label, c.outcome.kind, c.under_load) for c in report.controls] == [
-        ("identical-1", PROMOTED, True), ("base-files", PROMOTED, True), ("identical-2", PROMOTED, False)], [c.outcome.detail for c in report.controls]
+        ("identical-1", PROMOTED, True),
+        ("base-files", PROMOTED, True),
+        ("identical-2", PROMOTED, False),
+    ], [c.outcome.detail for c in report.controls]
     assert report.load["requests"] > 0 and report.load["errors"] == 0, (report.load, report.notes)
     assert not any("load generator exited" in n for n in report.notes), report.notes
     assert report.exit_code == 0 and report.false_block_upper == pytest.approx(0.7076, abs=1e-4)
@@ -64,23 +86,35 @@ def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_p
 
 # Ways around the gates closed by issue 17, each in seconds on the tiny model: the two outcome kinds the FAST subset lacks
 # (never served, rejected before inference) and the other bypasses.
-BYPASSES = ["onnx_external_data_hiding_code", "raw_onnx_external_data_hiding_code", "registry_unreachable", "production_alias_deleted",
-            "alias_moved_to_blocked", "files_swapped_after_gating", "model_deleted_and_recreated", "attestation_forged_with_another_key",
-            "oversized_requests"]
+BYPASSES = [
+    "onnx_external_data_hiding_code",
+    "raw_onnx_external_data_hiding_code",
+    "registry_unreachable",
+    "production_alias_deleted",
+    "alias_moved_to_blocked",
+    "files_swapped_after_gating",
+    "model_deleted_and_recreated",
+    "attestation_forged_with_another_key",
+    "oversized_requests",
+]
 
 
 def test_ways_around_a_verdict_end_as_expected_and_the_sandbox_production_stays(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
     env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
 
-    report = run_selftest(MODEL, env.env, only=BYPASSES, identical_controls=1, retrained_controls=0, under_load=False, root=tmp_path / "sandbox",
-                          keep=True)
+    report = run_selftest(
+        MODEL, env.env, only=BYPASSES, identical_controls=1, retrained_controls=0, under_load=False, root=tmp_path / "sandbox", keep=True
+    )
     print(report.render())
 
     assert sorted(r.name for r in report.classes) == sorted(BYPASSES)
     assert {r.name: f"{r.actual}: {r.actual.detail}" for r in report.classes if not r.ok} == {}
     details = {r.name: r.actual.detail for r in report.classes}
     assert "modelcd_alias_refused set" in details["alias_moved_to_blocked"] and "no valid verdict" in details["alias_moved_to_blocked"]
-    assert all(f"{what}: not servable" in details["files_swapped_after_gating"] for what in ("the INT8 model", "the tokenizer", "the fetched weights"))
+    assert all(
+        f"{what}: not servable" in details["files_swapped_after_gating"]
+        for what in ("the INT8 model", "the tokenizer", "the fetched weights")
+    )
     assert "do not match their signature" in details["model_deleted_and_recreated"]
     assert "production's genuine verdict copied over" in details["attestation_forged_with_another_key"]
     assert "the attestation is about" in details["attestation_forged_with_another_key"]
@@ -95,12 +129,22 @@ def test_a_collapsing_static_calibration_is_caught_by_int8_fidelity_on_the_tiny_
     # on the tiny model the fault is real, measured first, and the fidelity gate must be the one that sees it.
     env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
 
-    report = run_selftest(MODEL, env.env, only=["static_calibration_collapse"], identical_controls=0, retrained_controls=0, under_load=False,
-                          root=tmp_path / "sandbox")
+    report = run_selftest(
+        MODEL,
+        env.env,
+        only=["static_calibration_collapse"],
+        identical_controls=0,
+        retrained_controls=0,
+        under_load=False,
+        root=tmp_path / "sandbox",
+    )
     [result] = report.classes
     assert result.ok and "int8_agrees_with_fp32" in result.actual.gates, f"{result.actual}: {result.actual.detail}"
-    assert re.match(r"reproduced: static INT8 calibrated on 4 one-word texts, on production's build: INT8 agrees with FP32 on 9\d\.\d\d% "
-                    r"of the evaluation split \(< 99\.00%\); ", result.actual.detail), result.actual.detail
+    assert re.match(
+        r"reproduced: static INT8 calibrated on 4 one-word texts, on production's build: INT8 agrees with FP32 on 9\d\.\d\d% "
+        r"of the evaluation split \(< 99\.00%\); ",
+        result.actual.detail,
+    ), result.actual.detail
     assert env.registry.production(MODEL) == prod
 
 
@@ -123,26 +167,53 @@ def test_gate_selftest_asset_reports_the_table_and_interception_rate(tmp_path, m
     env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
     env.policy(MODEL, POLICY + "int8_fidelity:\n  min_top1_agreement: 0.5\n")
     e = env.env
-    resources = {"registry": MlflowRegistryResource(tracking_uri=e["MLFLOW_TRACKING_URI"], artifact_location=e["MODELCD_MLFLOW_ARTIFACTS"]),
-                 "policy": PolicyResource(policy_dir=e["MODELCD_POLICY_DIR"]), "state": LocalStateResource(home=e["MODELCD_HOME"], data_dir=e["MODELCD_DATA"])}
-    config = {"ops": {"gate_selftest": {"config": {"model": MODEL, "controls": 0,
-                                                   "only": ["pickle_renamed", "prometheus_unreachable", "static_calibration_collapse"]}}}}
+    resources = {
+        "registry": MlflowRegistryResource(tracking_uri=e["MLFLOW_TRACKING_URI"], artifact_location=e["MODELCD_MLFLOW_ARTIFACTS"]),
+        "policy": PolicyResource(policy_dir=e["MODELCD_POLICY_DIR"]),
+        "state": LocalStateResource(home=e["MODELCD_HOME"], data_dir=e["MODELCD_DATA"]),
+    }
+    config = {
+        "ops": {
+            "gate_selftest": {
+                "config": {
+                    "model": MODEL,
+                    "controls": 0,
+                    "only": ["pickle_renamed", "prometheus_unreachable", "static_calibration_collapse"],
+                }
+            }
+        }
+    }
     with dg.instance_for_test(temp_dir=e["DAGSTER_HOME"]) as instance:
         result = dg.materialize([gate_selftest], instance=instance, resources=resources, run_config=config)
     meta = {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node("gate_selftest")[0].metadata.items()}
     assert meta["passed"] is True and meta["interception_rate"] == 1.0 and meta["classes_in_expected_outcome"] == "2/2"
     assert meta["not_in_expected_outcome"] == "none"
-    assert re.fullmatch(r"static_calibration_collapse: static INT8 calibrated on 4 one-word texts, on production's build: INT8 agrees with FP32 "
-                        r"on 9\d\.\d\d% of the evaluation split \(>= 50\.00%\)", meta["not_reproducible"]), meta["not_reproducible"]
+    assert re.fullmatch(
+        r"static_calibration_collapse: static INT8 calibrated on 4 one-word texts, on production's build: INT8 agrees with FP32 "
+        r"on 9\d\.\d\d% of the evaluation split \(>= 50\.00%\)",
+        meta["not_reproducible"],
+    ), meta["not_reproducible"]
     assert "| pickle_renamed | refused at register | refused at register | yes |" in meta["classes"]
-    assert "| static_calibration_collapse | blocked by gate int8_agrees_with_fp32 | not reproducible on this model | not reproducible |" in meta["classes"]
+    assert (
+        "| static_calibration_collapse | blocked by gate int8_agrees_with_fp32 | not reproducible on this model | not reproducible |"
+        in meta["classes"]
+    )
     assert re.search(r"not reproducible on this model, counted apart .*static_calibration_collapse", meta["summary"])
     assert env.registry.production(MODEL) == prod
 
 
 # The causal-LM classes that take seconds on the tiny LM (same_reply trains an adapter; its builder is tested in test_builders.py).
-LM_FAST = ["lm_nan_in_lora_b", "lm_lora_b_x50", "lm_added_special_token", "lm_chat_template_as_patch", "lm_eos_changed", "lm_other_rank",
-           "lm_adapter_of_another_base", "lm_prompt_beyond_context", "lm_subnormal_lora"]
+LM_FAST = [
+    "lm_nan_in_lora_b",
+    "lm_lora_b_x50",
+    "lm_added_special_token",
+    "lm_chat_template_as_patch",
+    "lm_eos_changed",
+    "lm_other_rank",
+    "lm_adapter_of_another_base",
+    "lm_prompt_beyond_context",
+    "lm_subnormal_lora",
+]
 
 
 def test_causal_lm_classes_end_as_expected_and_the_clean_controls_pass(tmp_path, monkeypatch, tiny_lm):
@@ -157,13 +228,20 @@ def test_causal_lm_classes_end_as_expected_and_the_clean_controls_pass(tmp_path,
 
     with pytest.raises(Exception, match="its faults are the causal-lm classes"):
         run_selftest("tiny-reply", env.env, task="classification", identical_controls=0, retrained_controls=0, root=tmp_path / "wrong")
-    report = run_selftest("tiny-reply", env.env, only=LM_FAST, identical_controls=1, retrained_controls=0, under_load=True, root=tmp_path / "sandbox")
+    report = run_selftest(
+        "tiny-reply", env.env, only=LM_FAST, identical_controls=1, retrained_controls=0, under_load=True, root=tmp_path / "sandbox"
+    )
     print(report.render())
     assert {r.name: f"{r.actual}: {r.actual.detail}" for r in report.classes if not r.ok and r.actual.kind != NOT_REPRODUCIBLE} == {}
     assert [r.name for r in report.classes if r.actual.kind == NOT_REPRODUCIBLE] == []
     subnormal = next(r for r in report.classes if r.name == "lm_subnormal_lora")
     assert "served values are subnormal" in subnormal.actual.detail, subnormal.actual.detail
-    assert [(c.label, c.outcome.kind) for c in report.controls] == [("identical-1", PROMOTED), ("lora-b-x1.001", PROMOTED), ("base-files", PROMOTED),
-                                                                    ("bf16", PROMOTED), ("fp16", PROMOTED)], [c.outcome.detail for c in report.controls]
+    assert [(c.label, c.outcome.kind) for c in report.controls] == [
+        ("identical-1", PROMOTED),
+        ("lora-b-x1.001", PROMOTED),
+        ("base-files", PROMOTED),
+        ("bf16", PROMOTED),
+        ("fp16", PROMOTED),
+    ], [c.outcome.detail for c in report.controls]
     assert any("without a server under load" in n for n in report.notes)
     assert report.exit_code == 0 and env.registry.production("tiny-reply") == prod

@@ -50,8 +50,13 @@ def _run_launcher(values: Mapping[str, Any]) -> dict:
     for key, out in (("envConfigMaps", "env_config_maps"), ("envSecrets", "env_secrets")):
         if k.get(key):
             config[out] = _names(k[key])
-    for key, out in (("envVars", "env_vars"), ("volumeMounts", "volume_mounts"), ("volumes", "volumes"), ("labels", "labels"),
-                     ("resources", "resources")):
+    for key, out in (
+        ("envVars", "env_vars"),
+        ("volumeMounts", "volume_mounts"),
+        ("volumes", "volumes"),
+        ("labels", "labels"),
+        ("resources", "resources"),
+    ):
         if k.get(key):
             config[out] = k[key]
     if k.get("failPodOnRunFailure"):
@@ -61,8 +66,13 @@ def _run_launcher(values: Mapping[str, Any]) -> dict:
     if k.get("securityContext"):
         config["security_context"] = k["securityContext"]
     if k.get("runK8sConfig"):
-        parts = {"containerConfig": "container_config", "podSpecConfig": "pod_spec_config",
-                 "podTemplateSpecMetadata": "pod_template_spec_metadata", "jobSpecConfig": "job_spec_config", "jobMetadata": "job_metadata"}
+        parts = {
+            "containerConfig": "container_config",
+            "podSpecConfig": "pod_spec_config",
+            "podTemplateSpecMetadata": "pod_template_spec_metadata",
+            "jobSpecConfig": "job_spec_config",
+            "jobMetadata": "job_metadata",
+        }
         config["run_k8s_config"] = {out: k["runK8sConfig"][key] for key, out in parts.items() if k["runK8sConfig"].get(key)}
     return {"module": "dagster_k8s", "class": "K8sRunLauncher", "config": config}
 

@@ -53,7 +53,9 @@ def run_job(tmp_path: Path) -> dict:
     kubeconfig.write_text(OFFLINE_KUBECONFIG)
     default = kubernetes.client.Configuration.get_default_copy()
     try:
-        launcher = K8sRunLauncher.from_config_value(None, {**processed.value, "load_incluster_config": False, "kubeconfig_file": str(kubeconfig)})
+        launcher = K8sRunLauncher.from_config_value(
+            None, {**processed.value, "load_incluster_config": False, "kubeconfig_file": str(kubeconfig)}
+        )
         run = dg.DagsterRun(job_name="gate_candidate")
         context = launcher.get_container_context_for_run(run)
         job = construct_dagster_k8s_job(
@@ -78,7 +80,10 @@ def rendered_run_job() -> dict:
 
 
 def _postgres_password(values: dict) -> dict:
-    return {"name": "DAGSTER_PG_PASSWORD", "valueFrom": {"secretKeyRef": {"name": values["global"]["postgresqlSecretName"], "key": "postgresql-password"}}}
+    return {
+        "name": "DAGSTER_PG_PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": values["global"]["postgresqlSecretName"], "key": "postgresql-password"}},
+    }
 
 
 def code_server_pod() -> dict:
@@ -86,23 +91,38 @@ def code_server_pod() -> dict:
     values = load_yaml(VALUES)
     d = values["dagster-user-deployments"]["deployments"][0]
     full = f"dagster-{SUBCHART_NAME}"  # the subchart's fullname for the release dagster (k8s/README.md installs it so)
-    env_from = [{"configMapRef": {"name": f"{full}-user-deployments-shared-env"}}, {"configMapRef": {"name": f"{full}-{d['name']}-user-env"}}]
+    env_from = [
+        {"configMapRef": {"name": f"{full}-user-deployments-shared-env"}},
+        {"configMapRef": {"name": f"{full}-{d['name']}-user-env"}},
+    ]
     env_from += [{"configMapRef": ref} for ref in d.get("envConfigMaps", [])] + [{"secretRef": ref} for ref in d.get("envSecrets", [])]
     return {
-        "metadata": {"labels": {"app.kubernetes.io/name": SUBCHART_NAME, "app.kubernetes.io/instance": "dagster",
-                                "component": "user-deployments", "deployment": d["name"], **d.get("labels", {})}},
+        "metadata": {
+            "labels": {
+                "app.kubernetes.io/name": SUBCHART_NAME,
+                "app.kubernetes.io/instance": "dagster",
+                "component": "user-deployments",
+                "deployment": d["name"],
+                **d.get("labels", {}),
+            }
+        },
         "spec": {
             "securityContext": d.get("podSecurityContext", {}),
-            "containers": [{
-                "name": SUBCHART_NAME,
-                "image": f"{d['image']['repository']}:{d['image']['tag']}",
-                "args": ["dagster", "api", "grpc", "-h", "0.0.0.0", "-p", str(d["port"]), *d["dagsterApiGrpcArgs"]],
-                "securityContext": d.get("securityContext", {}),
-                "env": [{"name": "DAGSTER_CURRENT_IMAGE", "value": f"{d['image']['repository']}:{d['image']['tag']}"}, _postgres_password(values)],
-                "envFrom": env_from,
-                "volumeMounts": d.get("volumeMounts", []),
-                "ports": [],  # the template declares none; its Service targets deployment.port
-            }],
+            "containers": [
+                {
+                    "name": SUBCHART_NAME,
+                    "image": f"{d['image']['repository']}:{d['image']['tag']}",
+                    "args": ["dagster", "api", "grpc", "-h", "0.0.0.0", "-p", str(d["port"]), *d["dagsterApiGrpcArgs"]],
+                    "securityContext": d.get("securityContext", {}),
+                    "env": [
+                        {"name": "DAGSTER_CURRENT_IMAGE", "value": f"{d['image']['repository']}:{d['image']['tag']}"},
+                        _postgres_password(values),
+                    ],
+                    "envFrom": env_from,
+                    "volumeMounts": d.get("volumeMounts", []),
+                    "ports": [],  # the template declares none; its Service targets deployment.port
+                }
+            ],
             "volumes": d.get("volumes", []),
         },
     }
@@ -113,7 +133,10 @@ def dagster_pod(component: str) -> dict:
     values = load_yaml(VALUES)
     return {
         "metadata": {"labels": {"app.kubernetes.io/name": CHART_NAME, "app.kubernetes.io/instance": "dagster", "component": component}},
-        "spec": {"containers": [{"name": CHART_NAME, "env": [_postgres_password(values)], "envFrom": [], "volumeMounts": []}], "volumes": []},
+        "spec": {
+            "containers": [{"name": CHART_NAME, "env": [_postgres_password(values)], "envFrom": [], "volumeMounts": []}],
+            "volumes": [],
+        },
     }
 
 

@@ -99,7 +99,11 @@ def test_public_key_is_mounted_where_modelcd_env_points(name):
 
 
 def test_every_pod_reading_modelcd_env_mounts_the_public_key():
-    readers = {name for name, pod in PODS.items() if any({"configMapRef": {"name": "modelcd-env"}} in c.get("envFrom", []) for c in pod.spec["containers"])}
+    readers = {
+        name
+        for name, pod in PODS.items()
+        if any({"configMapRef": {"name": "modelcd-env"}} in c.get("envFrom", []) for c in pod.spec["containers"])
+    }
     assert readers == {RUN_POD, CODE_SERVER, "modelcd-serve"}
 
 
@@ -122,7 +126,7 @@ def test_readme_creates_every_secret_a_pod_references(secret):
 @pytest.mark.parametrize("secret, user", [(WRITER, "modelcd-writer"), (READER, "modelcd-reader")])
 def test_mlflow_logins_are_the_users_mlflow_users_py_makes(secret, user):
     readme = (K8S / "README.md").read_text()
-    block = readme[readme.index(f"create secret generic {secret} "):]
-    block = block[:block.index("\n", block.index("MLFLOW_TRACKING_PASSWORD"))]
+    block = readme[readme.index(f"create secret generic {secret} ") :]
+    block = block[: block.index("\n", block.index("MLFLOW_TRACKING_PASSWORD"))]
     assert f"MLFLOW_TRACKING_USERNAME=<(printf %s {user})" in block
     assert f'"{user}"' in (K8S / "mlflow_users.py").read_text()

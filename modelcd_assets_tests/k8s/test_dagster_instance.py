@@ -53,11 +53,15 @@ def _broken(tmp_path, change) -> tuple:
     return tmp_path, "dagster.yaml"
 
 
-@pytest.mark.parametrize("change", [
-    lambda c: c.update(run_retry={"enabled": True}),  # misspelt section
-    lambda c: c["run_retries"].update(retry_on_asset_or_op_failure="no"),  # not a boolean
-    lambda c: c["run_monitoring"].update(start_timeout="600"),  # unknown field
-], ids=["misspelt-section", "retry-flag-not-boolean", "unknown-monitoring-field"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: c.update(run_retry={"enabled": True}),  # misspelt section
+        lambda c: c["run_retries"].update(retry_on_asset_or_op_failure="no"),  # not a boolean
+        lambda c: c["run_monitoring"].update(start_timeout="600"),  # unknown field
+    ],
+    ids=["misspelt-section", "retry-flag-not-boolean", "unknown-monitoring-field"],
+)
 def test_broken_instance_file_fails_dagster_validation(tmp_path, change):
     with pytest.raises(DagsterInvalidConfigError):
         load_instance_file(*_broken(tmp_path, change))

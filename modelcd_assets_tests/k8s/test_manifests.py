@@ -12,14 +12,30 @@ DOCUMENTS = manifest_documents()
 
 def test_manifests_folder_holds_every_object_the_readme_applies():
     kinds = {(doc["kind"], doc["metadata"]["name"]) for _, doc in DOCUMENTS}
-    assert {("Namespace", NAMESPACE), ("PersistentVolumeClaim", "modelcd-state"), ("ConfigMap", "modelcd-env"),
-            ("ServiceAccount", "modelcd-dagster"), ("Role", "modelcd-run-launcher"), ("RoleBinding", "modelcd-run-launcher"),
-            ("Deployment", "modelcd-mlflow"), ("Service", "modelcd-mlflow"), ("Deployment", "modelcd-serve"),
-            ("Service", "modelcd-serve"), ("Service", "modelcd-serve-pods"), ("PodDisruptionBudget", "modelcd-serve"),
-            ("ConfigMap", "modelcd-prometheus"), ("Deployment", "modelcd-prometheus"), ("Service", "modelcd-prometheus"),
-            ("Job", "modelcd-state-init"), ("NetworkPolicy", "default-deny-ingress"), ("NetworkPolicy", "modelcd-mlflow"),
-            ("NetworkPolicy", "modelcd-postgresql"), ("NetworkPolicy", "modelcd-code-server"), ("NetworkPolicy", "modelcd-prometheus"),
-            ("NetworkPolicy", "modelcd-serve")} <= kinds
+    assert {
+        ("Namespace", NAMESPACE),
+        ("PersistentVolumeClaim", "modelcd-state"),
+        ("ConfigMap", "modelcd-env"),
+        ("ServiceAccount", "modelcd-dagster"),
+        ("Role", "modelcd-run-launcher"),
+        ("RoleBinding", "modelcd-run-launcher"),
+        ("Deployment", "modelcd-mlflow"),
+        ("Service", "modelcd-mlflow"),
+        ("Deployment", "modelcd-serve"),
+        ("Service", "modelcd-serve"),
+        ("Service", "modelcd-serve-pods"),
+        ("PodDisruptionBudget", "modelcd-serve"),
+        ("ConfigMap", "modelcd-prometheus"),
+        ("Deployment", "modelcd-prometheus"),
+        ("Service", "modelcd-prometheus"),
+        ("Job", "modelcd-state-init"),
+        ("NetworkPolicy", "default-deny-ingress"),
+        ("NetworkPolicy", "modelcd-mlflow"),
+        ("NetworkPolicy", "modelcd-postgresql"),
+        ("NetworkPolicy", "modelcd-code-server"),
+        ("NetworkPolicy", "modelcd-prometheus"),
+        ("NetworkPolicy", "modelcd-serve"),
+    } <= kinds
 
 
 def test_network_policies_validate_against_the_networking_v1_schema():

@@ -108,8 +108,10 @@ def test_the_image_installs_mlflows_auth_app():
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     if importlib.util.find_spec("flask_wtf") is None:
-        pytest.fail("MLflow's basic-auth app needs Flask-WTF, which is not installed here: pyproject.toml must depend on "
-                    "mlflow[auth] (then make install)")
+        pytest.fail(
+            "MLflow's basic-auth app needs Flask-WTF, which is not installed here: pyproject.toml must depend on "
+            "mlflow[auth] (then make install)"
+        )
     tmp = tmp_path_factory.mktemp("mlflow")
     port = free_port()
     # The manifest's command with this environment's mlflow, on loopback and a free port, its volume under tmp. The
@@ -131,12 +133,14 @@ def server(tmp_path_factory):
     passwords = {user: secrets.token_urlsafe(16) for user in (ADMIN, WRITER, READER)}
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(manifest_env_values())
-    env.update({
-        "MLFLOW_BACKEND_STORE_URI": f"sqlite:///{tmp / 'mlflow.db'}",
-        "MLFLOW_AUTH_CONFIG_PATH": str(ini),
-        "MLFLOW_AUTH_ADMIN_PASSWORD": passwords[ADMIN],
-        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
-    })
+    env.update(
+        {
+            "MLFLOW_BACKEND_STORE_URI": f"sqlite:///{tmp / 'mlflow.db'}",
+            "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+            "MLFLOW_AUTH_ADMIN_PASSWORD": passwords[ADMIN],
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+        }
+    )
     log = tmp / "mlflow.log"
     with open(log, "wb") as out:
         proc = start_process(argv, env=env, stdout=out, stderr=subprocess.STDOUT, die_with_parent=True)
@@ -157,10 +161,17 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def users(server):
     """k8s/mlflow_users.py run as the README says: the admin's credentials and the two passwords in its environment."""
-    env = {**os.environ, "MLFLOW_TRACKING_USERNAME": ADMIN, "MLFLOW_TRACKING_PASSWORD": server.passwords[ADMIN],
-           "MODELCD_MLFLOW_WRITER_PASSWORD": server.passwords[WRITER], "MODELCD_MLFLOW_READER_PASSWORD": server.passwords[READER]}
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_USERNAME": ADMIN,
+        "MLFLOW_TRACKING_PASSWORD": server.passwords[ADMIN],
+        "MODELCD_MLFLOW_WRITER_PASSWORD": server.passwords[WRITER],
+        "MODELCD_MLFLOW_READER_PASSWORD": server.passwords[READER],
+    }
     for _ in range(2):  # a second run finds both users and their grants, and must succeed too
-        done = subprocess.run([sys.executable, str(K8S / "mlflow_users.py"), server.url], env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, str(K8S / "mlflow_users.py"), server.url], env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stdout + done.stderr
     return server
 
@@ -178,7 +189,9 @@ def registered(users, tmp_path_factory):
         client.log_dict(run.info.run_id, {"verdict": "pass"}, f"attestations/{MODEL}-1.intoto.json")
         client.set_terminated(run.info.run_id)
         client.create_registered_model(MODEL, tags={"modelcd.role": "candidate"})
-        mv = client.create_model_version(MODEL, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id, tags={"modelcd.kind": "full"})
+        mv = client.create_model_version(
+            MODEL, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id, tags={"modelcd.kind": "full"}
+        )
         client.set_model_version_tag(MODEL, mv.version, "modelcd.semver", "1.0.0")
         client.delete_model_version_tag(MODEL, mv.version, "modelcd.semver")
         client.set_registered_model_tag(MODEL, "modelcd.calibration_sha256", "0" * 64)
@@ -194,8 +207,14 @@ def test_service_host_names_are_served_and_others_refused(server):
     assert status(server.url, search, f"attacker.example:{SERVICE_PORT}", admin) == 403
 
 
-@pytest.mark.parametrize("path", ["/api/2.0/mlflow/experiments/search?max_results=1", "/api/2.0/mlflow/registered-models/search",
-                                  "/api/2.0/mlflow-artifacts/artifacts?path=0"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/2.0/mlflow/experiments/search?max_results=1",
+        "/api/2.0/mlflow/registered-models/search",
+        "/api/2.0/mlflow-artifacts/artifacts?path=0",
+    ],
+)
 def test_a_request_without_a_user_is_refused(server, path):
     assert status(server.url, path, f"modelcd-mlflow:{SERVICE_PORT}") == 401
     assert status(server.url, path, f"modelcd-mlflow:{SERVICE_PORT}", (ADMIN, "not-the-password")) == 401
@@ -214,8 +233,12 @@ def test_a_user_without_grants_reads_nothing(users, registered):
     with users.as_user(ADMIN):
         get_app_client("basic-auth", tracking_uri=users.url).create_user("nobody", users.passwords["nobody"])
     with users.as_user("nobody") as client:
-        for read in (lambda: client.get_registered_model(MODEL), lambda: client.get_model_version_by_alias(MODEL, "production"),
-                     lambda: client.get_run(registered["run"].info.run_id), lambda: client.get_experiment(registered["experiment_id"])):
+        for read in (
+            lambda: client.get_registered_model(MODEL),
+            lambda: client.get_model_version_by_alias(MODEL, "production"),
+            lambda: client.get_run(registered["run"].info.run_id),
+            lambda: client.get_experiment(registered["experiment_id"]),
+        ):
             with pytest.raises(MlflowException, match="PERMISSION_DENIED|403"):
                 read()
         assert client.search_registered_models() == []
@@ -237,15 +260,19 @@ def test_reader_reads_what_the_server_and_sensors_read(users, registered, tmp_pa
         assert client.get_run(mv.run_id).info.status == "FINISHED"
 
 
-@pytest.mark.parametrize("write", [
-    lambda c, r: c.set_registered_model_alias(MODEL, "production", r["version"]),
-    lambda c, r: c.set_model_version_tag(MODEL, r["version"], "modelcd.promotion", "{}"),
-    lambda c, r: c.create_model_version(MODEL, source=f"{r['run'].info.artifact_uri}/model", run_id=r["run"].info.run_id),
-    lambda c, r: c.log_dict(r["run"].info.run_id, {"verdict": "pass"}, f"attestations/{MODEL}-2.intoto.json"),
-    lambda c, r: c.set_registered_model_tag(MODEL, "modelcd.role", "base"),
-    lambda c, r: c.delete_registered_model_alias(MODEL, "production"),
-    lambda c, r: c.set_terminated(r["run"].info.run_id, "FAILED"),
-], ids=["move-production", "tag-version", "create-version", "upload-artifact", "tag-model", "delete-alias", "change-run"])
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda c, r: c.set_registered_model_alias(MODEL, "production", r["version"]),
+        lambda c, r: c.set_model_version_tag(MODEL, r["version"], "modelcd.promotion", "{}"),
+        lambda c, r: c.create_model_version(MODEL, source=f"{r['run'].info.artifact_uri}/model", run_id=r["run"].info.run_id),
+        lambda c, r: c.log_dict(r["run"].info.run_id, {"verdict": "pass"}, f"attestations/{MODEL}-2.intoto.json"),
+        lambda c, r: c.set_registered_model_tag(MODEL, "modelcd.role", "base"),
+        lambda c, r: c.delete_registered_model_alias(MODEL, "production"),
+        lambda c, r: c.set_terminated(r["run"].info.run_id, "FAILED"),
+    ],
+    ids=["move-production", "tag-version", "create-version", "upload-artifact", "tag-model", "delete-alias", "change-run"],
+)
 def test_reader_can_change_nothing(users, registered, write):
     with users.as_user(READER) as client:
         with pytest.raises((MlflowException, requests.HTTPError)) as e:

@@ -60,8 +60,12 @@ def selects(selector: dict, labels: dict | None) -> bool:
             return False
     for e in selector.get("matchExpressions", []):
         has, value = e["key"] in labels, labels.get(e["key"])
-        ok = {"In": has and value in e.get("values", []), "NotIn": not has or value not in e.get("values", []),
-              "Exists": has, "DoesNotExist": not has}[e["operator"]]
+        ok = {
+            "In": has and value in e.get("values", []),
+            "NotIn": not has or value not in e.get("values", []),
+            "Exists": has,
+            "DoesNotExist": not has,
+        }[e["operator"]]
         if not ok:
             return False
     return True
@@ -102,21 +106,34 @@ def allowed(policies: list[dict], source: Endpoint, destination: Endpoint, port:
     """Whether source may open a connection to destination:port, by the policies of the namespace modelcd."""
     if source.namespace == NAMESPACE:
         egress = [p for p in policies if "Egress" in _types(p) and selects(p["spec"]["podSelector"], source.labels)]
-        if egress and not any(("to" not in r or any(peer_admits(peer, destination) for peer in r["to"])) and port_matches(r, port, destination, protocol)
-                              for p in egress for r in p["spec"].get("egress", [])):
+        if egress and not any(
+            ("to" not in r or any(peer_admits(peer, destination) for peer in r["to"])) and port_matches(r, port, destination, protocol)
+            for p in egress
+            for r in p["spec"].get("egress", [])
+        ):
             return False
     if destination.namespace == NAMESPACE:
         ingress = [p for p in policies if "Ingress" in _types(p) and selects(p["spec"]["podSelector"], destination.labels)]
-        if ingress and not any(("from" not in r or any(peer_admits(peer, source) for peer in r["from"])) and port_matches(r, port, destination, protocol)
-                               for p in ingress for r in p["spec"].get("ingress", [])):
+        if ingress and not any(
+            ("from" not in r or any(peer_admits(peer, source) for peer in r["from"])) and port_matches(r, port, destination, protocol)
+            for p in ingress
+            for r in p["spec"].get("ingress", [])
+        ):
             return False
     return True
 
 
 # Where a connection may go: the ports the pods listen on, the serve pods' admin port, and one any pod might open.
 DESTINATION_PORTS = {
-    MLFLOW: [5000], POSTGRES: [5432], CODE_SERVER: [3030], PROMETHEUS: [9090], SERVE: [8080, ADMIN_PORT],
-    WEBSERVER: [80], DAEMON: [8080], RUN_POD: [8080], STATE_INIT: [8080],
+    MLFLOW: [5000],
+    POSTGRES: [5432],
+    CODE_SERVER: [3030],
+    PROMETHEUS: [9090],
+    SERVE: [8080, ADMIN_PORT],
+    WEBSERVER: [80],
+    DAEMON: [8080],
+    RUN_POD: [8080],
+    STATE_INIT: [8080],
 }
 SOURCES = sorted(set(ENDPOINTS))
 # k8s/README.md, "Who can reach what".
@@ -162,16 +179,25 @@ def test_mlflow_and_postgresql_admit_only_the_expected_pod_selectors(name):
 def test_every_selector_selects_a_pod_that_exists():
     """A selector with a label no owner sets would silently admit nothing (or deny nothing)."""
     for policy in POLICIES:
-        selectors = [policy["spec"]["podSelector"]] + [peer["podSelector"] for direction in ("ingress", "egress")
-                                                       for rule in policy["spec"].get(direction, []) for peer in rule.get("from", rule.get("to", []))
-                                                       if "podSelector" in peer]
+        selectors = [policy["spec"]["podSelector"]] + [
+            peer["podSelector"]
+            for direction in ("ingress", "egress")
+            for rule in policy["spec"].get(direction, [])
+            for peer in rule.get("from", rule.get("to", []))
+            if "podSelector" in peer
+        ]
         for selector in selectors:
-            assert any(selects(selector, e.labels) for e in ENDPOINTS.values() if e.namespace == NAMESPACE), (policy["metadata"]["name"], selector)
+            assert any(selects(selector, e.labels) for e in ENDPOINTS.values() if e.namespace == NAMESPACE), (
+                policy["metadata"]["name"],
+                selector,
+            )
 
 
 def test_serve_pods_reach_dns_and_mlflow_alone():
     serve = ENDPOINTS[SERVE]
-    reachable = {(d, p) for d, ports in DESTINATION_PORTS.items() for p in ports if d != SERVE and allowed(POLICIES, serve, ENDPOINTS[d], p)}
+    reachable = {
+        (d, p) for d, ports in DESTINATION_PORTS.items() for p in ports if d != SERVE and allowed(POLICIES, serve, ENDPOINTS[d], p)
+    }
     assert reachable == {(MLFLOW, 5000)}
     assert allowed(POLICIES, serve, ENDPOINTS[OUTSIDE], 53, "UDP") and not allowed(POLICIES, serve, ENDPOINTS[OUTSIDE], 443)
     assert not allowed(POLICIES, serve, ENDPOINTS[OUTSIDE], 5432), "PostgreSQL outside the cluster"
@@ -195,13 +221,35 @@ def test_the_admin_port_is_admitted_from_nowhere():
     assert admitted(POLICIES, SERVE, ADMIN_PORT) == set()
 
 
-@pytest.mark.parametrize("change, dest, port, gains", [
-    (lambda ps: ps.remove(next(p for p in ps if p["metadata"]["name"] == "default-deny-ingress")), WEBSERVER, 80, OTHER_NAMESPACE),
-    (lambda ps: next(p for p in ps if p["metadata"]["name"] == "modelcd-mlflow")["spec"]["ingress"][0]["from"].append({"podSelector": {}}), MLFLOW, 5000, PROMETHEUS),
-    (lambda ps: next(p for p in ps if p["metadata"]["name"] == "modelcd-serve")["spec"]["ingress"][1].pop("ports"), SERVE, ADMIN_PORT, OUTSIDE),
-    (lambda ps: next(p for p in ps if p["metadata"]["name"] == "modelcd-postgresql")["spec"]["ingress"][0]["from"].append(
-        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "modelcd-serve"}}}), POSTGRES, 5432, None),
-], ids=["no-default-deny", "mlflow-open-to-the-namespace", "serve-every-port", "postgresql-to-serve"])
+@pytest.mark.parametrize(
+    "change, dest, port, gains",
+    [
+        (lambda ps: ps.remove(next(p for p in ps if p["metadata"]["name"] == "default-deny-ingress")), WEBSERVER, 80, OTHER_NAMESPACE),
+        (
+            lambda ps: next(p for p in ps if p["metadata"]["name"] == "modelcd-mlflow")["spec"]["ingress"][0]["from"].append(
+                {"podSelector": {}}
+            ),
+            MLFLOW,
+            5000,
+            PROMETHEUS,
+        ),
+        (
+            lambda ps: next(p for p in ps if p["metadata"]["name"] == "modelcd-serve")["spec"]["ingress"][1].pop("ports"),
+            SERVE,
+            ADMIN_PORT,
+            OUTSIDE,
+        ),
+        (
+            lambda ps: next(p for p in ps if p["metadata"]["name"] == "modelcd-postgresql")["spec"]["ingress"][0]["from"].append(
+                {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "modelcd-serve"}}}
+            ),
+            POSTGRES,
+            5432,
+            None,
+        ),
+    ],
+    ids=["no-default-deny", "mlflow-open-to-the-namespace", "serve-every-port", "postgresql-to-serve"],
+)
 def test_evaluator_sees_a_loosened_policy(change, dest, port, gains):
     policies = copy.deepcopy(POLICIES)
     change(policies)

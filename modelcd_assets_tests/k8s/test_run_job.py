@@ -27,11 +27,14 @@ def test_run_pod_has_guaranteed_qos_in_whole_cpus(job):
     assert pod["containers"][0]["resources"]["limits"]["cpu"] == "4"
 
 
-@pytest.mark.parametrize("resources, problem", [
-    ({"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}}, "cpu request 2 != limit 4"),
-    ({"requests": {"cpu": "3500m", "memory": "8Gi"}, "limits": {"cpu": "3500m", "memory": "8Gi"}}, "not a whole number"),
-    ({"limits": {"cpu": "4"}}, "no memory limit"),
-])
+@pytest.mark.parametrize(
+    "resources, problem",
+    [
+        ({"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}}, "cpu request 2 != limit 4"),
+        ({"requests": {"cpu": "3500m", "memory": "8Gi"}, "limits": {"cpu": "3500m", "memory": "8Gi"}}, "not a whole number"),
+        ({"limits": {"cpu": "4"}}, "no memory limit"),
+    ],
+)
 def test_guaranteed_qos_check_rejects_burstable_or_fractional_pods(resources, problem):
     found = guaranteed_qos_problems({"containers": [{"name": "dagster", "resources": resources}]})
     assert any(problem in p for p in found), found

@@ -49,8 +49,13 @@ def test_check_fails_when_a_setting_is_removed_or_loosened(prop):
     container = copy.deepcopy(manifest("Deployment", "modelcd-serve")["spec"]["template"]["spec"]["containers"][0])
     assert security_problems(container) == []
     sc = container["securityContext"]
-    loosened = {"readOnlyRootFilesystem": False, "runAsNonRoot": False, "allowPrivilegeEscalation": True,
-                "capabilities.drop": ["NET_RAW"], "seccompProfile": {"type": "Unconfined"}}[prop]
+    loosened = {
+        "readOnlyRootFilesystem": False,
+        "runAsNonRoot": False,
+        "allowPrivilegeEscalation": True,
+        "capabilities.drop": ["NET_RAW"],
+        "seccompProfile": {"type": "Unconfined"},
+    }[prop]
     key = prop.split(".")[0]
     if prop == "capabilities.drop":
         sc["capabilities"]["drop"] = loosened
@@ -74,7 +79,9 @@ def _emptydir_mounts(pod, container) -> set[str]:
 
 
 # Containers running modelcd's image, but the state-init Job's, which runs mkdir alone.
-MODELCD_CODE = [(cid, pod, c) for cid, pod, c in CONTAINERS if c.get("image") == code_location_image() and not cid.startswith("modelcd-state-init/")]
+MODELCD_CODE = [
+    (cid, pod, c) for cid, pod, c in CONTAINERS if c.get("image") == code_location_image() and not cid.startswith("modelcd-state-init/")
+]
 
 
 @pytest.mark.parametrize("cid, pod, container", MODELCD_CODE, ids=[cid for cid, _, _ in MODELCD_CODE])
@@ -109,7 +116,7 @@ def test_home_is_writable(cid, pod, container):
 
 @pytest.mark.parametrize("name", [RUN_POD, CODE_SERVER])
 def test_dagster_processes_have_a_writable_dagster_home(name):
-    (cid, pod, container) = next(c for c in CONTAINERS if c[0].startswith(f"{name}/"))
+    cid, pod, container = next(c for c in CONTAINERS if c[0].startswith(f"{name}/"))
     assert DAGSTER_HOME in _emptydir_mounts(pod, container), f"{cid}: DAGSTER_HOME is not writable"
 
 

@@ -99,7 +99,12 @@ def test_state_init_makes_every_folder_a_pod_mounts_on_its_own_and_those_serve_c
     container = job["containers"][0]
     assert container["workingDir"] == HOME and _mount_path(job["volumes"], container["volumeMounts"]) == HOME
     made = {word for word in shlex.split(container["command"][-1]) if not word.startswith("-") and word not in ("mkdir", "&&", "0700")}
-    sub_paths = {m["subPath"] for kind, name in (("Deployment", "modelcd-serve"), ("Deployment", "modelcd-mlflow")) for m in _pod_mounts(kind, name) if m.get("subPath")}
+    sub_paths = {
+        m["subPath"]
+        for kind, name in (("Deployment", "modelcd-serve"), ("Deployment", "modelcd-mlflow"))
+        for m in _pod_mounts(kind, name)
+        if m.get("subPath")
+    }
     folders = {ENV[key].removeprefix(HOME + "/") for key in ("MODELCD_DATA", "MODELCD_POLICY_DIR")}
     assert sub_paths | folders <= made, f"not made by the state-init Job: {sorted(sub_paths | folders - made)}"
     assert f"mkdir -p -m 0700 {TRAFFIC_DIR}" in container["command"][-1], "the traffic log's folder is owner-only"

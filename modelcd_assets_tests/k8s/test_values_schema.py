@@ -34,13 +34,16 @@ def _with(path: list, value) -> dict:
     return values
 
 
-@pytest.mark.parametrize("path", [
-    ["unknownTopLevel"],
-    ["dagsterDaemon", "runRetries", "retry_on_asset_or_op_failure"],  # the snake_case spelling the chart ignores
-    ["postgresql", "postgresqlPassword"],  # a password literal cannot get in as a value
-    ["runLauncher", "config", "k8sRunLauncher", "runK8sConfig", "containerConfig", "env"],
-    ["dagster-user-deployments", "deployments", 0, "command"],
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ["unknownTopLevel"],
+        ["dagsterDaemon", "runRetries", "retry_on_asset_or_op_failure"],  # the snake_case spelling the chart ignores
+        ["postgresql", "postgresqlPassword"],  # a password literal cannot get in as a value
+        ["runLauncher", "config", "k8sRunLauncher", "runK8sConfig", "containerConfig", "env"],
+        ["dagster-user-deployments", "deployments", 0, "command"],
+    ],
+)
 def test_values_with_an_unknown_key_fail(path):
     found = errors(_with(path, False if path[-1].startswith("retry") else "x"))
     assert any("Additional properties are not allowed" in e for e in found), found
@@ -55,16 +58,23 @@ CODE_SERVER_SC = ["dagster-user-deployments", "deployments", 0, "securityContext
 RUN_SC = ["runLauncher", "config", "k8sRunLauncher", "securityContext"]
 
 
-@pytest.mark.parametrize("path, value", [
-    (CODE_SERVER_SC + ["readOnlyRootFilesystem"], False),
-    (RUN_SC + ["readOnlyRootFilesystem"], False),
-    (RUN_SC + ["runAsNonRoot"], False),
-    (CODE_SERVER_SC + ["allowPrivilegeEscalation"], True),
-    (RUN_SC + ["capabilities"], {"drop": ["NET_RAW"]}),
-    (RUN_SC + ["seccompProfile"], {"type": "Unconfined"}),
-    (["dagster-user-deployments", "deployments", 0, "podSecurityContext", "seccompProfile"], {"type": "Unconfined"}),
-    (["runLauncher", "config", "k8sRunLauncher", "runK8sConfig", "podSpecConfig", "security_context", "seccomp_profile"], {"type": "Unconfined"}),
-], ids=lambda v: ".".join(map(str, v)) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (CODE_SERVER_SC + ["readOnlyRootFilesystem"], False),
+        (RUN_SC + ["readOnlyRootFilesystem"], False),
+        (RUN_SC + ["runAsNonRoot"], False),
+        (CODE_SERVER_SC + ["allowPrivilegeEscalation"], True),
+        (RUN_SC + ["capabilities"], {"drop": ["NET_RAW"]}),
+        (RUN_SC + ["seccompProfile"], {"type": "Unconfined"}),
+        (["dagster-user-deployments", "deployments", 0, "podSecurityContext", "seccompProfile"], {"type": "Unconfined"}),
+        (
+            ["runLauncher", "config", "k8sRunLauncher", "runK8sConfig", "podSpecConfig", "security_context", "seccomp_profile"],
+            {"type": "Unconfined"},
+        ),
+    ],
+    ids=lambda v: ".".join(map(str, v)) if isinstance(v, list) else None,
+)
 def test_values_that_loosen_a_security_context_fail(path, value):
     found = errors(_with(path, value))
     assert any(e.startswith(".".join(map(str, path[:-1]))) for e in found), found
@@ -80,10 +90,14 @@ def test_values_without_a_security_context_fail(path):
     assert any("securityContext" in e and "required" in e for e in errors(values))
 
 
-@pytest.mark.parametrize("volume", [
-    {"name": "host", "hostPath": {"path": "/"}},
-    {"name": "signing-key", "secret": {"secretName": "modelcd-signing-key", "optional": True}},
-], ids=["host-path", "unknown-secret-field"])
+@pytest.mark.parametrize(
+    "volume",
+    [
+        {"name": "host", "hostPath": {"path": "/"}},
+        {"name": "signing-key", "secret": {"secretName": "modelcd-signing-key", "optional": True}},
+    ],
+    ids=["host-path", "unknown-secret-field"],
+)
 def test_values_with_a_volume_of_another_kind_fail(volume):
     values = copy.deepcopy(load_yaml(VALUES))
     values["runLauncher"]["config"]["k8sRunLauncher"]["volumes"].append(volume)
@@ -91,7 +105,9 @@ def test_values_with_a_volume_of_another_kind_fail(volume):
 
 
 def test_values_with_a_malformed_cpu_quantity_fail():
-    found = errors(_with(["runLauncher", "config", "k8sRunLauncher", "runK8sConfig", "containerConfig", "resources", "limits", "cpu"], "four cores"))
+    found = errors(
+        _with(["runLauncher", "config", "k8sRunLauncher", "runK8sConfig", "containerConfig", "resources", "limits", "cpu"], "four cores")
+    )
     assert any("does not match" in e for e in found), found
 
 

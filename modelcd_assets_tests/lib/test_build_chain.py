@@ -106,7 +106,9 @@ def test_length_buckets_give_the_logits_of_one_text_at_a_time(chain):
     """Padding only to the longest of each batch changes nothing an FP32 model computes, whatever the batch holds."""
     feeds = chain["feeds"]
     sess = session(chain["onnx"])
-    one_by_one = np.concatenate([logits(sess, {k: v[i : i + 1, : int(feeds["attention_mask"][i].sum())] for k, v in feeds.items()}) for i in range(40)])
+    one_by_one = np.concatenate(
+        [logits(sess, {k: v[i : i + 1, : int(feeds["attention_mask"][i].sum())] for k, v in feeds.items()}) for i in range(40)]
+    )
     assert np.abs(logits(sess, {k: v[:40] for k, v in feeds.items()}, batch_size=7) - one_by_one).max() < 1e-4
 
 

@@ -11,10 +11,22 @@ from modelcd_assets.lib.release.registry import CandidateRef
 
 ROOT = Path(__file__).resolve().parents[2]
 # The package, the benches, the scripts and the tests (this file aside: it spells the layout out to check it).
-SOURCES = sorted(p for folder in ("modelcd_assets", "bench", "scripts", "modelcd_assets_tests") for p in (ROOT / folder).rglob("*.py")
-                 if p != Path(__file__).resolve())
-FOLDERS = (layout.CANDIDATES_DIR, layout.VARIANTS_DIR, layout.CACHE_DIR, layout.CALIBRATION_DIR, layout.ATTESTATIONS_DIR, layout.TRAFFIC_DIR,
-           layout.ARTIFACT_DIR, layout.LOCKS_DIR)
+SOURCES = sorted(
+    p
+    for folder in ("modelcd_assets", "bench", "scripts", "modelcd_assets_tests")
+    for p in (ROOT / folder).rglob("*.py")
+    if p != Path(__file__).resolve()
+)
+FOLDERS = (
+    layout.CANDIDATES_DIR,
+    layout.VARIANTS_DIR,
+    layout.CACHE_DIR,
+    layout.CALIBRATION_DIR,
+    layout.ATTESTATIONS_DIR,
+    layout.TRAFFIC_DIR,
+    layout.ARTIFACT_DIR,
+    layout.LOCKS_DIR,
+)
 
 
 def places(pattern: str, sources: list[Path] = SOURCES, root: Path = ROOT) -> list[str]:
@@ -44,8 +56,17 @@ def test_the_grep_finds_a_file_name_written_by_hand(tmp_path):
 def test_a_candidate_folder_holds_every_per_candidate_file(tmp_path):
     files = StateLayout(tmp_path).candidate(CandidateRef("m", "3"))
     assert files.dir == tmp_path / "candidates" / "m" / "3"
-    held = [files.artifact, files.record, files.quantization, files.health, files.contract, files.evaluation, files.correctness, files.drift,
-            files.benchmark]
+    held = [
+        files.artifact,
+        files.record,
+        files.quantization,
+        files.health,
+        files.contract,
+        files.evaluation,
+        files.correctness,
+        files.drift,
+        files.benchmark,
+    ]
     assert sorted(p.name for p in held) == sorted(layout.CANDIDATE_FILES) and {p.parent for p in held} == {files.dir}
     assert StateLayout(tmp_path).variant_decision("m", "k") == tmp_path / "candidates" / "m" / "variants" / "k.json"
     assert StateLayout(tmp_path).attestation("m", "3") == tmp_path / "attestations" / "m" / "3.intoto.json"

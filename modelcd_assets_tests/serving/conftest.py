@@ -124,9 +124,23 @@ class ServerProcess:
         self.url, self.admin_url = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.admin_port}"
         environ = dict(os.environ, **env.env, MODELCD_ADMIN_TOKEN=ADMIN_TOKEN)
         self.log = open(log, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(self.port),
-                                      "--admin-port", str(self.admin_port), *flags],
-                                     env=environ, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "modelcd_assets.cli",
+                "serve",
+                model,
+                "--port",
+                str(self.port),
+                "--admin-port",
+                str(self.admin_port),
+                *flags,
+            ],
+            env=environ,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def wait_ready(self, version: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout

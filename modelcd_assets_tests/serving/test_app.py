@@ -18,8 +18,8 @@ from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CONTENT
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.server import app_from_env
-from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, gate_blocked, gated_state, samples
 from modelcd_assets_tests.conftest import TEST_LOCK
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, gate_blocked, gated_state, samples
 
 TEXTS = ["I was charged twice on my invoice", "the app crashes when I log in", "where is my parcel", "reset my password please"]
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -106,7 +106,8 @@ def test_classify_is_served_by_the_gated_int8_artifact_with_its_hash(served, cli
     assert r.headers[HASH_HEADER] == content(served, served.v2)
     # The artifact hash in the header is the one quantized_model recorded, and the bytes on disk have it.
     [event] = served.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("quantized_model"), asset_partitions=[served.v2.key]), limit=1).records
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("quantized_model"), asset_partitions=[served.v2.key]), limit=1
+    ).records
     recorded = event.asset_materialization.metadata["artifact_sha256"].value
     assert r.headers[ARTIFACT_HEADER] == recorded == file_sha256(record_of(served, served.v2).chosen_int8())
     assert r.json()["artifact_sha256"] == r.headers[ARTIFACT_HEADER]
@@ -163,13 +164,19 @@ def _refused_and_still_serving(served, client):
     assert r.json()["error"].startswith(f"not servable: no valid verdict for {served.ungated.uri}: it has no gated build")
     assert r.json()["serving"] == served.v2.version
     assert client.post("/v1/classify", json={"texts": TEXTS}).headers[HASH_HEADER] == content(served, served.v2)
-    assert samples(client.get("/metrics").text)[("modelcd_adapter_swaps_total", frozenset({"model": MODEL, "outcome": "refused"}.items()))] >= 1
+    assert (
+        samples(client.get("/metrics").text)[("modelcd_adapter_swaps_total", frozenset({"model": MODEL, "outcome": "refused"}.items()))]
+        >= 1
+    )
 
 
 def test_a_version_whose_gate_failed_is_neither_loaded_nor_activated(served, client, failed):
     r = admin(client).post("/v1/admin/adapters", json={"version": failed.version}, headers=AUTH)
     assert r.status_code == 409, r.text
-    assert r.json()["error"] == f"not servable: no valid verdict for {failed.uri}: it has no attestation (only versions promoted through every gate get one)"
+    assert (
+        r.json()["error"]
+        == f"not servable: no valid verdict for {failed.uri}: it has no attestation (only versions promoted through every gate get one)"
+    )
     assert r.json()["serving"] == served.v2.version
     r = admin(client).post(f"/v1/admin/adapters/{failed.version}/activate", headers=AUTH)  # never loaded, so nothing to activate
     assert r.status_code == 404 and r.json()["error"] == f"version {failed.version} of {MODEL} is not served here"
@@ -320,8 +327,9 @@ def test_the_serving_process_imports_neither_torch_nor_dagster(served):
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'dagster', 'transformers', 'peft'})))\n"
     )
     production = served.env.registry.production(MODEL).version  # v2 may have been rolled back (withdrawn) by an earlier test
-    done = subprocess.run([sys.executable, "-c", script, MODEL, production], env={**os.environ, **served.env.env},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script, MODEL, production], env={**os.environ, **served.env.env}, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 

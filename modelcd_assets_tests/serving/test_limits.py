@@ -63,8 +63,11 @@ def served_counts(metrics: dict) -> tuple[float, float]:
 
 def p99_ms(metrics: dict, version: str) -> float | None:
     """histogram_quantile(0.99, ...) over the version's buckets, as Prometheus computes it for slo_sensor."""
-    buckets = sorted((float(dict(ls)["le"]), v) for (n, ls), v in metrics.items()
-                     if n == "modelcd_request_duration_seconds_bucket" and dict(ls).get("version") == version)
+    buckets = sorted(
+        (float(dict(ls)["le"]), v)
+        for (n, ls), v in metrics.items()
+        if n == "modelcd_request_duration_seconds_bucket" and dict(ls).get("version") == version
+    )
     total = buckets[-1][1] if buckets else 0
     if not total:
         return None
@@ -79,9 +82,24 @@ def p99_ms(metrics: dict, version: str) -> float | None:
 
 
 OVER_LIMITS = {
-    "a body over max_body_bytes": (json.dumps({"texts": ["a" * (LIMITS.max_body_bytes + 10)]}).encode(), 413, "body_too_large", "serving.max_body_bytes"),
-    "more texts than max_texts": (json.dumps({"texts": ["hi"] * (LIMITS.max_texts + 1)}).encode(), 422, "too_many_texts", "serving.max_texts"),
-    "a text over max_text_chars": (json.dumps({"texts": ["hi", "é" * (LIMITS.max_text_chars + 1)]}).encode(), 422, "text_too_long", "serving.max_text_chars"),
+    "a body over max_body_bytes": (
+        json.dumps({"texts": ["a" * (LIMITS.max_body_bytes + 10)]}).encode(),
+        413,
+        "body_too_large",
+        "serving.max_body_bytes",
+    ),
+    "more texts than max_texts": (
+        json.dumps({"texts": ["hi"] * (LIMITS.max_texts + 1)}).encode(),
+        422,
+        "too_many_texts",
+        "serving.max_texts",
+    ),
+    "a text over max_text_chars": (
+        json.dumps({"texts": ["hi", "é" * (LIMITS.max_text_chars + 1)]}).encode(),
+        422,
+        "text_too_long",
+        "serving.max_text_chars",
+    ),
     "not JSON": (b"\xff{not json", 422, "bad_request", None),
     "deeply nested JSON": (b"[" * 100_000 + b"]" * 100_000, 422, "bad_request", None),
     "an unknown field": (json.dumps({"texts": ["hi"], "priority": 1}).encode(), 422, "bad_request", None),
@@ -127,9 +145,21 @@ def test_a_chunked_body_is_cut_off_at_the_limit_not_read_whole(client):
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http", "path": "/v1/classify",
-             "raw_path": b"/v1/classify", "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json"),
-             (b"transfer-encoding", b"chunked")], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/classify",
+        "raw_path": b"/v1/classify",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"transfer-encoding", b"chunked")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+        "state": {},
+    }
     before = rejected(samples(client.get("/metrics").text), "body_too_large")
     asyncio.run(app(scope, receive, send))
     assert sent[0]["status"] == 413
@@ -139,6 +169,7 @@ def test_a_chunked_body_is_cut_off_at_the_limit_not_read_whole(client):
 
 
 # The real server, as `modelcd serve` runs it.
+
 
 @pytest.fixture(scope="module")
 def server(served, tmp_path_factory):
@@ -188,11 +219,13 @@ def test_oversized_requests_beside_normal_ones_move_neither_the_latency_nor_the_
             yield b"x" * (64 * 1024)
         yield b'"]}'
 
-    attacks = [("body_too_large", lambda h: h.post("/v1/classify", content=big)),
-               ("body_too_large", lambda h: h.post("/v1/classify", content=chunked())),
-               ("too_many_texts", lambda h: h.post("/v1/classify", json={"texts": ["x"] * 1000})),
-               ("text_too_long", lambda h: h.post("/v1/classify", json={"texts": ["long " * 50_000]})),
-               ("bad_request", lambda h: h.post("/v1/classify", content=b"[" * 200_000))]
+    attacks = [
+        ("body_too_large", lambda h: h.post("/v1/classify", content=big)),
+        ("body_too_large", lambda h: h.post("/v1/classify", content=chunked())),
+        ("too_many_texts", lambda h: h.post("/v1/classify", json={"texts": ["x"] * 1000})),
+        ("text_too_long", lambda h: h.post("/v1/classify", json={"texts": ["long " * 50_000]})),
+        ("bad_request", lambda h: h.post("/v1/classify", content=b"[" * 200_000)),
+    ]
     normal_per_client, attacks_per_client = 60, 8
     statuses: dict[str, list[int]] = {"normal": [], "attack": []}
     latencies: list[float] = []
@@ -224,25 +257,36 @@ def test_oversized_requests_beside_normal_ones_move_neither_the_latency_nor_the_
 
     assert statuses["normal"] == [200] * 2 * normal_per_client
     sent = [reason for reason, _, _ in statuses["attack"]]
-    assert len(sent) == 2 * attacks_per_client and all(reason == got and status in (413, 422) for reason, status, got in statuses["attack"]), statuses["attack"]
+    assert len(sent) == 2 * attacks_per_client and all(
+        reason == got and status in (413, 422) for reason, status, got in statuses["attack"]
+    ), statuses["attack"]
     after = samples(httpx.get(f"{server.url}/metrics").text)
     for reason in set(sent):
         assert rejected(after, reason) - rejected(before, reason) == sent.count(reason)
     # Exactly the normal requests reached the model: the histogram and counters slo_sensor reads saw nothing else.
     version = served.v2.version
     requests = of_name(after, "modelcd_requests_total", version=version) - of_name(before, "modelcd_requests_total", version=version)
-    observed = (of_name(after, "modelcd_request_duration_seconds_count", version=version)
-                - of_name(before, "modelcd_request_duration_seconds_count", version=version))
+    observed = of_name(after, "modelcd_request_duration_seconds_count", version=version) - of_name(
+        before, "modelcd_request_duration_seconds_count", version=version
+    )
     assert requests == observed == 2 * normal_per_client
     # The SLO judged on this server's series, as slo_sensor judges Prometheus's: it passes, so nothing here can roll back.
-    values = {"samples": of_name(after, "modelcd_requests_total", version=version),
-              "p99_latency_ms": p99_ms(after, version),
-              "error_ratio": of_name(after, "modelcd_request_errors_total", version=version) / of_name(after, "modelcd_requests_total", version=version),
-              "nan_ratio": of_name(after, "modelcd_nan_outputs_total", version=version) / of_name(after, "modelcd_requests_total", version=version)}
+    values = {
+        "samples": of_name(after, "modelcd_requests_total", version=version),
+        "p99_latency_ms": p99_ms(after, version),
+        "error_ratio": (
+            of_name(after, "modelcd_request_errors_total", version=version) / of_name(after, "modelcd_requests_total", version=version)
+        ),
+        "nan_ratio": (
+            of_name(after, "modelcd_nan_outputs_total", version=version) / of_name(after, "modelcd_requests_total", version=version)
+        ),
+    }
     verdict = judge_slo(values, slo)
     assert verdict.outcome == PASS, verdict
     client_p99 = sorted(latencies)[int(0.99 * len(latencies)) - 1] * 1000
-    assert client_p99 <= slo.p99_latency_ms, f"normal requests' p99 {client_p99:.0f} ms beside the oversized ones; SLO {slo.p99_latency_ms} ms"
+    assert client_p99 <= slo.p99_latency_ms, (
+        f"normal requests' p99 {client_p99:.0f} ms beside the oversized ones; SLO {slo.p99_latency_ms} ms"
+    )
 
 
 @pytest.mark.slow
@@ -252,8 +296,11 @@ def test_the_admin_api_listens_on_its_own_loopback_port_only(served, server):
     assert httpx.get(f"{server.admin_url}/v1/classify").status_code in (404, 405)
     listening = Path("/proc/net/tcp")
     if listening.exists():  # Linux: where the admin socket is bound, as the kernel reports it
-        bound = [line.split()[1] for line in listening.read_text().splitlines()[1:] if line.split()[3] == "0A"
-                 and int(line.split()[1].split(":")[1], 16) == server.admin_port]
+        bound = [
+            line.split()[1]
+            for line in listening.read_text().splitlines()[1:]
+            if line.split()[3] == "0A" and int(line.split()[1].split(":")[1], 16) == server.admin_port
+        ]
         assert bound == [f"0100007F:{server.admin_port:04X}"]
 
 

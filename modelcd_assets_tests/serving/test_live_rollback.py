@@ -20,8 +20,8 @@ from modelcd_assets.lib.judging.slo import FAIL, evaluate_slo
 from modelcd_assets.lib.operations.prometheus_server import PrometheusServer
 from modelcd_assets.lib.release.registry import PROMOTION, ROLLED_BACK
 from modelcd_assets.resources.policy import PolicyResource
-from modelcd_assets_tests.serving.conftest import MODEL, ServerProcess, free_port, gated_state
 from modelcd_assets_tests.conftest import TEST_LOCK
+from modelcd_assets_tests.serving.conftest import MODEL, ServerProcess, free_port, gated_state
 
 pytestmark = pytest.mark.slow
 TEXTS = ["I was charged twice on my invoice", "the app crashes when I log in", "where is my parcel"]
@@ -112,7 +112,9 @@ def test_injected_latency_rolls_back_and_the_server_follows(served, stack):
     metadata = result.asset_materializations_for_node("production_rollback")[0].metadata
     assert metadata["to_version"].value == served.v1.version and metadata["trigger"].value == "slo_sensor"
     why = metadata["why"].value["slo_evaluations"]
-    assert len(why) == 2 and all(e["values"]["p99_latency_ms"] > 150 and "histogram_quantile" in e["queries"]["p99_latency_ms"] for e in why)
+    assert len(why) == 2 and all(
+        e["values"]["p99_latency_ms"] > 150 and "histogram_quantile" in e["queries"]["p99_latency_ms"] for e in why
+    )
 
     reg = served.env.registry
     assert reg.production(MODEL) == served.v1
@@ -145,7 +147,9 @@ def test_a_production_version_the_server_refused_is_named_not_judged(served, sta
     server, prometheus = stack
     server.admin("POST", "/v1/admin/faults", json={"version": served.v1.version})
     reg = served.env.registry
-    reg.move_production(served.ungated, {"test": "alias moved by hand to a version that was never gated"}, expected=reg.production(MODEL), lock=TEST_LOCK)
+    reg.move_production(
+        served.ungated, {"test": "alias moved by hand to a version that was never gated"}, expected=reg.production(MODEL), lock=TEST_LOCK
+    )
     try:
         time.sleep(3)  # a few polls: the server refuses the version and keeps serving v1
         assert httpx.get(f"{server.url}/readyz").json()["version"] == served.v1.version
@@ -160,6 +164,9 @@ def test_a_production_version_the_server_refused_is_named_not_judged(served, sta
 def test_prometheus_down_is_a_skip_that_keeps_the_cursor(served):
     url = f"http://127.0.0.1:{free_port()}"
     result = tick(served, url, '{"kept": 1}')
-    assert not result.run_requests and "unreachable" in result.skip_reason.skip_message and "nothing rolled back" in result.skip_reason.skip_message
+    assert (
+        not result.run_requests
+        and "unreachable" in result.skip_reason.skip_message
+        and "nothing rolled back" in result.skip_reason.skip_message
+    )
     assert result.cursor == '{"kept": 1}'
-

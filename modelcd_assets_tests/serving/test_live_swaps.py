@@ -50,8 +50,23 @@ def test_swaps_under_load_fail_nothing_and_never_mix(served, tmp_path):
     try:
         server.wait_ready(served.v2.version)
         (tmp_path / "batches.json").write_text(json.dumps(batches))
-        load = subprocess.Popen([sys.executable, "-m", "modelcd_assets.serving.loadgen", "--url", server.url, "--batches", str(tmp_path / "batches.json"),
-                                 "--requests", str(REQUESTS), "--concurrency", str(CONCURRENCY), "--out", str(tmp_path / "load.json")])
+        load = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "modelcd_assets.serving.loadgen",
+                "--url",
+                server.url,
+                "--batches",
+                str(tmp_path / "batches.json"),
+                "--requests",
+                str(REQUESTS),
+                "--concurrency",
+                str(CONCURRENCY),
+                "--out",
+                str(tmp_path / "load.json"),
+            ]
+        )
         swaps, refused_checked, under_load = 0, False, 0
         time.sleep(1.0)  # let the load reach steady state before the first swap
         while load.poll() is None:

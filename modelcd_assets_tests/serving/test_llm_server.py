@@ -24,7 +24,9 @@ from modelcd_assets_tests.tiny_lm import TINY_LM_POLICY
 pytestmark = pytest.mark.slow
 MODEL = "tiny-reply"
 # Bounds small enough to reach with the tiny model: its KV cache is 512 bytes a token (2 layers, 2 KV heads of 16).
-POLICY = TINY_LM_POLICY + """\
+POLICY = (
+    TINY_LM_POLICY
+    + """\
 serving:
   poll_seconds: 0.5
   max_completion_tokens: 200
@@ -35,7 +37,11 @@ drift:
   live_window: 200
   live_min_records: 50
 """
-MESSAGES = [{"role": "system", "content": "You are a support assistant."}, {"role": "user", "content": "i was charged twice for my invoice."}]
+)
+MESSAGES = [
+    {"role": "system", "content": "You are a support assistant."},
+    {"role": "user", "content": "i was charged twice for my invoice."},
+]
 
 env, instance = module_state_fixtures("llm-serving", {MODEL: POLICY})
 
@@ -46,7 +52,11 @@ def versions(env, instance, tiny_lm, tmp_path_factory):
     env.registry.register(tiny_lm.base, "tiny-lm-base", role="base")
     work = tmp_path_factory.mktemp("llm-serving-adapters")
     refs = []
-    for folder in (tiny_lm.adapter, scaled_lora_b(tiny_lm.adapter, work / "x1001", 1.001), scaled_lora_b(tiny_lm.adapter, work / "x4", 4.0)):
+    for folder in (
+        tiny_lm.adapter,
+        scaled_lora_b(tiny_lm.adapter, work / "x1001", 1.001),
+        scaled_lora_b(tiny_lm.adapter, work / "x4", 4.0),
+    ):
         ref = env.registry.register(folder, MODEL)
         refs.append((ref, run_gate(ref, instance=instance)))
     assert [run.outcome for _, run in refs] == [PROMOTED, PROMOTED, BLOCKED], [(run.outcome, run.error) for _, run in refs]
@@ -103,8 +113,12 @@ def test_streamed_chunks_join_to_the_whole_answer_and_end_with_usage(client):
 
 
 def test_the_raw_stream_is_server_sent_events_ending_in_done(server):
-    with httpx.stream("POST", f"{server.url}/v1/completions", json={"model": MODEL, "prompt": "hello team, the export", "max_tokens": 8,
-                                                                  "temperature": 0, "stream": True}, timeout=60) as r:
+    with httpx.stream(
+        "POST",
+        f"{server.url}/v1/completions",
+        json={"model": MODEL, "prompt": "hello team, the export", "max_tokens": 8, "temperature": 0, "stream": True},
+        timeout=60,
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         data = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
     assert data[-1] == "[DONE]" and json.loads(data[-2])["usage"]["completion_tokens"] <= 8
@@ -112,7 +126,9 @@ def test_the_raw_stream_is_server_sent_events_ending_in_done(server):
 
 
 def test_a_text_completion_names_the_version_that_answered(client, versions):
-    done = client.completions.create(model=f"{MODEL}:{versions[0].version}", prompt="hello team, the export button", max_tokens=8, temperature=0)
+    done = client.completions.create(
+        model=f"{MODEL}:{versions[0].version}", prompt="hello team, the export button", max_tokens=8, temperature=0
+    )
     assert done.model == f"{MODEL}:1" and done.object == "text_completion" and done.usage.completion_tokens <= 8
     assert isinstance(done.choices[0].text, str)
 
@@ -176,8 +192,10 @@ def test_a_client_that_goes_away_mid_stream_stops_its_generation_and_frees_its_c
         chunks = (json.loads(line.removeprefix("data: ")) for line in r.iter_lines() if line.startswith("data: {"))
         assert any(c["choices"][0].get("text") for c in chunks)
     # The connection is closed: within a deadline nothing is generating, no KV cache is held, and fewer tokens were made.
-    wait_for(lambda: metric(server, "modelcd_llm_generations_in_flight") == 0 and metric(server, "modelcd_llm_kv_cache_bytes") == 0,
-             "the generation stopped and freed its KV cache")
+    wait_for(
+        lambda: metric(server, "modelcd_llm_generations_in_flight") == 0 and metric(server, "modelcd_llm_kv_cache_bytes") == 0,
+        "the generation stopped and freed its KV cache",
+    )
     wait_for(lambda: metric(server, "modelcd_requests_total", version="2") > 0, "counted")
     made = metric(server, "modelcd_llm_completion_tokens_total") - before
     assert 0 < made < 180, made
@@ -202,7 +220,9 @@ def test_a_version_whose_recorded_probe_or_adapter_changed_is_refused_and_the_ol
         original = path.read_bytes()
         path.write_bytes(original[:-8] + bytes(8))  # the same size, other bytes
         try:
-            r = httpx.post(f"{server.admin_url}/v1/admin/adapters", json={"version": versions[0].version, "activate": False}, headers=auth, timeout=60)
+            r = httpx.post(
+                f"{server.admin_url}/v1/admin/adapters", json={"version": versions[0].version, "activate": False}, headers=auth, timeout=60
+            )
         finally:
             path.write_bytes(original)
         assert r.status_code in (409, 422) and r.json()["serving"] == "2", (why, r.text)
@@ -215,15 +235,24 @@ def test_a_version_whose_recorded_probe_or_adapter_changed_is_refused_and_the_ol
     for changed, expected in ((older, "gated by an older modelcd"), (other, "0 of 1 greedy sequences of 4 tokens equal")):
         record.files.quantization.write_text(json.dumps(changed))
         try:
-            r = httpx.post(f"{server.admin_url}/v1/admin/adapters", json={"version": versions[0].version, "activate": False}, headers=auth, timeout=60)
+            r = httpx.post(
+                f"{server.admin_url}/v1/admin/adapters", json={"version": versions[0].version, "activate": False}, headers=auth, timeout=60
+            )
         finally:
             record.files.quantization.write_text(original)
         assert r.status_code == 422 and expected in r.json()["error"], r.text
-    r = httpx.post(f"{server.admin_url}/v1/admin/adapters", json={"version": versions[0].version, "activate": False}, headers=auth, timeout=60)
+    r = httpx.post(
+        f"{server.admin_url}/v1/admin/adapters", json={"version": versions[0].version, "activate": False}, headers=auth, timeout=60
+    )
     assert r.status_code == 200, r.text
     steps = r.json()["loaded"]["steps"]
-    assert list(steps) == ["records", "verdict verified over the registered files, INT8 base build, adapter file and tokenizer",
-                           "registered files scanned", "adapter loaded", "probed against the gated generations"]
+    assert list(steps) == [
+        "records",
+        "verdict verified over the registered files, INT8 base build, adapter file and tokenizer",
+        "registered files scanned",
+        "adapter loaded",
+        "probed against the gated generations",
+    ]
 
 
 def test_the_serving_process_imports_neither_torch_nor_dagster(env, versions):
@@ -242,7 +271,13 @@ def test_the_serving_process_imports_neither_torch_nor_dagster(env, versions):
         "assert list(served.decoder.stream(served.decoder.encode('hello'), 3, served.adapter))\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'dagster', 'transformers', 'peft'})))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, MODEL, versions[1].version], env={**os.environ, **env.env}, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script, MODEL, versions[1].version],
+        env={**os.environ, **env.env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
@@ -256,19 +291,19 @@ def test_a_version_loaded_again_replaces_its_adapter_in_the_session_instead_of_a
     import sys
 
     script = (
-        "import json, sys\n"
-        "from modelcd_assets.serving.server import app_from_env\n"
-        "app = app_from_env(sys.argv[1])\n"
-        "pool = app.state.pool\n"
-        "for _ in range(3):\n"
-        "    pool.activate(pool.load(sys.argv[3]).version)\n"
-        "pool.load(sys.argv[2]); pool.load(sys.argv[2])\n"
-        "served = pool.active\n"
-        "print(json.dumps({'adapters': len(served.decoder._loaded), 'files': len(list(pool._private.iterdir())),\n"
-        "                  'active': served.version, 'answers': len(list(served.decoder.stream(served.decoder.encode('hello'), 3, served.adapter)))}))\n"
+        "import json, sys\nfrom modelcd_assets.serving.server import app_from_env\napp = app_from_env(sys.argv[1])\npool ="
+        " app.state.pool\nfor _ in range(3):\n    pool.activate(pool.load(sys.argv[3]).version)\npool.load(sys.argv[2]);"
+        " pool.load(sys.argv[2])\nserved = pool.active\nprint(json.dumps({'adapters': len(served.decoder._loaded), 'files':"
+        " len(list(pool._private.iterdir())),\n                  'active': served.version, 'answers':"
+        " len(list(served.decoder.stream(served.decoder.encode('hello'), 3, served.adapter)))}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, MODEL, versions[0].version, versions[1].version], env={**os.environ, **env.env},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script, MODEL, versions[0].version, versions[1].version],
+        env={**os.environ, **env.env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"adapters": 2, "files": 2, "active": versions[1].version, "answers": 3}
 
@@ -288,8 +323,13 @@ def test_the_alias_moved_by_hand_to_a_blocked_version_never_changes_what_answers
         assert httpx.get(f"{server.url}/readyz", timeout=30).json()["version"] == versions[1].version
         # Moved to a version with a verdict: swapped in without a restart, and NAME answers from it.
         registry.set_registered_model_alias(MODEL, PRODUCTION, versions[0].version)
-        wait_for(lambda: httpx.get(f"{server.url}/readyz", timeout=30).json()["version"] == versions[0].version, "following production to v1")
-        assert client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0).model == f"{MODEL}:{versions[0].version}"
+        wait_for(
+            lambda: httpx.get(f"{server.url}/readyz", timeout=30).json()["version"] == versions[0].version, "following production to v1"
+        )
+        assert (
+            client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0).model
+            == f"{MODEL}:{versions[0].version}"
+        )
     finally:
         registry.set_registered_model_alias(MODEL, PRODUCTION, versions[1].version)
         wait_for(lambda: httpx.get(f"{server.url}/readyz", timeout=30).json()["version"] == versions[1].version, "back on v2")

@@ -9,7 +9,15 @@ import pytest
 from starlette.requests import Request
 
 from modelcd_assets.lib.judging.policy import ServingPolicy
-from modelcd_assets.serving.limits import BAD_REQUEST, BODY_TOO_LARGE, TEXT_TOO_LONG, TOO_MANY_TEXTS, ClassifyRequest, Rejected, read_classify
+from modelcd_assets.serving.limits import (
+    BAD_REQUEST,
+    BODY_TOO_LARGE,
+    TEXT_TOO_LONG,
+    TOO_MANY_TEXTS,
+    ClassifyRequest,
+    Rejected,
+    read_classify,
+)
 
 # Small limits, below what the policy file allows, so every edge fits in a few bytes.
 POLICY = ServingPolicy.model_construct(**{**ServingPolicy().model_dump(), "max_body_bytes": 200, "max_texts": 3, "max_text_chars": 10})
@@ -18,8 +26,10 @@ POLICY = ServingPolicy.model_construct(**{**ServingPolicy().model_dump(), "max_b
 def request(body: bytes, content_length: str | None = "auto", chunk: int = 64) -> tuple[Request, list[int]]:
     """A Starlette request whose body arrives in chunks; the list counts the chunks the reader pulled."""
     pulled = []
-    parts = [body[i:i + chunk] for i in range(0, len(body), chunk)] or [b""]
-    headers = [] if content_length is None else [(b"content-length", str(len(body) if content_length == "auto" else content_length).encode())]
+    parts = [body[i : i + chunk] for i in range(0, len(body), chunk)] or [b""]
+    headers = (
+        [] if content_length is None else [(b"content-length", str(len(body) if content_length == "auto" else content_length).encode())]
+    )
 
     async def receive():
         i = len(pulled)
@@ -84,15 +94,18 @@ def test_texts_and_characters_are_counted_before_the_request_is_parsed():
     assert rejected({"texts": ["a" * 11], "unknown": 1}).reason == TEXT_TOO_LONG
 
 
-@pytest.mark.parametrize("body, why", [
-    (b"not json", "the request body is not JSON"),
-    (b"[" * 90 + b"]" * 90, "not a classify request"),
-    ({"texts": []}, "not a classify request: texts"),
-    ({"texts": ["x"], "extra": 1}, "not a classify request: extra"),
-    ({"texts": [1]}, "not a classify request: texts.0"),
-    ({"adapter": "1"}, "not a classify request: texts"),
-    (b'{"texts": ["\\ud800"]}', "text 0 is not valid Unicode"),
-])
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        (b"not json", "the request body is not JSON"),
+        (b"[" * 90 + b"]" * 90, "not a classify request"),
+        ({"texts": []}, "not a classify request: texts"),
+        ({"texts": ["x"], "extra": 1}, "not a classify request: extra"),
+        ({"texts": [1]}, "not a classify request: texts.0"),
+        ({"adapter": "1"}, "not a classify request: texts"),
+        (b'{"texts": ["\\ud800"]}', "text 0 is not valid Unicode"),
+    ],
+)
 def test_anything_but_a_classify_request_is_a_bad_request(body, why):
     r = rejected(body)
     assert (r.status, r.reason) == (422, BAD_REQUEST) and str(r).startswith(why), str(r)

@@ -114,8 +114,15 @@ def test_an_attestation_forged_with_another_key_is_refused(served, blocked, tmp_
     other = init_keys(Keys(tmp_path / "other.key", tmp_path / "other.pub"))
     good = check(served, served.v2).verdict
     record = CandidateRecord.of(served.env.home, blocked)
-    forged = attestation.Verdict(MODEL, blocked.version, servable.subjects(served.env.registry, blocked, record), good.gates, good.judged_against,
-                                 good.policy_sha256, "forged")
+    forged = attestation.Verdict(
+        MODEL,
+        blocked.version,
+        servable.subjects(served.env.registry, blocked, record),
+        good.gates,
+        good.judged_against,
+        good.policy_sha256,
+        "forged",
+    )
     served.env.registry.put_attestation(blocked, attestation.sign(forged, other.private))
     with pytest.raises(servable.NotServable, match="does not verify with the public key"):
         check(served, blocked)
@@ -132,8 +139,10 @@ def test_a_withdrawn_version_is_not_answered_by_number(served):
         assert c.post("/v1/classify", json={"texts": ["hi"], "adapter": served.v1.version}).status_code == 200
         served.env.registry.set_tags(served.v1, {ROLLED_BACK: json.dumps({"why": "test"})})
         try:
-            wait_for(lambda: c.post("/v1/classify", json={"texts": ["hi"], "adapter": served.v1.version}).status_code == 404,
-                     "the withdrawn version answering 404")
+            wait_for(
+                lambda: c.post("/v1/classify", json={"texts": ["hi"], "adapter": served.v1.version}).status_code == 404,
+                "the withdrawn version answering 404",
+            )
             body = c.post("/v1/classify", json={"texts": ["hi"], "adapter": served.v1.version}).json()
             assert served.v2.version not in body["error"].replace(f"version {served.v1.version}", "")  # nothing loaded is listed
             with pytest.raises(servable.NotServable, match="withdrawn"):

@@ -84,8 +84,12 @@ def wait_sampled(env, text: str, timeout: float = 10) -> list[str]:
 def live_gauges(client: TestClient) -> dict[str, float]:
     r = client.get("/metrics")
     assert r.status_code == 200
-    return {f"{s.name}{{{s.labels['model']}}}": s.value for fam in text_string_to_metric_families(r.text) for s in fam.samples
-            if s.name.startswith("modelcd_live_")}
+    return {
+        f"{s.name}{{{s.labels['model']}}}": s.value
+        for fam in text_string_to_metric_families(r.text)
+        for s in fam.samples
+        if s.name.startswith("modelcd_live_")
+    }
 
 
 def test_a_served_request_lands_in_the_traffic_log_and_a_failed_one_does_not(env, client):
@@ -137,8 +141,12 @@ def test_samples_beyond_the_writers_queue_are_dropped_and_counted_never_waited_f
         return append(version, texts, ts)
 
     def dropped() -> float:
-        return sum(s.value for fam in text_string_to_metric_families(client.get("/metrics").text) for s in fam.samples
-                   if s.name == "modelcd_traffic_samples_dropped_total" and s.labels == {"model": MODEL})
+        return sum(
+            s.value
+            for fam in text_string_to_metric_families(client.get("/metrics").text)
+            for s in fam.samples
+            if s.name == "modelcd_traffic_samples_dropped_total" and s.labels == {"model": MODEL}
+        )
 
     before = dropped()
     sent = SAMPLE_QUEUE + 6
@@ -175,15 +183,25 @@ def test_metrics_export_the_live_drift_verdict_only_once_judged(env, client):
     path = traffic_log.live_drift_path(root(env), MODEL)
     path.unlink(missing_ok=True)
     assert live_gauges(client) == {}
-    verdict = LiveDrift(time="2026-01-01T00:00:00+00:00", version="1", judged=True, detected=True, input_drifted_share=0.6,
-                        descriptors=["digit_share", "n_chars", "n_tokens"], records=600, reason="live traffic has drifted")
+    verdict = LiveDrift(
+        time="2026-01-01T00:00:00+00:00",
+        version="1",
+        judged=True,
+        detected=True,
+        input_drifted_share=0.6,
+        descriptors=["digit_share", "n_chars", "n_tokens"],
+        records=600,
+        reason="live traffic has drifted",
+    )
     traffic_log.write_live_drift(root(env), MODEL, verdict)
     assert live_gauges(client) == {f"modelcd_live_input_drift_share{{{MODEL}}}": 0.6, f"modelcd_live_drift_detected{{{MODEL}}}": 1.0}
     calm = LiveDrift(**{**verdict.to_dict(), "detected": False, "input_drifted_share": 0.2, "descriptors": ["n_chars"]})
     traffic_log.write_live_drift(root(env), MODEL, calm)
     assert live_gauges(client) == {f"modelcd_live_input_drift_share{{{MODEL}}}": 0.2, f"modelcd_live_drift_detected{{{MODEL}}}": 0.0}
     # Not enough traffic: neither "drift" nor "no drift" is exported.
-    traffic_log.write_live_drift(root(env), MODEL, LiveDrift(**{**verdict.to_dict(), "judged": False, "detected": False, "input_drifted_share": None}))
+    traffic_log.write_live_drift(
+        root(env), MODEL, LiveDrift(**{**verdict.to_dict(), "judged": False, "detected": False, "input_drifted_share": None})
+    )
     assert live_gauges(client) == {}
     path.write_text("{not json")
     assert live_gauges(client) == {}  # and the scrape still answers

@@ -17,14 +17,24 @@ from modelcd_assets.resources.state import LocalStateResource
 
 
 class CalibrationSetConfig(dg.Config):
-    model: str = Field("", description="Registered model the set is for. Empty: version the data folder's calibration split, "
-                                       "the set of every model that has none of its own.")
-    source: str = Field("", description="With model: a JSON-lines file on this machine, one {\"text\": ...} object per line.")
+    model: str = Field(
+        "",
+        description=(
+            "Registered model the set is for. Empty: version the data folder's calibration split, "
+            "the set of every model that has none of its own."
+        ),
+    )
+    source: str = Field("", description='With model: a JSON-lines file on this machine, one {"text": ...} object per line.')
 
 
 @dg.asset(group_name="data", kinds={"json"})
-def calibration_set(context: dg.AssetExecutionContext, config: CalibrationSetConfig, state: LocalStateResource, registry: MlflowRegistryResource,
-                    policy: PolicyResource) -> dg.MaterializeResult:
+def calibration_set(
+    context: dg.AssetExecutionContext,
+    config: CalibrationSetConfig,
+    state: LocalStateResource,
+    registry: MlflowRegistryResource,
+    policy: PolicyResource,
+) -> dg.MaterializeResult:
     """A model's new calibration set: refused with every reason (and the current set kept) unless it passes validation;
     accepted, it is frozen under its sha256 and becomes the model's current set, which calibration_revision acts on."""
     sets = state.calibration_sets()
@@ -33,28 +43,43 @@ def calibration_set(context: dg.AssetExecutionContext, config: CalibrationSetCon
             raise ModelcdError("calibration_set got a source file but no model; set config.model to the registered model the set is for")
         digest = state.default_calibration()
         return dg.MaterializeResult(
-            metadata={"model": "(default: every model without a set of its own)", "sha256": digest,
-                      "examples": len(read_texts(sets.path(digest))), "path": dg.MetadataValue.path(str(sets.path(digest)))},
+            metadata={
+                "model": "(default: every model without a set of its own)",
+                "sha256": digest,
+                "examples": len(read_texts(sets.path(digest))),
+                "path": dg.MetadataValue.path(str(sets.path(digest))),
+            },
             data_version=dg.DataVersion(digest[:16]),
         )
     reg = registry.registry()
     reg.require_candidate_model(config.model)
     production = reg.production(config.model)
     if production is None:
-        raise ModelcdError(f"{config.model} has no production version yet: a calibration set is judged against production's tokenizer and "
-                           "re-quantizes production; gate a first version (it is calibrated with the data folder's split), then register the set")
+        raise ModelcdError(
+            f"{config.model} has no production version yet: a calibration set is judged against production's tokenizer and "
+            "re-quantizes production; gate a first version (it is calibrated with the data folder's split), then register the set"
+        )
     if (task := reg.tags(production).get(TASK, DEFAULT_TASK)) != CLASSIFICATION:
-        raise ModelcdError(f"{config.model} is a {task} model: its INT8 base is weight-only (8-bit MatMulNBits), with no activation ranges to "
-                           "calibrate, so it has no calibration set; its INT8 fidelity is judged by int8_agrees_with_fp32 on every version")
+        raise ModelcdError(
+            f"{config.model} is a {task} model: its INT8 base is weight-only (8-bit MatMulNBits), with no activation ranges to "
+            "calibrate, so it has no calibration set; its INT8 fidelity is judged by int8_agrees_with_fp32 on every version"
+        )
     source = Path(config.source).expanduser()
     texts = read_texts(source)
     evaluation = [ex.text for ex in read_split(state.split("evaluation"))]
-    summary = validate(texts, evaluation, TextEncoder(state.record(production).build.merged).lengths,
-                       policy.for_model(config.model).calibration, source=str(source))
+    summary = validate(
+        texts,
+        evaluation,
+        TextEncoder(state.record(production).build.merged).lengths,
+        policy.for_model(config.model).calibration,
+        source=str(source),
+    )
     previous = reg.calibration_of(config.model)
     digest = sets.save(source)
     reg.set_calibration(config.model, digest)
-    context.log.info(f"{config.model}: calibration set {digest[:12]} is current (was {previous[:12] if previous else 'the data folder split'})")
+    context.log.info(
+        f"{config.model}: calibration set {digest[:12]} is current (was {previous[:12] if previous else 'the data folder split'})"
+    )
     return dg.MaterializeResult(
         metadata={
             "model": config.model,

@@ -10,7 +10,17 @@ from modelcd_assets.lib.hashing import folder_hash
 from modelcd_assets.lib.inference.builds import Build
 from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.release.candidate import CandidateRecord, policy_snapshot
-from modelcd_assets.lib.release.registry import BASE, CALIBRATION, CONTENT, PREVIOUS_PRODUCTION, PROMOTION, REVISION_OF, TASK, CandidateRef, Registry
+from modelcd_assets.lib.release.registry import (
+    BASE,
+    CALIBRATION,
+    CONTENT,
+    PREVIOUS_PRODUCTION,
+    PROMOTION,
+    REVISION_OF,
+    TASK,
+    CandidateRef,
+    Registry,
+)
 from modelcd_assets.lib.tasks.names import CLASSIFICATION, DEFAULT_TASK, require_task
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
@@ -39,11 +49,13 @@ def _refuse_a_missing_alias(reg: Registry, ref: CandidateRef, instance: dg.Dagst
 
     last = max(promoted, key=when)
     raise ModelcdError(
-        f"production alias missing: {ref.name} had a production version (last promoted: version {last}) but its `production` alias is gone; "
+        f"production alias missing: {ref.name} had a production version (last promoted: version {last}) but its `production` alias is"
+        " gone; "
         f"{ref.uri} is not judged as a first candidate (floors only) when there was a production to compare with. Restore the alias to the "
-        f"version that should serve (modelcd rollback needs a production to start from): python -c \"from mlflow import MlflowClient; "
+        f'version that should serve (modelcd rollback needs a production to start from): python -c "from mlflow import MlflowClient; '
         f"MlflowClient('{reg.shown_uri}').set_registered_model_alias('{ref.name}', 'production', '{last}')\", then gate it again: "
-        f"modelcd gate {ref.name} {ref.version}")
+        f"modelcd gate {ref.name} {ref.version}"
+    )
 
 
 def _judged_against_when_regated(ref: CandidateRef, tags: dict[str, str]) -> CandidateRef | None:
@@ -53,16 +65,21 @@ def _judged_against_when_regated(ref: CandidateRef, tags: dict[str, str]) -> Can
     previous = tags.get(PREVIOUS_PRODUCTION)
     if promotion is not None and "rollback_from" not in promotion and previous is not None and previous != ref.version:
         return CandidateRef(ref.name, previous) if previous else None
-    how = (f"a rollback from version {promotion['rollback_from']} restored it, so what it was first judged against is not recorded"
-           if promotion is not None and "rollback_from" in promotion
-           else "no gated run promoted it (no modelcd.promotion record), so there is no earlier production it was judged against")
+    how = (
+        f"a rollback from version {promotion['rollback_from']} restored it, so what it was first judged against is not recorded"
+        if promotion is not None and "rollback_from" in promotion
+        else "no gated run promoted it (no modelcd.promotion record), so there is no earlier production it was judged against"
+    )
     raise ModelcdError(
         f"{ref.uri} is production itself; a version is never judged against itself: {how}. Nothing was judged and production stays. "
-        f"To judge its files again, register them as a new version ('modelcd register PATH --name {ref.name}'), which is judged against it")
+        f"To judge its files again, register them as a new version ('modelcd register PATH --name {ref.name}'), which is judged against it"
+    )
 
 
 @dg.asset(partitions_def=candidates, group_name="candidate", kinds={"mlflow"})
-def candidate(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource, policy: PolicyResource) -> dg.MaterializeResult:
+def candidate(
+    context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource, policy: PolicyResource
+) -> dg.MaterializeResult:
     """The candidate version's files, its registered base, the production baseline it is judged against, and the effective policy."""
     ref = CandidateRef.parse(context.partition_key)
     reg = registry.registry()
@@ -76,9 +93,11 @@ def candidate(context: dg.AssetExecutionContext, state: LocalStateResource, regi
     revision_of = tags.get(REVISION_OF)
     if revision_of is not None and (prod is None or prod.version != revision_of):
         # Promoting it would put the older weights it carries back over the production that replaced them.
-        raise Superseded(f"{ref.uri} is a calibration revision of version {revision_of}, but production is now "
-                         f"{prod.version if prod else 'nothing'}; it is not gated. A new calibration set is re-applied to the current "
-                         f"production by calibration_revision (or 'modelcd calibrate {ref.name} --from FILE')")
+        raise Superseded(
+            f"{ref.uri} is a calibration revision of version {revision_of}, but production is now "
+            f"{prod.version if prod else 'nothing'}; it is not gated. A new calibration set is re-applied to the current "
+            f"production by calibration_revision (or 'modelcd calibrate {ref.name} --from FILE')"
+        )
     folder = reg.fetch(ref, state.files(ref).artifact)
     info = inspect_artifact(folder)
     base_uri = base_hash = base_dir = None
@@ -93,8 +112,10 @@ def candidate(context: dg.AssetExecutionContext, state: LocalStateResource, regi
     content = tags[CONTENT]
     task = require_task(tags.get(TASK, DEFAULT_TASK))
     if baseline is not None and (baseline_task := reg.tags(baseline).get(TASK, DEFAULT_TASK)) != task:
-        raise ModelcdError(f"{ref.uri} is a {task} model but {ref.name}'s production {baseline.uri} is a {baseline_task} model: one registered "
-                           f"model serves one task, and nothing would compare them; register it under another name")
+        raise ModelcdError(
+            f"{ref.uri} is a {task} model but {ref.name}'s production {baseline.uri} is a {baseline_task} model: one registered "
+            "model serves one task, and nothing would compare them; register it under another name"
+        )
     # A version is its files plus the calibration set its static INT8 is calibrated with: the model's current set when
     # the version is first gated (the data folder's split when it has none), pinned on the version from then on, so
     # gating it again judges the same INT8. A calibration revision is registered with its set already pinned.
@@ -107,10 +128,22 @@ def candidate(context: dg.AssetExecutionContext, state: LocalStateResource, regi
         state.calibration_sets().require(calibration)
     effective, source = policy_snapshot(policy.for_model(ref.name), policy.path_for(ref.name))
     record = CandidateRecord(
-        name=ref.name, version=ref.version, kind=info.kind, content_hash=content, artifact_dir=str(folder),
-        build_dir=str(Build.for_content(state.cache_dir("builds"), base_hash, content).dir), candidate_dir=str(state.files(ref).dir),
-        base_uri=base_uri, base_hash=base_hash, base_dir=base_dir, production_version=baseline.version if baseline else None,
-        production_content_hash=prod_hash, regated_production=prod == ref, policy=effective, policy_source=source, calibration_sha256=calibration,
+        name=ref.name,
+        version=ref.version,
+        kind=info.kind,
+        content_hash=content,
+        artifact_dir=str(folder),
+        build_dir=str(Build.for_content(state.cache_dir("builds"), base_hash, content).dir),
+        candidate_dir=str(state.files(ref).dir),
+        base_uri=base_uri,
+        base_hash=base_hash,
+        base_dir=base_dir,
+        production_version=baseline.version if baseline else None,
+        production_content_hash=prod_hash,
+        regated_production=prod == ref,
+        policy=effective,
+        policy_source=source,
+        calibration_sha256=calibration,
         task=task,
     )
     record.save()
@@ -121,8 +154,10 @@ def candidate(context: dg.AssetExecutionContext, state: LocalStateResource, regi
             "task": task,
             "content_sha256": content,
             "base": base_uri or "(full model)",
-            "production_baseline": (f"{baseline.version} (sha256 {prod_hash[:12]})" if baseline else "none: first candidate")
-                                   + (f" (production {prod.version} itself, judged again against the version it replaced)" if prod == ref else ""),
+            "production_baseline": (
+                (f"{baseline.version} (sha256 {prod_hash[:12]})" if baseline else "none: first candidate")
+                + (f" (production {prod.version} itself, judged again against the version it replaced)" if prod == ref else "")
+            ),
             "calibration_sha256": calibration or "(none: weight-only INT8)",
             "revision_of": tags.get(REVISION_OF, "(not a calibration revision)"),
             "policy_source": source,

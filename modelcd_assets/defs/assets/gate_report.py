@@ -28,14 +28,18 @@ def report_url(ui_url: str, partition: str) -> str:
 def decision_markdown(decision: GateDecision) -> str:
     """Every required gate as one table: the gate, its verdict as promotion reads it, what it measured, the threshold, why."""
     cell = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    rows = "\n".join(f"| {r.gate} | {'**' + r.shown + '**' if r.shown != 'pass' else r.shown} | {cell(r.measured)} | {cell(r.threshold)} | {cell(r.reason)} |"
-                     for r in decision.records)
+    rows = "\n".join(
+        f"| {r.gate} | {'**' + r.shown + '**' if r.shown != 'pass' else r.shown} | {cell(r.measured)} | {cell(r.threshold)} |"
+        f" {cell(r.reason)} |"
+        for r in decision.records
+    )
     return "| gate | verdict | measured | threshold | reason |\n|---|---|---|---|---|\n" + rows
 
 
 @dg.asset(partitions_def=candidates, group_name="report", kinds={"markdown"})
-def gate_report(context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource,
-                gate_graph: dg.ResourceParam[GateGraph]) -> dg.MaterializeResult:
+def gate_report(
+    context: dg.AssetExecutionContext, state: LocalStateResource, registry: MlflowRegistryResource, gate_graph: dg.ResourceParam[GateGraph]
+) -> dg.MaterializeResult:
     """The candidate's gate decision on one page: every gate's verdict, measurement, threshold and reason, the production
     version it was judged against, and the policy it was judged by."""
     ref = CandidateRef.parse(context.partition_key)
@@ -52,8 +56,10 @@ def gate_report(context: dg.AssetExecutionContext, state: LocalStateResource, re
     verdict = "promotable: every gate passed on the current lineage" if decision.promotable else "blocked: " + "; ".join(decision.problems)
     judged_against = (record.production_version or "none (first candidate)") if record else "unknown (the candidate was never fetched)"
     policy = record.effective_policy().model_dump(mode="json") if record else {}
-    page = (f"## {ref.uri}\n\n**{verdict}**\n\n- judged against production version: {judged_against}\n- in production now: {in_production}\n"
-            f"- policy: {record.policy_source if record else 'unknown'}\n\n{decision_markdown(decision)}\n")
+    page = (
+        f"## {ref.uri}\n\n**{verdict}**\n\n- judged against production version: {judged_against}\n- in production now: {in_production}\n"
+        f"- policy: {record.policy_source if record else 'unknown'}\n\n{decision_markdown(decision)}\n"
+    )
     return dg.MaterializeResult(
         metadata={
             "decision": dg.MetadataValue.md(page),

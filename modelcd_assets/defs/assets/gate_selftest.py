@@ -31,8 +31,20 @@ class SelftestConfig(dg.Config):
 
 def selftest_command(config: SelftestConfig, report: Path) -> list[str]:
     """`modelcd faults run` for this config, writing its report as JSON to report."""
-    argv = [sys.executable, "-m", "modelcd_assets.cli", "faults", "run", "--name", config.model, "--controls", str(config.controls), "--json", str(report),
-            "--no-progress"]
+    argv = [
+        sys.executable,
+        "-m",
+        "modelcd_assets.cli",
+        "faults",
+        "run",
+        "--name",
+        config.model,
+        "--controls",
+        str(config.controls),
+        "--json",
+        str(report),
+        "--no-progress",
+    ]
     if config.only:
         argv += ["--only", *config.only]
     if not config.under_load:
@@ -41,8 +53,13 @@ def selftest_command(config: SelftestConfig, report: Path) -> list[str]:
 
 
 @dg.asset(group_name="selftest", kinds={"mlflow"})
-def gate_selftest(context: dg.AssetExecutionContext, config: SelftestConfig, registry: MlflowRegistryResource, policy: PolicyResource,
-                  state: LocalStateResource) -> dg.MaterializeResult:
+def gate_selftest(
+    context: dg.AssetExecutionContext,
+    config: SelftestConfig,
+    registry: MlflowRegistryResource,
+    policy: PolicyResource,
+    state: LocalStateResource,
+) -> dg.MaterializeResult:
     """Every fault class and the clean controls, gated in an isolated copy of production; production never moves.
 
     The sandbox is `modelcd faults run --json`, started as its own process on this run's registry, data and policies: the code
@@ -51,14 +68,30 @@ def gate_selftest(context: dg.AssetExecutionContext, config: SelftestConfig, reg
     keys = registry.registry().keys  # production's files are fetched from the user's registry, verified with the user's public key
     with tempfile.TemporaryDirectory(prefix="modelcd-selftest-") as tmp:
         report_file = Path(tmp) / "selftest.json"
-        env = {**os.environ, "MLFLOW_TRACKING_URI": registry.tracking_uri, "MODELCD_MLFLOW_ARTIFACTS": registry.artifact_location,
-               "MODELCD_HOME": str(state.root), "MODELCD_DATA": state.data_dir, "MODELCD_POLICY_DIR": policy.policy_dir,
-               SIGNING_KEY_ENV: str(keys.private), VERIFY_KEY_ENV: str(keys.public),
-               # The CLI writes the instance file of the DAGSTER_HOME it is given: never this run's. The sandbox gates in an
-               # instance of its own either way.
-               "DAGSTER_HOME": str(Path(tmp) / "dagster"), PG_URL_VAR: ""}
-        proc = start_process(selftest_command(config, report_file), die_with_parent=True, env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        env = {
+            **os.environ,
+            "MLFLOW_TRACKING_URI": registry.tracking_uri,
+            "MODELCD_MLFLOW_ARTIFACTS": registry.artifact_location,
+            "MODELCD_HOME": str(state.root),
+            "MODELCD_DATA": state.data_dir,
+            "MODELCD_POLICY_DIR": policy.policy_dir,
+            SIGNING_KEY_ENV: str(keys.private),
+            VERIFY_KEY_ENV: str(keys.public),
+            # The CLI writes the instance file of the DAGSTER_HOME it is given: never this run's. The sandbox gates in an
+            # instance of its own either way.
+            "DAGSTER_HOME": str(Path(tmp) / "dagster"),
+            PG_URL_VAR: "",
+        }
+        proc = start_process(
+            selftest_command(config, report_file),
+            die_with_parent=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
         tail: deque[str] = deque(maxlen=OUTPUT_TAIL)
         try:
             for line in proc.stdout:

@@ -30,14 +30,18 @@ def _judge(model: str, prod: CandidateRef, state: LocalStateResource, policy: Po
 
 
 def _table(model: str, prod: CandidateRef, v: Verdict) -> str:
-    rows = "\n".join(f"| {k} | {d:.3f} | {'yes' if k in v.numbers.get('drifted', []) else 'no'} |" for k, d in (v.numbers.get("input_drift") or {}).items())
+    rows = "\n".join(
+        f"| {k} | {d:.3f} | {'yes' if k in v.numbers.get('drifted', []) else 'no'} |"
+        for k, d in (v.numbers.get("input_drift") or {}).items()
+    )
     head = f"**{model}** (production v{prod.version}): {v.status}, {v.measured}\n\n{v.reason}"
     return head + (f"\n\n| descriptor | normed Wasserstein | drifted |\n|---|---|---|\n{rows}" if rows else "")
 
 
 @dg.asset(group_name="monitoring", kinds={"evidently"})
-def live_traffic(context: dg.AssetExecutionContext, registry: MlflowRegistryResource, policy: PolicyResource,
-                 state: LocalStateResource) -> dg.MaterializeResult:
+def live_traffic(
+    context: dg.AssetExecutionContext, registry: MlflowRegistryResource, policy: PolicyResource, state: LocalStateResource
+) -> dg.MaterializeResult:
     """Input drift of what production serves, by the drift gate's Evidently test and thresholds, against the split it was validated on.
 
     A drift is shown here, tagged on the production version in the registry, and written where the server exports it to
@@ -49,25 +53,50 @@ def live_traffic(context: dg.AssetExecutionContext, registry: MlflowRegistryReso
 
     def export(model: str, prod: CandidateRef, v: Verdict) -> None:
         """Where the server exports it to Prometheus."""
-        traffic_log.write_live_drift(state.root, model, traffic_log.LiveDrift(
-            time=now, version=prod.version, judged="input_drifted_share" in v.numbers, detected=v.status == FAIL,
-            input_drifted_share=v.numbers.get("input_drifted_share"), descriptors=list(v.numbers.get("drifted", [])),
-            records=int(v.numbers.get("records", 0)), reason=v.reason))
+        traffic_log.write_live_drift(
+            state.root,
+            model,
+            traffic_log.LiveDrift(
+                time=now,
+                version=prod.version,
+                judged="input_drifted_share" in v.numbers,
+                detected=v.status == FAIL,
+                input_drifted_share=v.numbers.get("input_drifted_share"),
+                descriptors=list(v.numbers.get("drifted", [])),
+                records=int(v.numbers.get("records", 0)),
+                reason=v.reason,
+            ),
+        )
 
     # ModelcdError, FileNotFoundError: e.g. production was never gated in this state folder.
-    verdicts = judge_each(productions, lambda model, prod: _judge(model, prod, state, policy), gate="live_drift", not_done="not judged",
-                          unable="could not check live drift of", errors=(ModelcdError, FileNotFoundError), log=context.log.info, then=export)
+    verdicts = judge_each(
+        productions,
+        lambda model, prod: _judge(model, prod, state, policy),
+        gate="live_drift",
+        not_done="not judged",
+        unable="could not check live drift of",
+        errors=(ModelcdError, FileNotFoundError),
+        log=context.log.info,
+        then=export,
+    )
     for model, v in verdicts.items():
         if v.status != FAIL:
             continue
         prod = productions[model]
-        tag = {"time": now, "input_drifted_share": round(v.numbers["input_drifted_share"], 4), "descriptors": v.numbers["drifted"], "records": v.numbers["records"]}
+        tag = {
+            "time": now,
+            "input_drifted_share": round(v.numbers["input_drifted_share"], 4),
+            "descriptors": v.numbers["drifted"],
+            "records": v.numbers["records"],
+        }
         try:
             reg.set_tags(prod, {LIVE_DRIFT_TAG: json.dumps(tag, sort_keys=True)})
         except Exception as e:
-            raise RegistryUnavailable(f"live traffic of {prod.uri} drifted ({v.reason}), but the registry at {reg.shown_uri} refused the "
-                                      f"{LIVE_DRIFT_TAG} tag: {type(e).__name__}: {e}; the server exports the drift already, re-materialize "
-                                      f"live_traffic when the registry answers to record it there") from e
+            raise RegistryUnavailable(
+                f"live traffic of {prod.uri} drifted ({v.reason}), but the registry at {reg.shown_uri} refused the "
+                f"{LIVE_DRIFT_TAG} tag: {type(e).__name__}: {e}; the server exports the drift already, re-materialize "
+                "live_traffic when the registry answers to record it there"
+            ) from e
     drifted = sorted(m for m, v in verdicts.items() if v.status == FAIL)
     return dg.MaterializeResult(
         metadata={
@@ -76,8 +105,10 @@ def live_traffic(context: dg.AssetExecutionContext, registry: MlflowRegistryReso
             "drifted": ", ".join(drifted) or "none",
             "not_judged": ", ".join(sorted(m for m, v in verdicts.items() if v.status == INCONCLUSIVE)) or "none",
             "reference_split": REFERENCE_SPLIT,
-            "live_drift": dg.MetadataValue.md("\n\n".join(_table(m, productions[m], v) for m, v in verdicts.items())
-                                              or "no registered model has a production version: no live traffic to judge"),
+            "live_drift": dg.MetadataValue.md(
+                "\n\n".join(_table(m, productions[m], v) for m, v in verdicts.items())
+                or "no registered model has a production version: no live traffic to judge"
+            ),
             # What live_traffic_has_not_drifted judges, exactly as decided here.
             "verdicts": dg.MetadataValue.json(recorded(productions, verdicts)),
         }

@@ -28,8 +28,13 @@ def rollback_run_config(model: str, from_version: str, trigger: str, reason: dic
 
 
 @dg.asset(group_name="operations", kinds={"mlflow", "prometheus"}, pool=PROMOTION_POOL)
-def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfig, registry: MlflowRegistryResource,
-                        state: LocalStateResource, alias_lock: AliasLockResource) -> dg.MaterializeResult:
+def production_rollback(
+    context: dg.AssetExecutionContext,
+    config: RollbackConfig,
+    registry: MlflowRegistryResource,
+    state: LocalStateResource,
+    alias_lock: AliasLockResource,
+) -> dg.MaterializeResult:
     """One materialization per rollback: from which version, to which, and why."""
     reg = registry.registry()
     bad = CandidateRef(config.model, config.from_version)
@@ -37,7 +42,9 @@ def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfi
     if current != bad:
         now = current.version if current else "nothing"
         context.log.warning(f"production of {config.model} is {now}, not {bad.version}; nothing to roll back")
-        return dg.MaterializeResult(metadata={"outcome": "not needed", "model": config.model, "from_version": bad.version, "production_version": now})
+        return dg.MaterializeResult(
+            metadata={"outcome": "not needed", "model": config.model, "from_version": bad.version, "production_version": now}
+        )
     # A target must hold a valid attestation over its bytes, as the server will check before it follows the alias there.
     target, passed_over = rollback_target(reg, bad, lambda ref: [why] if (why := servable.reason(reg, state.root, ref)) else [])
     reason = {"trigger": config.trigger, "run_id": context.run_id, "why": json.loads(config.reason)}
@@ -45,7 +52,12 @@ def production_rollback(context: dg.AssetExecutionContext, config: RollbackConfi
     context.log.info(f"production of {config.model} rolled back from {bad.version} to {target.version}")
     return dg.MaterializeResult(
         metadata={
-            "outcome": "rolled back", "model": config.model, "from_version": bad.version, "to_version": target.version, "trigger": config.trigger,
-            "why": dg.MetadataValue.json(reason["why"]), "passed_over": dg.MetadataValue.json(passed_over),
+            "outcome": "rolled back",
+            "model": config.model,
+            "from_version": bad.version,
+            "to_version": target.version,
+            "trigger": config.trigger,
+            "why": dg.MetadataValue.json(reason["why"]),
+            "passed_over": dg.MetadataValue.json(passed_over),
         }
     )

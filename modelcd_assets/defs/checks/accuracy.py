@@ -12,7 +12,9 @@ from modelcd_assets.resources.state import LocalStateResource
 
 
 def _quality_check(name: str, task: str, description: str) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=evaluation, name=name, blocking=True, partitions_def=candidates, description=description, metadata=for_tasks(task))
+    @dg.asset_check(
+        asset=evaluation, name=name, blocking=True, partitions_def=candidates, description=description, metadata=for_tasks(task)
+    )
     def _check(context: dg.AssetCheckExecutionContext, state: LocalStateResource) -> dg.AssetCheckResult:
         record = state.record(CandidateRef.parse(context.partition_key))
         if record.task != task:
@@ -22,10 +24,14 @@ def _quality_check(name: str, task: str, description: str) -> dg.AssetChecksDefi
     return _check
 
 
-accuracy_within_tolerance = _quality_check("accuracy_within_tolerance", CLASSIFICATION,
-                                           "INT8 accuracy >= production's - tolerance, not significantly worse, and above the floor.")
-perplexity_within_tolerance = _quality_check("perplexity_within_tolerance", CAUSAL_LM,
-                                             "Perplexity on the evaluation replies within tolerance of production's, paired per reply, and under the ceiling.")
+accuracy_within_tolerance = _quality_check(
+    "accuracy_within_tolerance", CLASSIFICATION, "INT8 accuracy >= production's - tolerance, not significantly worse, and above the floor."
+)
+perplexity_within_tolerance = _quality_check(
+    "perplexity_within_tolerance",
+    CAUSAL_LM,
+    "Perplexity on the evaluation replies within tolerance of production's, paired per reply, and under the ceiling.",
+)
 
 
 @dg.asset_check(asset=evaluation, blocking=True, partitions_def=candidates)

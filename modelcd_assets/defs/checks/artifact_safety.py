@@ -26,5 +26,7 @@ def artifact_is_safe(context: dg.AssetCheckExecutionContext, state: LocalStateRe
     if record.base_dir:
         findings += [f"base {f}" for f in scan_artifact(Path(record.base_dir), limits)]
     if record.kind == ADAPTER and not findings:  # what it compares is read only once the scan passed
-        findings += [f"candidate {f}" for f in adapter_file_findings(Path(record.artifact_dir), record.task, Path(record.base_dir), limits.allow)]
+        findings += [
+            f"candidate {f}" for f in adapter_file_findings(Path(record.artifact_dir), record.task, Path(record.base_dir), limits.allow)
+        ]
     return check_result(judge_safety(findings))

@@ -12,6 +12,7 @@ from modelcd_assets.resources.state import LocalStateResource
 
 @dg.asset_check(asset=quantized_model, blocking=True, partitions_def=candidates)
 def int8_agrees_with_fp32(context: dg.AssetCheckExecutionContext, state: LocalStateResource) -> dg.AssetCheckResult:
-    """Top-1 agreement of the chosen INT8 variant with FP32 on the evaluation split (a causal LM: INT8 top-1 among FP32's top 5, KL, perplexity)."""
+    """Top-1 agreement of the chosen INT8 variant with FP32 on the evaluation split (a causal LM: INT8 top-1 among FP32's top 5, KL,
+    perplexity)."""
     record = state.record(CandidateRef.parse(context.partition_key))
     return check_result(task_of(record.task).fidelity_verdict(record, state))

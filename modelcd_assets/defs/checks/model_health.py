@@ -27,7 +27,11 @@ def weights_within_scale(context: dg.AssetCheckExecutionContext, state: LocalSta
     ref = CandidateRef.parse(context.partition_key)
     report = read_json(state.files(ref).health)
     record = state.record(ref)
-    return check_result(gates.judge_weight_scale(report, record.effective_policy().health, has_production=record.production_version is not None))
+    return check_result(
+        gates.judge_weight_scale(report, record.effective_policy().health, has_production=record.production_version is not None)
+    )
+
+
 model_loads_cleanly = _health_check("model_loads_cleanly", gates.judge_loads_cleanly)
 adapter_fits_base = _health_check("adapter_fits_base", gates.judge_adapter_fits_base)
 adapter_changes_outputs = _health_check("adapter_changes_outputs", gates.judge_adapter_changes_outputs)

@@ -23,14 +23,18 @@ def verdicts_of_this_run(context: dg.AssetCheckExecutionContext, asset: dg.Asset
 def monitoring_result(verdicts: dict[str, dict] | str, nothing: str, problem: str) -> dg.AssetCheckResult:
     """WARN severity; passed only when every model's verdict is a pass, so inconclusive or unchecked never reads as fine."""
     if isinstance(verdicts, str):
-        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, description=f"not checked: {verdicts}",
-                                   metadata={"reason": verdicts})
+        return dg.AssetCheckResult(
+            passed=False, severity=dg.AssetCheckSeverity.WARN, description=f"not checked: {verdicts}", metadata={"reason": verdicts}
+        )
     failed = sorted(m for m, v in verdicts.items() if v["status"] == FAIL)
     unjudged = sorted(m for m, v in verdicts.items() if v["status"] not in (PASS, FAIL))
     if not verdicts:
         description = nothing
     else:
-        description = "; ".join(f"{m} v{v['version']}: {v['status']}: {v['reason']}" for m, v in sorted(verdicts.items(), key=lambda kv: (kv[1]["status"] == PASS, kv[0])))
+        description = "; ".join(
+            f"{m} v{v['version']}: {v['status']}: {v['reason']}"
+            for m, v in sorted(verdicts.items(), key=lambda kv: (kv[1]["status"] == PASS, kv[0]))
+        )
         if failed:
             description = f"{problem} in {', '.join(failed)}. {description}"
     return dg.AssetCheckResult(

@@ -36,5 +36,9 @@ def not_applicable(gate: str, task: str) -> dg.AssetCheckResult:
     """The result of a one-task check on another task's candidate. It does not block the run, and promotion never counts it:
     the gate graph does not require this check of that task's candidates (gate_results.required_gates)."""
     reason = f"{gate} does not judge {task} models; their own gates do"
-    return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.ERROR, description=reason,
-                               metadata={"status": NOT_APPLICABLE, "measured": "n/a", "threshold": "n/a", "reason": reason})
+    return dg.AssetCheckResult(
+        passed=True,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=reason,
+        metadata={"status": NOT_APPLICABLE, "measured": "n/a", "threshold": "n/a", "reason": reason},
+    )

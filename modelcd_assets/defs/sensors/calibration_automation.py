@@ -11,5 +11,7 @@ calibration_automation = dg.AutomationConditionSensorDefinition(
     target=dg.AssetSelection.assets("calibration_revision"),
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,
-    description="Re-quantizes production as a calibration revision whenever a model's calibration set changes (calibration_revision is eager).",
+    description=(
+        "Re-quantizes production as a calibration revision whenever a model's calibration set changes (calibration_revision is eager)."
+    ),
 )

@@ -15,11 +15,17 @@ def report_request(run: dg.DagsterRun) -> dg.RunRequest | dg.SkipReason:
         return dg.SkipReason(f"run {run.run_id} ran in a modelcd process, which wrote {partition}'s report itself")
     if not partition:
         return dg.SkipReason(f"run {run.run_id} has no candidate partition; nothing to report")
-    return dg.RunRequest(run_key=run.run_id, partition_key=partition, tags={"modelcd/candidate": partition, "modelcd/gated_run": run.run_id})
+    return dg.RunRequest(
+        run_key=run.run_id, partition_key=partition, tags={"modelcd/candidate": partition, "modelcd/gated_run": run.run_id}
+    )
 
 
-@dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[gate_candidate], request_job=write_gate_report,
-                      default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.run_status_sensor(
+    run_status=dg.DagsterRunStatus.SUCCESS,
+    monitored_jobs=[gate_candidate],
+    request_job=write_gate_report,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
 def gate_report_after_promotion(context: dg.RunStatusSensorContext):
     """A gated run that succeeded: its candidate was promoted (or production already pointed at it)."""
     return report_request(context.dagster_run)

@@ -47,11 +47,15 @@ def registry_sensor(context: dg.SensorEvaluationContext, registry: MlflowRegistr
     if recreated:
         context.log.warning(f"re-created since the last tick, so every version is gated anew: {', '.join(sorted(recreated))}")
     if not refs:
-        return dg.SensorResult(skip_reason=f"no new candidate versions (cursor {advanced or 'empty'})", cursor=json.dumps(advanced, sort_keys=True))
+        return dg.SensorResult(
+            skip_reason=f"no new candidate versions (cursor {advanced or 'empty'})", cursor=json.dumps(advanced, sort_keys=True)
+        )
     new_keys = sorted({r.key for r in refs if not context.instance.has_dynamic_partition(candidates.name, r.key)})
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=f"{r.key}@{advanced[r.name]['created']}", partition_key=r.key, tags={"modelcd/candidate": r.key})
-                      for r in refs],
+        run_requests=[
+            dg.RunRequest(run_key=f"{r.key}@{advanced[r.name]['created']}", partition_key=r.key, tags={"modelcd/candidate": r.key})
+            for r in refs
+        ],
         dynamic_partitions_requests=[candidates.build_add_request(new_keys)] if new_keys else [],
         cursor=json.dumps(advanced, sort_keys=True),
     )

@@ -23,8 +23,9 @@ def rollback_request(model: str, version: str, verdicts: list[dict], sequence: i
 
 
 @dg.sensor(job=rollback_production, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
-def slo_sensor(context: dg.SensorEvaluationContext, registry: MlflowRegistryResource, policy: PolicyResource,
-               prometheus: PrometheusResource) -> dg.SensorResult:
+def slo_sensor(
+    context: dg.SensorEvaluationContext, registry: MlflowRegistryResource, policy: PolicyResource, prometheus: PrometheusResource
+) -> dg.SensorResult:
     """Cursor: per model, the production version judged and its failing evaluations in a row (with their values).
 
     Inconclusive evaluations (too few requests, no data) neither count nor reset the streak. Prometheus
@@ -47,11 +48,14 @@ def slo_sensor(context: dg.SensorEvaluationContext, registry: MlflowRegistryReso
             return dg.SensorResult(skip_reason=f"{e}; SLOs not judged, nothing rolled back", cursor=context.cursor)
         record = {"outcome": verdict.outcome, "values": verdict.values, "reasons": verdict.reasons, "queries": verdict.queries}
         if verdict.outcome == FAIL:
-            state["failures"] = [*state["failures"], record][-slo.consecutive_failures:]
+            state["failures"] = [*state["failures"], record][-slo.consecutive_failures :]
         elif verdict.outcome == PASS:
             state["failures"] = []
         streak = len(state["failures"])
-        notes.append(f"{model} v{prod.version}: {verdict.outcome} ({'; '.join(verdict.reasons) or 'within SLO'}), {streak}/{slo.consecutive_failures} failures in a row")
+        notes.append(
+            f"{model} v{prod.version}: {verdict.outcome} ({'; '.join(verdict.reasons) or 'within SLO'}),"
+            f" {streak}/{slo.consecutive_failures} failures in a row"
+        )
         if streak >= slo.consecutive_failures and not state.get("rollback_requested"):
             state["rollbacks"] = state.get("rollbacks", 0) + 1
             requests.append(rollback_request(model, prod.version, state["failures"], state["rollbacks"]))

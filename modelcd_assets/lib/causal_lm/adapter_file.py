@@ -1,6 +1,7 @@
 """A candidate's own build: its peft LoRA weights as an ONNX Runtime adapter file (.onnx_adapter) for its base's slots.
 
-Read without torch (lib/weights.py; float16 and bfloat16 widened to float32, exactly), and nothing in the adapter is executed. A slot's weight is laid out as
+Read without torch (lib/weights.py; float16 and bfloat16 widened to float32, exactly), and nothing in the adapter is executed. A slot's
+weight is laid out as
 the builder lays it (A transposed to [in, rank], B to [rank, out] times alpha/rank), so the adapter on the INT8 base is
 the same function as the adapter unmerged in torch + peft. An adapter that does not fill the slots exactly (another
 rank, other targets, another base's shapes, extra trained modules) is reported, never padded or cut to fit.
@@ -37,9 +38,17 @@ class AdapterFit:
     mismatched: list[str] = field(default_factory=list)  # weights whose shape is not their slot's
 
     def to_dict(self) -> dict:
-        return {"rank": self.rank, "targets": self.targets, "scaling": self.scaling, "declared_base": self.declared_base,
-                "problems": self.problems, "slots_filled": self.slots_filled, "missing": self.missing, "extra": self.extra,
-                "mismatched": self.mismatched}
+        return {
+            "rank": self.rank,
+            "targets": self.targets,
+            "scaling": self.scaling,
+            "declared_base": self.declared_base,
+            "problems": self.problems,
+            "slots_filled": self.slots_filled,
+            "missing": self.missing,
+            "extra": self.extra,
+            "mismatched": self.mismatched,
+        }
 
 
 def _targets(config: dict) -> list[str]:
@@ -51,17 +60,27 @@ def adapter_parameters(adapter_dir: Path, slots: AdapterSlots) -> tuple[dict[str
     """The slot name -> FP32 array of an adapter folder, and how it fits the slots; parameters are empty when it does not."""
     adapter_dir = Path(adapter_dir)
     if not (adapter_dir / ADAPTER_CONFIG).is_file() or not (adapter_dir / ADAPTER_WEIGHTS).is_file():
-        raise BadCandidate(f"{adapter_dir} is not a peft LoRA adapter: it needs {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS} (PeftModel.save_pretrained writes both)")
+        raise BadCandidate(
+            f"{adapter_dir} is not a peft LoRA adapter: it needs {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS} (PeftModel.save_pretrained writes"
+            " both)"
+        )
     config = json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
     rank, alpha = int(config.get("r", 0)), float(config.get("lora_alpha", 0))
     scaling = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / max(rank, 1)
     fit = AdapterFit(rank, _targets(config), scaling, config.get("base_model_name_or_path"))
     if config.get("peft_type", "LORA") != "LORA" or config.get("use_dora"):
-        fit.problems.append(f"a {config.get('peft_type')}{' (DoRA)' if config.get('use_dora') else ''} adapter: the base's slots take plain LoRA only")
+        fit.problems.append(
+            f"a {config.get('peft_type')}{' (DoRA)' if config.get('use_dora') else ''} adapter: the base's slots take plain LoRA only"
+        )
     if rank != slots.rank:
-        fit.problems.append(f"rank {rank}, but every adapter of this base has rank {slots.rank} (the slots' fixed shape); train with r={slots.rank}")
+        fit.problems.append(
+            f"rank {rank}, but every adapter of this base has rank {slots.rank} (the slots' fixed shape); train with r={slots.rank}"
+        )
     if fit.targets != sorted(slots.targets):
-        fit.problems.append(f"targets {fit.targets}, but the base's slots are for {sorted(slots.targets)}; train with target_modules={sorted(slots.targets)}")
+        fit.problems.append(
+            f"targets {fit.targets}, but the base's slots are for {sorted(slots.targets)}; train with"
+            f" target_modules={sorted(slots.targets)}"
+        )
     if config.get("modules_to_save"):
         fit.problems.append(f"it also trains {config['modules_to_save']} in full (modules_to_save), which no slot can carry")
     weights = read_tensors(adapter_dir / ADAPTER_WEIGHTS)
@@ -84,8 +103,10 @@ def adapter_parameters(adapter_dir: Path, slots: AdapterSlots) -> tuple[dict[str
     if fit.missing:
         fit.problems.append(f"no weight for {len(fit.missing)} of the base's {len(wanted)} slots, e.g. {fit.missing[0]}")
     if fit.mismatched:
-        fit.problems.append(f"{fit.mismatched[0]}{f' (and {len(fit.mismatched) - 1} more)' if len(fit.mismatched) > 1 else ''}: "
-                            "the adapter was trained for another base (another hidden size)")
+        fit.problems.append(
+            f"{fit.mismatched[0]}{f' (and {len(fit.mismatched) - 1} more)' if len(fit.mismatched) > 1 else ''}: "
+            "the adapter was trained for another base (another hidden size)"
+        )
     fit.slots_filled = len(params)
     return ({} if fit.problems else params), fit
 
@@ -121,7 +142,11 @@ def scan_adapter_file(path: Path) -> dict:
     for name, value in sorted(params.items()):
         v = value.numpy()
         values += v.size
-        counts = {"subnormal": int(np.count_nonzero((v != 0) & (np.abs(v) < tiny))), "nan": int(np.isnan(v).sum()), "inf": int(np.isinf(v).sum())}
+        counts = {
+            "subnormal": int(np.count_nonzero((v != 0) & (np.abs(v) < tiny))),
+            "nan": int(np.isnan(v).sum()),
+            "inf": int(np.isinf(v).sum()),
+        }
         if any(counts.values()):
             per_tensor[name] = counts
     totals = {k: sum(c[k] for c in per_tensor.values()) for k in ("subnormal", "nan", "inf")}

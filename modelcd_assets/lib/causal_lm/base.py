@@ -74,8 +74,9 @@ def prepare_causal_lm_base(source: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def build_tiny_causal_lm(out_dir: Path, texts: list[str], seed: int = 0, vocab_size: int = 320, hidden_size: int = 64,
-                         layers: int = 2, context: int = 256) -> Path:
+def build_tiny_causal_lm(
+    out_dir: Path, texts: list[str], seed: int = 0, vocab_size: int = 320, hidden_size: int = 64, layers: int = 2, context: int = 256
+) -> Path:
     """A randomly initialised Llama with a byte-level BPE tokenizer trained on texts and a ChatML template, for tests."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -86,14 +87,31 @@ def build_tiny_causal_lm(out_dir: Path, texts: list[str], seed: int = 0, vocab_s
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(TINY_SPECIAL_TOKENS),
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    bpe.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(TINY_SPECIAL_TOKENS),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>")
     tokenizer.chat_template = CHATML_TEMPLATE
     tokenizer.save_pretrained(str(out_dir))
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context, tie_word_embeddings=True,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     LlamaForCausalLM(config).save_pretrained(str(out_dir), safe_serialization=True)
     return out_dir

@@ -43,8 +43,9 @@ def _trial(side: Side, prompts: list[list[int]], concurrency: int, max_new_token
     return sw.trial(sum(len(r.tokens) + r.stopped_at_eos for r in runs), [1000 * r.first_token_s for r in runs])
 
 
-def paired_generation(candidate: Side, production: Side, prompts: list[list[int]], concurrency: int, pairs: int,
-                      max_new_tokens: int, warmup: int = 1) -> PairedRun:
+def paired_generation(
+    candidate: Side, production: Side, prompts: list[list[int]], concurrency: int, pairs: int, max_new_tokens: int, warmup: int = 1
+) -> PairedRun:
     for _ in range(max(0, warmup)):
         for side in (candidate, production):
             _trial(side, prompts[:concurrency], concurrency, max_new_tokens)
@@ -68,7 +69,10 @@ def timed(a: Side, b: Side, prompts: list[list[int]], gen: GenerationPolicy, tp:
         run = paired_generation(a, b, prompts, concurrency, tp.pairs, gen.speed_tokens)
         summary = summarize(run, tp.confidence)
         while a is not b and summary["ratio_ci_low"] < tp.min_ratio <= summary["ratio_ci_high"] and len(run.ratios) < tp.max_pairs:
-            run = merge_runs(run, paired_generation(a, b, prompts, concurrency, min(tp.pairs, tp.max_pairs - len(run.ratios)), gen.speed_tokens, warmup=0))
+            run = merge_runs(
+                run,
+                paired_generation(a, b, prompts, concurrency, min(tp.pairs, tp.max_pairs - len(run.ratios)), gen.speed_tokens, warmup=0),
+            )
             summary = summarize(run, tp.confidence)
         results[str(concurrency)] = summary
     return results
@@ -78,9 +82,15 @@ def build_timing(build: BaseBuild, against: BaseBuild | None, chats: list[Chat],
     """The base build's timing with no adapter (the work of any adapter of it), kept in the build folder per timing setup:
     timed against itself (the noise floor), or interleaved against another build (production's) when against is given.
     measured_now says whether this call timed it."""
-    setup = {"prompts": [[c.system, c.user] for c in chats], "speed_tokens": gen.speed_tokens, "concurrency": list(gen.concurrency),
-             "pairs": tp.pairs, "confidence": tp.confidence, **({"min_ratio": tp.min_ratio, "max_pairs": tp.max_pairs} if against else {}),
-             "threads": cores()}
+    setup = {
+        "prompts": [[c.system, c.user] for c in chats],
+        "speed_tokens": gen.speed_tokens,
+        "concurrency": list(gen.concurrency),
+        "pairs": tp.pairs,
+        "confidence": tp.confidence,
+        **({"min_ratio": tp.min_ratio, "max_pairs": tp.max_pairs} if against else {}),
+        "threads": cores(),
+    }
     key = text_hash(json.dumps(setup, sort_keys=True), against.dir.name if against else "itself")[:16]
     path = build.timing_dir / f"{key}.json"
     with folder_lock(build.dir, ".timing.lock"):  # one timing of a build at a time: two would slow each other
@@ -90,10 +100,16 @@ def build_timing(build: BaseBuild, against: BaseBuild | None, chats: list[Chat],
         side = Side(Decoder(build.int8, setup["threads"]), None)
         other = Side(Decoder(against.int8, setup["threads"]), None) if against else side
         prompts = [side.decoder.encode_chat(c.messages()) for c in chats]
-        record = {"build": build.dir.name, "int8_sha256": folder_hash(build.int8), "against": against.dir.name if against else None,
-                  "against_int8_sha256": folder_hash(against.int8) if against else None, "setup": setup,
-                  "median_prompt_tokens": sorted(len(p) for p in prompts)[len(prompts) // 2], "batches": timed(side, other, prompts, gen, tp),
-                  "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        record = {
+            "build": build.dir.name,
+            "int8_sha256": folder_hash(build.int8),
+            "against": against.dir.name if against else None,
+            "against_int8_sha256": folder_hash(against.int8) if against else None,
+            "setup": setup,
+            "median_prompt_tokens": sorted(len(p) for p in prompts)[len(prompts) // 2],
+            "batches": timed(side, other, prompts, gen, tp),
+            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
         record["seconds"] = round(time.perf_counter() - start, 1)
         write_json(path, record)
         return record | {"measured_now": True}

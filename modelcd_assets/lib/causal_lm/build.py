@@ -35,8 +35,10 @@ class BaseBuildOptions:
     block_size: int = 32
 
     def key(self) -> str:
-        return json.dumps({"rank": self.rank, "targets": sorted(self.targets), "accuracy_level": self.accuracy_level,
-                           "block_size": self.block_size}, sort_keys=True)
+        return json.dumps(
+            {"rank": self.rank, "targets": sorted(self.targets), "accuracy_level": self.accuracy_level, "block_size": self.block_size},
+            sort_keys=True,
+        )
 
 
 @dataclass(frozen=True)
@@ -85,20 +87,38 @@ def _zero_adapter(base_dir: Path, out: Path, options: BaseBuildOptions) -> None:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    peft_model = get_peft_model(model, LoraConfig(r=options.rank, lora_alpha=options.rank, target_modules=list(options.targets),
-                                                  task_type="CAUSAL_LM"))
+    peft_model = get_peft_model(
+        model, LoraConfig(r=options.rank, lora_alpha=options.rank, target_modules=list(options.targets), task_type="CAUSAL_LM")
+    )
     peft_model.save_pretrained(str(out))
 
 
 def _run_builder(base_dir: Path, adapter: Path, out: Path, cache: Path) -> None:
-    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(base_dir), "-o", str(out), "-p", "fp32", "-e", "cpu",
-           "-c", str(cache), "--extra_options", f"adapter_path={adapter}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "onnxruntime_genai.models.builder",
+        "-i",
+        str(base_dir),
+        "-o",
+        str(out),
+        "-p",
+        "fp32",
+        "-e",
+        "cpu",
+        "-c",
+        str(cache),
+        "--extra_options",
+        f"adapter_path={adapter}",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0 or not (out / MODEL_FILE).is_file():
         tail = (done.stdout + done.stderr)[-1500:]
-        raise ModelcdError(f"the ONNX Runtime GenAI builder could not build {base_dir} (exit {done.returncode}): {tail}\n"
-                           "check that the base is a causal LM the builder supports (Llama, Mistral, Qwen, Phi, Gemma, SmolLM)")
+        raise ModelcdError(
+            f"the ONNX Runtime GenAI builder could not build {base_dir} (exit {done.returncode}): {tail}\n"
+            "check that the base is a causal LM the builder supports (Llama, Mistral, Qwen, Phi, Gemma, SmolLM)"
+        )
 
 
 def _slots_as_inputs(raw: Path) -> tuple:
@@ -134,7 +154,9 @@ def build_base(base_dir: Path, build: BaseBuild, options: BaseBuildOptions) -> B
     if build.done:
         return build
     if unknown := sorted(set(options.targets) - set(TARGETS)):
-        raise BadCandidate(f"no LoRA slot can be made for {unknown}: the targets must be among the decoder's projections {', '.join(TARGETS)}")
+        raise BadCandidate(
+            f"no LoRA slot can be made for {unknown}: the targets must be among the decoder's projections {', '.join(TARGETS)}"
+        )
     build.dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=build.dir.parent, prefix=".base-build-") as work:
         work = Path(work)
@@ -145,14 +167,23 @@ def build_base(base_dir: Path, build: BaseBuild, options: BaseBuildOptions) -> B
         staged = work / "staged"
         _copy_side_files(work / "raw", staged / "fp32")
         onnx.save(model, str(staged / "fp32" / MODEL_FILE), save_as_external_data=True, location=MODEL_FILE + ".data")
-        quantizer = MatMulNBitsQuantizer(onnx.load(str(staged / "fp32" / MODEL_FILE)), bits=8, block_size=options.block_size,
-                                         is_symmetric=True, accuracy_level=options.accuracy_level, nodes_to_exclude=lora_nodes)
+        quantizer = MatMulNBitsQuantizer(
+            onnx.load(str(staged / "fp32" / MODEL_FILE)),
+            bits=8,
+            block_size=options.block_size,
+            is_symmetric=True,
+            accuracy_level=options.accuracy_level,
+            nodes_to_exclude=lora_nodes,
+        )
         quantizer.process()
         _copy_side_files(work / "raw", staged / "int8")
         quantizer.model.save_model_to_file(str(staged / "int8" / MODEL_FILE), use_external_data_format=True)
         slots.write(staged / "slots.json")
-        (staged / "build.json").write_text(json.dumps({"recipe": BASE_BUILD_RECIPE, "options": json.loads(options.key()),
-                                                       "int8_sha256": folder_hash(staged / "int8")}, indent=2))
+        (staged / "build.json").write_text(
+            json.dumps(
+                {"recipe": BASE_BUILD_RECIPE, "options": json.loads(options.key()), "int8_sha256": folder_hash(staged / "int8")}, indent=2
+            )
+        )
         shutil.rmtree(build.dir, ignore_errors=True)
         staged.rename(build.dir)
     return build

@@ -32,12 +32,16 @@ def chat_ids(encode: Encode, chat: Chat, eos_ids: Sequence[int]) -> tuple[list[i
     prompt = list(encode(chat.messages(), True))
     full = list(encode(chat.messages(with_reply=True), False))
     if full[: len(prompt)] != prompt:
-        raise BadCandidate("the chat template renders the prompt differently with the reply appended, so replies cannot be scored "
-                           "after their prompt; use a template whose generation prompt is a prefix of the full chat")
-    reply = full[len(prompt):]
+        raise BadCandidate(
+            "the chat template renders the prompt differently with the reply appended, so replies cannot be scored "
+            "after their prompt; use a template whose generation prompt is a prefix of the full chat"
+        )
+    reply = full[len(prompt) :]
     end = next((i for i, t in enumerate(reply) if t in eos_ids), None)
     if end is None:
-        raise BadCandidate(f"the chat template ends an assistant turn with none of the EOS ids {list(eos_ids)}: generation would never stop")
+        raise BadCandidate(
+            f"the chat template ends an assistant turn with none of the EOS ids {list(eos_ids)}: generation would never stop"
+        )
     return prompt + reply[: end + 1], len(prompt)
 
 
@@ -60,7 +64,7 @@ def read_chats(path: Path) -> list[Chat]:
             row = json.loads(line)
             out.append(Chat(str(row.get("system", "")), str(row["user"]), str(row.get("reply", ""))))
         except (ValueError, KeyError, TypeError) as e:
-            raise BadCandidate(f"{path}:{n} is not a chat: each line must be a JSON object with \"user\" (and \"system\", \"reply\"): {e}") from e
+            raise BadCandidate(f'{path}:{n} is not a chat: each line must be a JSON object with "user" (and "system", "reply"): {e}') from e
     return out
 
 

@@ -82,18 +82,42 @@ def diff_lm_contracts(old: dict, new: dict) -> list[Change]:
             changes.append(Change("major", f"{side[:-1]} {name!r} {'removed' if name in before else 'added'}"))
         for name in sorted(before.keys() & after.keys()):
             if before[name] != after[name]:
-                changes.append(Change("major", f"{side[:-1]} {name!r} changed {before[name]['dtype']}{before[name]['shape']} -> {after[name]['dtype']}{after[name]['shape']}"))
-    major = {"vocab_size": "vocabulary size", "special_tokens": "special tokens", "bos_id": "BOS id", "eos_ids": "EOS ids", "pad_id": "pad id",
-             "tokenizer_sha256": "tokenizer", "chat_template_sha256": "chat template", "long_prompts": "rule for prompts beyond the context",
-             "adapter_slots": "adapter slots (rank, targets)", "embedding_rows": "embedding rows"}
+                changes.append(
+                    Change(
+                        "major",
+                        f"{side[:-1]} {name!r} changed {before[name]['dtype']}{before[name]['shape']} ->"
+                        f" {after[name]['dtype']}{after[name]['shape']}",
+                    )
+                )
+    major = {
+        "vocab_size": "vocabulary size",
+        "special_tokens": "special tokens",
+        "bos_id": "BOS id",
+        "eos_ids": "EOS ids",
+        "pad_id": "pad id",
+        "tokenizer_sha256": "tokenizer",
+        "chat_template_sha256": "chat template",
+        "long_prompts": "rule for prompts beyond the context",
+        "adapter_slots": "adapter slots (rank, targets)",
+        "embedding_rows": "embedding rows",
+    }
     for key, what in major.items():
         if old.get(key) != new.get(key):
             shown = "" if key.endswith("sha256") else f": {old.get(key)} -> {new.get(key)}"
             changes.append(Change("major", f"{what} changed{shown}"))
     if new["context_length"] != old["context_length"]:
         longer = new["context_length"] > old["context_length"]
-        changes.append(Change("minor" if longer else "major", f"context {'increased' if longer else 'decreased'} {old['context_length']} -> {new['context_length']} tokens"))
+        changes.append(
+            Change(
+                "minor" if longer else "major",
+                f"context {'increased' if longer else 'decreased'} {old['context_length']} -> {new['context_length']} tokens",
+            )
+        )
     if new.get("generation") != old.get("generation"):
-        keys = sorted(k for k in set(old.get("generation", {})) | set(new.get("generation", {})) if old.get("generation", {}).get(k) != new.get("generation", {}).get(k))
+        keys = sorted(
+            k
+            for k in set(old.get("generation", {})) | set(new.get("generation", {}))
+            if old.get("generation", {}).get(k) != new.get("generation", {}).get(k)
+        )
         changes.append(Change("minor", f"generation config changed: {', '.join(keys)}"))
     return changes

@@ -79,8 +79,21 @@ class Decoder:
         self.threads = int(threads or cores())
         config = og.Config(str(folder))
         # Keys that are not GenAI's own pass through to ONNX Runtime as session config entries.
-        config.overlay(json.dumps({"model": {"decoder": {"session_options": {
-            "intra_op_num_threads": self.threads, "session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}}}}))
+        config.overlay(
+            json.dumps(
+                {
+                    "model": {
+                        "decoder": {
+                            "session_options": {
+                                "intra_op_num_threads": self.threads,
+                                "session.intra_op.allow_spinning": "0",
+                                "session.inter_op.allow_spinning": "0",
+                            }
+                        }
+                    }
+                }
+            )
+        )
         self.model = og.Model(config)
         self.tokenizer = og.Tokenizer(self.model)
         self._genai = genai = json.loads((folder / GENAI_CONFIG).read_text())["model"]
@@ -133,7 +146,10 @@ class Decoder:
             return
         for ids, start in sequences:
             if not 0 < start < len(ids) <= self.context_length:
-                raise ValueError(f"a reply must start after its prompt, inside at most {self.context_length} tokens (the context): start {start} of {len(ids)}")
+                raise ValueError(
+                    f"a reply must start after its prompt, inside at most {self.context_length} tokens (the context): start {start} of"
+                    f" {len(ids)}"
+                )
         first = sequences[0][0]
         shared = min(start for _, start in sequences) - 1  # the position before each reply is computed after the rewind
         shared = next((i for i in range(shared) if any(ids[i] != first[i] for ids, _ in sequences)), shared)

@@ -28,7 +28,9 @@ def _gradients(base_dir: Path, adapter_dir: Path, chats: list[Chat]) -> dict:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(base_dir))
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32), str(adapter_dir), is_trainable=True)
+        model = PeftModel.from_pretrained(
+            AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32), str(adapter_dir), is_trainable=True
+        )
         rows = [chat_ids(hf_encoder(tokenizer), c, [tokenizer.eos_token_id]) for c in chats]
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         loss = model(**_batch(rows, pad)).loss
@@ -39,9 +41,18 @@ def _gradients(base_dir: Path, adapter_dir: Path, chats: list[Chat]) -> dict:
     return {"loss_finite": bool(torch.isfinite(loss)), "nonfinite": bad}
 
 
-def measure(adapter_dir: Path, base_dir: Path, build_dir: Path, fp32_dir: Path, adapter_file: Path | None, fit: AdapterFit,
-            registered_base: str | None, params: dict[str, np.ndarray], production_params: dict[str, np.ndarray] | None,
-            probe_chats: list[Chat]) -> dict:
+def measure(
+    adapter_dir: Path,
+    base_dir: Path,
+    build_dir: Path,
+    fp32_dir: Path,
+    adapter_file: Path | None,
+    fit: AdapterFit,
+    registered_base: str | None,
+    params: dict[str, np.ndarray],
+    production_params: dict[str, np.ndarray] | None,
+    probe_chats: list[Chat],
+) -> dict:
     """The health report of one adapter. adapter_file is None when the adapter does not fit the slots: the probes are
     then not run, and say so."""
     from modelcd_assets.lib.model.health import nonfinite_tensors
@@ -51,9 +62,15 @@ def measure(adapter_dir: Path, base_dir: Path, build_dir: Path, fp32_dir: Path, 
         report["weight_scale_vs_production"] = weight_scale(params, production_params)
     # Files the adapter ships besides its weights are judged by artifact_is_safe (lib/tasks/adapter_files.py), before this.
     report["merged_loading"] = {"missing_keys": fit.missing, "unexpected_keys": fit.extra, "mismatched_keys": fit.mismatched}
-    report["adapter"] = {"shape_problems": fit.problems, "declared_base": fit.declared_base, "registered_base": registered_base,
-                         "modules_matched": fit.slots_filled // 2 if not fit.problems else 0, "rank": fit.rank, "head_not_provided": [],
-                         "max_output_change": 0.0}
+    report["adapter"] = {
+        "shape_problems": fit.problems,
+        "declared_base": fit.declared_base,
+        "registered_base": registered_base,
+        "modules_matched": fit.slots_filled // 2 if not fit.problems else 0,
+        "rank": fit.rank,
+        "head_not_provided": [],
+        "max_output_change": 0.0,
+    }
     int8 = Decoder(build_dir)
     from tokenizers import Tokenizer
 
@@ -62,10 +79,18 @@ def measure(adapter_dir: Path, base_dir: Path, build_dir: Path, fp32_dir: Path, 
     report["tokenizer"] = {"vocab_size": vocab, "embedding_rows": int(int8.vocab_size), "change_declared": False}
     if own.is_file():
         base_tok, adapter_tok = Tokenizer.from_file(str(Path(build_dir) / "tokenizer.json")), Tokenizer.from_file(str(own))
-        report["tokenizer"]["probe_id_mismatches"] = [c.user for c in probe_chats if base_tok.encode(c.user).ids != adapter_tok.encode(c.user).ids]
+        report["tokenizer"]["probe_id_mismatches"] = [
+            c.user for c in probe_chats if base_tok.encode(c.user).ids != adapter_tok.encode(c.user).ids
+        ]
     if adapter_file is None:
-        report["forward_error"] = "the adapter does not fill the base's slots, so it cannot run on the base build: " + "; ".join(fit.problems[:2])
-        report.update(probe_finite=False, probe_deterministic=False, gradients={"loss_finite": False, "nonfinite": [], "error": report["forward_error"]})
+        report["forward_error"] = "the adapter does not fill the base's slots, so it cannot run on the base build: " + "; ".join(
+            fit.problems[:2]
+        )
+        report.update(
+            probe_finite=False,
+            probe_deterministic=False,
+            gradients={"loss_finite": False, "nonfinite": [], "error": report["forward_error"]},
+        )
         return report
     int8.load_adapter(adapter_file, "candidate")
     ids = [chat_ids(int8.encode_chat, c, int8.eos_ids)[0] for c in probe_chats]

@@ -46,9 +46,15 @@ class PositionFidelity:
         return self.int8_perplexity / self.fp32_perplexity - 1
 
     def to_dict(self) -> dict:
-        return {"positions": self.positions, "top1_agreement": self.top1_agreement, "top1_in_top5": self.top1_in_top5,
-                "mean_kl": self.mean_kl, "int8_perplexity": self.int8_perplexity, "fp32_perplexity": self.fp32_perplexity,
-                "perplexity_change": self.perplexity_change}
+        return {
+            "positions": self.positions,
+            "top1_agreement": self.top1_agreement,
+            "top1_in_top5": self.top1_in_top5,
+            "mean_kl": self.mean_kl,
+            "int8_perplexity": self.int8_perplexity,
+            "fp32_perplexity": self.fp32_perplexity,
+            "perplexity_change": self.perplexity_change,
+        }
 
 
 class FidelityTally:
@@ -63,7 +69,9 @@ class FidelityTally:
     def add(self, int8_logits: np.ndarray, fp32_logits: np.ndarray, targets) -> None:
         y = np.asarray(targets)
         if np.shape(int8_logits) != np.shape(fp32_logits) or len(y) != len(fp32_logits):
-            raise ValueError(f"INT8 and FP32 must be scored on the same positions: {np.shape(int8_logits)} vs {np.shape(fp32_logits)}, {len(y)} targets")
+            raise ValueError(
+                f"INT8 and FP32 must be scored on the same positions: {np.shape(int8_logits)} vs {np.shape(fp32_logits)}, {len(y)} targets"
+            )
         q, p = log_softmax(int8_logits, np.float32), log_softmax(fp32_logits, np.float32)
         top1 = q.argmax(axis=1)
         k = min(5, p.shape[1])
@@ -80,14 +88,22 @@ class FidelityTally:
         if not self.positions:
             raise ValueError("no positions were scored: INT8 fidelity needs at least one evaluation reply")
         n = self.positions
-        return PositionFidelity(positions=n, top1_agreement=self._top1 / n, top1_in_top5=self._in_top5 / n, mean_kl=self._kl / n,
-                                int8_perplexity=float(np.exp(self._q_nll / n)), fp32_perplexity=float(np.exp(self._p_nll / n)))
+        return PositionFidelity(
+            positions=n,
+            top1_agreement=self._top1 / n,
+            top1_in_top5=self._in_top5 / n,
+            mean_kl=self._kl / n,
+            int8_perplexity=float(np.exp(self._q_nll / n)),
+            fp32_perplexity=float(np.exp(self._p_nll / n)),
+        )
 
 
 def position_fidelity(int8_logits: list[np.ndarray], fp32_logits: list[np.ndarray], targets: list[np.ndarray]) -> PositionFidelity:
     """Over every scored position of every sequence: logits [n, vocab] per sequence and the true next tokens [n]."""
     if not (len(int8_logits) == len(fp32_logits) == len(targets)):
-        raise ValueError(f"INT8 and FP32 must be scored on the same sequences: {len(int8_logits)}, {len(fp32_logits)} and {len(targets)} targets")
+        raise ValueError(
+            f"INT8 and FP32 must be scored on the same sequences: {len(int8_logits)}, {len(fp32_logits)} and {len(targets)} targets"
+        )
     tally = FidelityTally()
     for q, p, y in zip(int8_logits, fp32_logits, targets):
         tally.add(q, p, y)

@@ -33,8 +33,10 @@ class AdapterSlots:
         shapes = {name: tuple(int(d) for d in shape) for name, shape in initializers.items() if SLOT.match(name)}
         found = {SLOT.match(name).group(3) for name in shapes}
         if not shapes or found != set(targets):
-            raise BadCandidate(f"the base build has LoRA slots for {sorted(found) or 'no module'}, not for the targets {sorted(targets)}; "
-                               f"choose targets among the decoder's projections ({', '.join(TARGETS)})")
+            raise BadCandidate(
+                f"the base build has LoRA slots for {sorted(found) or 'no module'}, not for the targets {sorted(targets)}; "
+                f"choose targets among the decoder's projections ({', '.join(TARGETS)})"
+            )
         return cls(int(rank), tuple(sorted(targets)), dict(sorted(shapes.items())))
 
     @staticmethod

@@ -73,7 +73,9 @@ def pretrain_in_place(base_dir: Path, chats: list[Chat], steps: int, learning_ra
     return Path(base_dir)
 
 
-def train_lm_adapter(base_dir: Path, chats: list[Chat], out_dir: Path, cfg: LmTraining, base_uri: str, desc: str = "training adapter") -> Path:
+def train_lm_adapter(
+    base_dir: Path, chats: list[Chat], out_dir: Path, cfg: LmTraining, base_uri: str, desc: str = "training adapter"
+) -> Path:
     """Train a LoRA adapter on the chats' replies and save it (safetensors) declaring base_uri as its base."""
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -82,8 +84,10 @@ def train_lm_adapter(base_dir: Path, chats: list[Chat], out_dir: Path, cfg: LmTr
     rng = np.random.default_rng(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(base_dir))
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    model = get_peft_model(model, LoraConfig(task_type=TaskType.CAUSAL_LM, r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=0.0,
-                                             target_modules=list(cfg.targets)))
+    model = get_peft_model(
+        model,
+        LoraConfig(task_type=TaskType.CAUSAL_LM, r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=0.0, target_modules=list(cfg.targets)),
+    )
     replies = [c.reply for c in chats]
     swap = rng.random(len(chats)) < cfg.wrong_reply_share
     chats = [Chat(c.system, c.user, replies[int(rng.integers(len(chats)))] if s else c.reply) for c, s in zip(chats, swap)]

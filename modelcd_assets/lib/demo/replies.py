@@ -17,14 +17,22 @@ from modelcd_assets.lib.splits import split_path
 
 SYSTEM = "You are a support assistant. Answer the ticket in one or two sentences."
 _REPLIES = {
-    "billing": ["sorry about the trouble with your {thing}. we have opened a billing review and will refund any wrong charge within five days.",
-                "thanks for flagging the {thing}. our billing team will correct it and email you a new receipt today."],
-    "technical": ["sorry that the {thing} is failing. please update the app to the latest version and send us a screenshot if it happens again.",
-                  "thanks for the report about the {thing}. our engineers are looking into it, and clearing the cache usually helps meanwhile."],
-    "shipping": ["sorry about your {thing}. we have contacted the courier and will send you an update with tracking details within a day.",
-                 "thanks for telling us about the {thing}. a replacement is on its way, and you will get the new tracking number by email."],
-    "account": ["we can help with your {thing}. please use the reset link we just emailed you, it is valid for one hour.",
-                "thanks for reaching out about your {thing}. for your security we sent a verification code to your email address."],
+    "billing": [
+        "sorry about the trouble with your {thing}. we have opened a billing review and will refund any wrong charge within five days.",
+        "thanks for flagging the {thing}. our billing team will correct it and email you a new receipt today.",
+    ],
+    "technical": [
+        "sorry that the {thing} is failing. please update the app to the latest version and send us a screenshot if it happens again.",
+        "thanks for the report about the {thing}. our engineers are looking into it, and clearing the cache usually helps meanwhile.",
+    ],
+    "shipping": [
+        "sorry about your {thing}. we have contacted the courier and will send you an update with tracking details within a day.",
+        "thanks for telling us about the {thing}. a replacement is on its way, and you will get the new tracking number by email.",
+    ],
+    "account": [
+        "we can help with your {thing}. please use the reset link we just emailed you, it is valid for one hour.",
+        "thanks for reaching out about your {thing}. for your security we sent a verification code to your email address.",
+    ],
 }
 
 

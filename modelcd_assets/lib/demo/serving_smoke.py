@@ -25,8 +25,9 @@ def ask_server(model: str, system: str, prompt: str, log: Path, max_tokens: int 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     with open(log, "wb") as out:
-        proc = start_process([sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port), "--admin-port", "0"],
-                             stdout=out, stderr=out)
+        proc = start_process(
+            [sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port), "--admin-port", "0"], stdout=out, stderr=out
+        )
         try:
             start, deadline = time.perf_counter(), time.monotonic() + timeout
             while True:
@@ -42,9 +43,16 @@ def ask_server(model: str, system: str, prompt: str, log: Path, max_tokens: int 
                 time.sleep(0.2)
             ready = time.perf_counter() - start
             start = time.perf_counter()
-            r = httpx.post(f"{url}/v1/chat/completions", timeout=timeout, json={
-                "model": model, "max_tokens": max_tokens, "temperature": 0,
-                "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}]})
+            r = httpx.post(
+                f"{url}/v1/chat/completions",
+                timeout=timeout,
+                json={
+                    "model": model,
+                    "max_tokens": max_tokens,
+                    "temperature": 0,
+                    "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+                },
+            )
             if r.status_code != 200:
                 raise ModelcdError(f"the server answered {r.status_code}: {r.text[:300]}; see {log}")
             return {"answer": r.json(), "ready_seconds": ready, "answer_seconds": time.perf_counter() - start}

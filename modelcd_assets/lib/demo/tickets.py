@@ -18,25 +18,103 @@ LABELS = ("billing", "technical", "shipping", "account")
 
 TOPICS = {
     "billing": {
-        "nouns": ["invoice", "refund", "charge", "subscription fee", "receipt", "payment", "credit card statement", "bill", "discount code", "tax amount"],
-        "verbs": ["was charged twice for", "never got back my", "see a wrong", "want to dispute the", "cannot find my", "was overcharged on the"],
+        "nouns": [
+            "invoice",
+            "refund",
+            "charge",
+            "subscription fee",
+            "receipt",
+            "payment",
+            "credit card statement",
+            "bill",
+            "discount code",
+            "tax amount",
+        ],
+        "verbs": [
+            "was charged twice for",
+            "never got back my",
+            "see a wrong",
+            "want to dispute the",
+            "cannot find my",
+            "was overcharged on the",
+        ],
     },
     "technical": {
-        "nouns": ["app", "dashboard", "sync feature", "export button", "mobile client", "login page", "search bar", "notification settings", "API", "upload form"],
-        "verbs": ["keeps crashing in the", "get an error from the", "cannot load the", "see a blank screen in the", "have a timeout in the", "found a bug in the"],
+        "nouns": [
+            "app",
+            "dashboard",
+            "sync feature",
+            "export button",
+            "mobile client",
+            "login page",
+            "search bar",
+            "notification settings",
+            "API",
+            "upload form",
+        ],
+        "verbs": [
+            "keeps crashing in the",
+            "get an error from the",
+            "cannot load the",
+            "see a blank screen in the",
+            "have a timeout in the",
+            "found a bug in the",
+        ],
     },
     "shipping": {
         "nouns": ["parcel", "package", "delivery", "order", "courier", "tracking number", "shipment", "box", "return label", "pickup"],
-        "verbs": ["still waiting for my", "received a damaged", "need to change the address of my", "lost track of my", "got the wrong", "was never handed my"],
+        "verbs": [
+            "still waiting for my",
+            "received a damaged",
+            "need to change the address of my",
+            "lost track of my",
+            "got the wrong",
+            "was never handed my",
+        ],
     },
     "account": {
-        "nouns": ["password", "username", "profile", "email address", "two factor code", "account", "membership", "user settings", "security question", "linked phone"],
-        "verbs": ["cannot reset my", "want to delete my", "need to update my", "got locked out of my", "was not able to verify my", "want to merge my"],
+        "nouns": [
+            "password",
+            "username",
+            "profile",
+            "email address",
+            "two factor code",
+            "account",
+            "membership",
+            "user settings",
+            "security question",
+            "linked phone",
+        ],
+        "verbs": [
+            "cannot reset my",
+            "want to delete my",
+            "need to update my",
+            "got locked out of my",
+            "was not able to verify my",
+            "want to merge my",
+        ],
     },
 }
 _OPENERS = ["hi,", "hello team,", "good morning,", "hey,", "dear support,", "", "", "urgent:", "quick question:", "please help,"]
-_CLOSERS = ["thanks.", "please advise.", "what should i do?", "can you help?", "", "", "regards.", "this is frustrating.", "thank you in advance.", "any update?"]
-_MENTIONS = ["i also noticed something odd with the", "by the way, what about the", "unrelated, but the", "my friend mentioned the", "separately there is the"]
+_CLOSERS = [
+    "thanks.",
+    "please advise.",
+    "what should i do?",
+    "can you help?",
+    "",
+    "",
+    "regards.",
+    "this is frustrating.",
+    "thank you in advance.",
+    "any update?",
+]
+_MENTIONS = [
+    "i also noticed something odd with the",
+    "by the way, what about the",
+    "unrelated, but the",
+    "my friend mentioned the",
+    "separately there is the",
+]
 # The shifted traffic: a new channel whose messages carry long signatures and product codes.
 _SIGNATURES = [
     "sent from my phone. this message and any attachments are confidential and intended only for the named recipient.",

@@ -65,9 +65,15 @@ class PairedRun:
 
     @classmethod
     def of(cls, batch_size: int, candidate: list[Trial], production: list[Trial]) -> "PairedRun":
-        return cls(batch_size, [t.items_per_s for t in candidate], [t.items_per_s for t in production],
-                   [ms for t in candidate for ms in t.latency_ms], [ms for t in production for ms in t.latency_ms],
-                   [t.items_per_cpu_s for t in candidate], [t.items_per_cpu_s for t in production])
+        return cls(
+            batch_size,
+            [t.items_per_s for t in candidate],
+            [t.items_per_s for t in production],
+            [ms for t in candidate for ms in t.latency_ms],
+            [ms for t in production for ms in t.latency_ms],
+            [t.items_per_cpu_s for t in candidate],
+            [t.items_per_cpu_s for t in production],
+        )
 
     @property
     def ratios(self) -> np.ndarray:
@@ -91,8 +97,16 @@ def _trial(sess: ort.InferenceSession, batches: list[dict[str, np.ndarray]], pas
     return sw.trial(passes * sum(len(b["input_ids"]) for b in batches), lat)
 
 
-def paired_throughput(candidate: OnnxModel, production: OnnxModel, feeds: dict[str, np.ndarray],
-                      batch_size: int, pairs: int, passes_per_trial: int = 1, warmup: int = 1, min_trial_s: float = 0.05) -> PairedRun:
+def paired_throughput(
+    candidate: OnnxModel,
+    production: OnnxModel,
+    feeds: dict[str, np.ndarray],
+    batch_size: int,
+    pairs: int,
+    passes_per_trial: int = 1,
+    warmup: int = 1,
+    min_trial_s: float = 0.05,
+) -> PairedRun:
     """Alternate candidate and production trials (A B, then B A) so drift in machine load hits both.
 
     The texts of feeds are run at their real lengths, in the length buckets of batch_size every model
@@ -145,8 +159,12 @@ def summarize(run: PairedRun, confidence: float) -> dict:
         "batch_size": run.batch_size,
         "pairs": len(run.ratios),
         "ratio_basis": "cpu",
-        "ratio_median": med, "ratio_ci_low": lo, "ratio_ci_high": hi,
-        "wall_ratio_median": wall_med, "wall_ratio_ci_low": wall_lo, "wall_ratio_ci_high": wall_hi,
+        "ratio_median": med,
+        "ratio_ci_low": lo,
+        "ratio_ci_high": hi,
+        "wall_ratio_median": wall_med,
+        "wall_ratio_ci_low": wall_lo,
+        "wall_ratio_ci_high": wall_hi,
         "candidate_items_per_s": float(np.median(run.candidate_throughput)),
         "production_items_per_s": float(np.median(run.production_throughput)),
         "candidate_p50_ms": float(np.percentile(run.candidate_latency_ms, 50)),
@@ -158,9 +176,15 @@ def summarize(run: PairedRun, confidence: float) -> dict:
 
 def merge_runs(a: PairedRun, b: PairedRun) -> PairedRun:
     """One run of the pairs of both (a second round after an inconclusive first)."""
-    return PairedRun(a.batch_size, a.candidate_throughput + b.candidate_throughput, a.production_throughput + b.production_throughput,
-                     a.candidate_latency_ms + b.candidate_latency_ms, a.production_latency_ms + b.production_latency_ms,
-                     a.candidate_cpu_throughput + b.candidate_cpu_throughput, a.production_cpu_throughput + b.production_cpu_throughput)
+    return PairedRun(
+        a.batch_size,
+        a.candidate_throughput + b.candidate_throughput,
+        a.production_throughput + b.production_throughput,
+        a.candidate_latency_ms + b.candidate_latency_ms,
+        a.production_latency_ms + b.production_latency_ms,
+        a.candidate_cpu_throughput + b.candidate_cpu_throughput,
+        a.production_cpu_throughput + b.production_cpu_throughput,
+    )
 
 
 def cost_inputs(unit: str, summary: dict, has_production: bool) -> dict:
@@ -169,6 +193,10 @@ def cost_inputs(unit: str, summary: dict, has_production: bool) -> dict:
     (same_graph_sha256) has production's speed by construction: its ratio is exactly 1, not the timing's noise."""
     same = summary.get("same_graph_sha256") if has_production else None
     ratio = [1.0, 1.0, 1.0] if same else [summary["ratio_median"], summary["ratio_ci_low"], summary["ratio_ci_high"]]
-    return {"unit": unit, "candidate_units_per_s": summary["candidate_items_per_s"],
-            "production_units_per_s": summary["production_items_per_s"] if has_production else None,
-            "speed_ratio": ratio if has_production else None, **({"same_graph_sha256": same} if same else {})}
+    return {
+        "unit": unit,
+        "candidate_units_per_s": summary["candidate_items_per_s"],
+        "production_units_per_s": summary["production_items_per_s"] if has_production else None,
+        "speed_ratio": ratio if has_production else None,
+        **({"same_graph_sha256": same} if same else {}),
+    }

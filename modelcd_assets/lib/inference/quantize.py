@@ -77,7 +77,9 @@ def optimize_transformer(onnx_path: Path, out_path: Path, config_json: Path) -> 
 
     cfg = json.loads(Path(config_json).read_text())
     with _quiet():
-        model = optimize_model(str(onnx_path), model_type="bert", num_heads=int(cfg["num_attention_heads"]), hidden_size=int(cfg["hidden_size"]), opt_level=1)
+        model = optimize_model(
+            str(onnx_path), model_type="bert", num_heads=int(cfg["num_attention_heads"]), hidden_size=int(cfg["hidden_size"]), opt_level=1
+        )
     tmp = Path(str(out_path) + ".tmp")
     model.save_model_to_file(str(tmp))
     tmp.rename(out_path)
@@ -92,8 +94,14 @@ def quantize_dynamic_int8(onnx_path: Path, out_path: Path) -> Path:
     # Per-channel weights lift MiniLM's INT8/FP32 top-1 agreement from 98.4% to 99.6% at the same speed;
     # reduce_range and UInt8 weights cost agreement or speed on AVX512-VNNI, so 7-bit weights only where kernels saturate.
     with _quiet():
-        quantize_dynamic(str(onnx_path), str(tmp), weight_type=QuantType.QInt8, per_channel=True, reduce_range=weights_in_7_bits(),
-                         extra_options=dict(_FLOAT_DEFAULT))
+        quantize_dynamic(
+            str(onnx_path),
+            str(tmp),
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            reduce_range=weights_in_7_bits(),
+            extra_options=dict(_FLOAT_DEFAULT),
+        )
     tmp.rename(out_path)
     return out_path
 
@@ -129,17 +137,27 @@ def quantize_static_int8(onnx_path: Path, out_path: Path, calibration_feeds: dic
     names = {i.name for i in onnx.load(str(shaped), load_external_data=False).graph.input}
     tmp = Path(str(out_path) + ".tmp")
     with _quiet():
-        quantize_static(str(shaped), str(tmp), _FeedsReader(calibration_feeds, names), quant_format=QuantFormat.QDQ,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"], per_channel=True,
-                        reduce_range=weights_in_7_bits(),
-                        calibrate_method=CalibrationMethod.MinMax, extra_options={**_FLOAT_DEFAULT, "ActivationSymmetric": False})
+        quantize_static(
+            str(shaped),
+            str(tmp),
+            _FeedsReader(calibration_feeds, names),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul"],
+            per_channel=True,
+            reduce_range=weights_in_7_bits(),
+            calibrate_method=CalibrationMethod.MinMax,
+            extra_options={**_FLOAT_DEFAULT, "ActivationSymmetric": False},
+        )
     tmp.rename(out_path)
     shaped.unlink()
     return out_path
 
 
-def choose_variant(variants: dict[str, dict], min_agreement: float, speed_margin: float = 0.05,
-                   production_variant: str | None = None) -> tuple[str, str]:
+def choose_variant(
+    variants: dict[str, dict], min_agreement: float, speed_margin: float = 0.05, production_variant: str | None = None
+) -> tuple[str, str]:
     """The variant production runs when it passes fidelity here; otherwise the fastest that passes; and why.
 
     Following production keeps the throughput gate a like-for-like comparison: a speed choice made from
@@ -150,8 +168,13 @@ def choose_variant(variants: dict[str, dict], min_agreement: float, speed_margin
     passing = {k: v for k, v in variants.items() if v["top1_agreement"] >= min_agreement}
     if production_variant in passing:
         v = variants[production_variant]
-        return production_variant, (f"{production_variant}: the variant production runs, and it keeps >= {min_agreement:.2%} top-1 agreement here "
-                                    f"({v['top1_agreement']:.2%}, {v['items_per_s']:.0f} items/s)")
+        return (
+            production_variant,
+            (
+                f"{production_variant}: the variant production runs, and it keeps >= {min_agreement:.2%} top-1 agreement here "
+                f"({v['top1_agreement']:.2%}, {v['items_per_s']:.0f} items/s)"
+            ),
+        )
     pool = passing or variants
     fastest = max(v["items_per_s"] for v in pool.values())
     tied = [k for k, v in pool.items() if v["items_per_s"] >= (1 - speed_margin) * fastest]
@@ -159,7 +182,13 @@ def choose_variant(variants: dict[str, dict], min_agreement: float, speed_margin
     others = ", ".join(f"{k} {v['items_per_s']:.0f}/s at {v['top1_agreement']:.2%}" for k, v in variants.items() if k != best)
     mine = f"{variants[best]['items_per_s']:.0f} items/s at {variants[best]['top1_agreement']:.2%}"
     if not passing:
-        return best, f"{best}: no variant reaches {min_agreement:.2%} agreement, so the fastest is kept for the fidelity gate to judge ({mine}; others: {others})"
+        return (
+            best,
+            (
+                f"{best}: no variant reaches {min_agreement:.2%} agreement, so the fastest is kept for the fidelity gate to judge ({mine};"
+                f" others: {others})"
+            ),
+        )
     if len(tied) > 1:
         return best, f"{best}: within {speed_margin:.0%} of the fastest and the most faithful of those ({mine}; others: {others})"
     return best, f"{best}: fastest variant that keeps >= {min_agreement:.2%} top-1 agreement ({mine}; others: {others})"

@@ -16,7 +16,9 @@ def providers() -> list[str]:
     return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
 
 
-def session(model: Path | bytes, threads: int | None = None, provider: str | None = None, profile_prefix: str | None = None) -> ort.InferenceSession:
+def session(
+    model: Path | bytes, threads: int | None = None, provider: str | None = None, profile_prefix: str | None = None
+) -> ort.InferenceSession:
     """An inference session over a model file or its bytes; threads=None lets ORT use every core. profile_prefix: write
     ORT's per-node profile there (InferenceSession.end_profiling() returns the file)."""
     opts = ort.SessionOptions()
@@ -56,8 +58,14 @@ class OnnxModel:
     verified by the caller, so the session runs exactly what was verified (the file could change after the check).
     """
 
-    def __init__(self, path: Path, threads: int | None = None, provider: str | None = None, batch_dependent: bool | None = None,
-                 model_bytes: bytes | None = None):
+    def __init__(
+        self,
+        path: Path,
+        threads: int | None = None,
+        provider: str | None = None,
+        batch_dependent: bool | None = None,
+        model_bytes: bytes | None = None,
+    ):
         self.path = Path(path)
         self.session = session(model_bytes if model_bytes is not None else self.path, threads=threads, provider=provider)
         self.batch_dependent = is_batch_dependent(self.path) if batch_dependent is None else bool(batch_dependent)

@@ -28,8 +28,10 @@ def check_generation_length(prompt_tokens: int, max_new_tokens: int, context_len
     """The one rule for a causal LM's prompt, in the gates and the server alike (the contract records it as "refused"):
     the prompt and the tokens it may generate must fit the context; a prompt that does not is refused, never cut."""
     if prompt_tokens < 1 or prompt_tokens + max_new_tokens > context_length:
-        raise BadCandidate(f"a prompt of {prompt_tokens} tokens with up to {max_new_tokens} new tokens does not fit the model's context of "
-                           f"{context_length} tokens; prompts beyond the context are refused, not truncated: shorten it, or ask for fewer tokens")
+        raise BadCandidate(
+            f"a prompt of {prompt_tokens} tokens with up to {max_new_tokens} new tokens does not fit the model's context of "
+            f"{context_length} tokens; prompts beyond the context are refused, not truncated: shorten it, or ask for fewer tokens"
+        )
 
 
 def truncation_length(model_dir: Path) -> int:
@@ -40,7 +42,11 @@ def truncation_length(model_dir: Path) -> int:
 
 def tokenizer_hash(model_dir: Path) -> str:
     """Content hash of the tokenizer files of a model folder."""
-    parts = [f"{p.name}:{file_sha256(p)}" for p in sorted(Path(model_dir).glob("*")) if p.name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")]
+    parts = [
+        f"{p.name}:{file_sha256(p)}"
+        for p in sorted(Path(model_dir).glob("*"))
+        if p.name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+    ]
     return text_hash(*parts)
 
 
@@ -52,8 +58,10 @@ class TextEncoder:
 
         path = Path(model_dir) / TOKENIZER_FILE
         if not path.is_file():
-            raise BadCandidate(f"{model_dir} has no {TOKENIZER_FILE}; save the model's fast tokenizer with it "
-                               f"(AutoTokenizer.from_pretrained(..., use_fast=True).save_pretrained(folder))")
+            raise BadCandidate(
+                f"{model_dir} has no {TOKENIZER_FILE}; save the model's fast tokenizer with it "
+                "(AutoTokenizer.from_pretrained(..., use_fast=True).save_pretrained(folder))"
+            )
         self.max_length = truncation_length(model_dir)
         tok = Tokenizer.from_file(str(path))
         pad = tok.padding  # tokenizer.json may pin a fixed length; only its pad token is kept

@@ -1,1 +1,2 @@
-"""Judgement: gate verdicts, the statistics behind them, drift, the I/O contract, SLOs, artifact safety, promotion's second lock, and the policy that sets their thresholds."""
+"""Judgement: gate verdicts, the statistics behind them, drift, the I/O contract, SLOs, artifact safety, promotion's second lock, and the
+policy that sets their thresholds."""

@@ -61,7 +61,9 @@ def diff_contracts(old: dict, new: dict, token_ids_changed: bool) -> list[Change
             changes.append(Change("major", f"{side[:-1]} {name!r} removed"))
         for name in after.keys() - before.keys():
             optional = side == "inputs" and after[name].get("optional")
-            changes.append(Change("minor" if optional else "major", f"{side[:-1]} {name!r} added" + (" (optional)" if optional else " (required)")))
+            changes.append(
+                Change("minor" if optional else "major", f"{side[:-1]} {name!r} added" + (" (optional)" if optional else " (required)"))
+            )
         for name in before.keys() & after.keys():
             b, a = before[name], after[name]
             if b["dtype"] != a["dtype"]:
@@ -72,16 +74,23 @@ def diff_contracts(old: dict, new: dict, token_ids_changed: bool) -> list[Change
     if new_labels[: len(old_labels)] != old_labels:
         changes.append(Change("major", f"labels changed order or names: {old_labels} -> {new_labels}"))
     elif len(new_labels) > len(old_labels):
-        changes.append(Change("minor", f"labels added at the end: {new_labels[len(old_labels):]}"))
+        changes.append(Change("minor", f"labels added at the end: {new_labels[len(old_labels) :]}"))
     if old["tokenizer_sha256"] != new["tokenizer_sha256"]:
-        changes.append(Change("major" if token_ids_changed else "patch", "tokenizer changed" + (" and maps text to different ids" if token_ids_changed else " (same ids on probes)")))
+        changes.append(
+            Change(
+                "major" if token_ids_changed else "patch",
+                "tokenizer changed" + (" and maps text to different ids" if token_ids_changed else " (same ids on probes)"),
+            )
+        )
     if new["max_length"] > old["max_length"]:
         changes.append(Change("minor", f"max length increased {old['max_length']} -> {new['max_length']}"))
     elif new["max_length"] < old["max_length"]:
         changes.append(Change("major", f"max length decreased {old['max_length']} -> {new['max_length']}"))
     if "truncation_length" in old and new["truncation_length"] != old["truncation_length"]:
         longer = new["truncation_length"] > old["truncation_length"]
-        changes.append(Change("minor" if longer else "major", f"inputs cut at {old['truncation_length']} -> {new['truncation_length']} tokens"))
+        changes.append(
+            Change("minor" if longer else "major", f"inputs cut at {old['truncation_length']} -> {new['truncation_length']} tokens")
+        )
     if new["opset"] != old["opset"]:
         changes.append(Change("minor" if new["opset"] > old["opset"] else "major", f"ONNX opset {old['opset']} -> {new['opset']}"))
     return changes

@@ -13,22 +13,28 @@ DESCRIPTORS = ("n_chars", "n_words", "n_tokens", "digit_share", "mean_word_lengt
 def describe(texts: list[str], attention_mask: np.ndarray) -> pd.DataFrame:
     """Numeric descriptors of each text; n_tokens counts real (non-padding) tokens."""
     words = [t.split() for t in texts]
-    return pd.DataFrame({
-        "n_chars": [float(len(t)) for t in texts],
-        "n_words": [float(len(w)) for w in words],
-        "n_tokens": attention_mask.sum(axis=1).astype(float),
-        "digit_share": [len(re.findall(r"\d", t)) / max(1, len(t)) for t in texts],
-        "mean_word_length": [float(np.mean([len(x) for x in w])) if w else 0.0 for w in words],
-    })
+    return pd.DataFrame(
+        {
+            "n_chars": [float(len(t)) for t in texts],
+            "n_words": [float(len(w)) for w in words],
+            "n_tokens": attention_mask.sum(axis=1).astype(float),
+            "digit_share": [len(re.findall(r"\d", t)) / max(1, len(t)) for t in texts],
+            "mean_word_length": [float(np.mean([len(x) for x in w])) if w else 0.0 for w in words],
+        }
+    )
 
 
-def _value_drift(reference: pd.DataFrame, current: pd.DataFrame, numeric: list[str], categorical: list[str], method_num: str, method_cat: str) -> dict[str, float]:
+def _value_drift(
+    reference: pd.DataFrame, current: pd.DataFrame, numeric: list[str], categorical: list[str], method_num: str, method_cat: str
+) -> dict[str, float]:
     from evidently import DataDefinition, Dataset, Report
     from evidently.metrics import ValueDrift
 
     definition = DataDefinition(numerical_columns=numeric, categorical_columns=categorical)
     metrics = [ValueDrift(column=c, method=method_num) for c in numeric] + [ValueDrift(column=c, method=method_cat) for c in categorical]
-    snapshot = Report(metrics).run(Dataset.from_pandas(current, data_definition=definition), Dataset.from_pandas(reference, data_definition=definition))
+    snapshot = Report(metrics).run(
+        Dataset.from_pandas(current, data_definition=definition), Dataset.from_pandas(reference, data_definition=definition)
+    )
     values = {}
     for m in snapshot.dict()["metrics"]:
         values[m["config"]["column"]] = float(m["value"])

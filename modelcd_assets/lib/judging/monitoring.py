@@ -10,9 +10,17 @@ from modelcd_assets.lib.judging.gates import INCONCLUSIVE, Verdict
 from modelcd_assets.lib.release.registry import CandidateRef
 
 
-def judge_each(productions: Mapping[str, CandidateRef], judge: Callable[[str, CandidateRef], Verdict], *, gate: str, not_done: str, unable: str,
-               errors: tuple[type[BaseException], ...], log: Callable[[str], None],
-               then: Callable[[str, CandidateRef, Verdict], None] | None = None) -> dict[str, Verdict]:
+def judge_each(
+    productions: Mapping[str, CandidateRef],
+    judge: Callable[[str, CandidateRef], Verdict],
+    *,
+    gate: str,
+    not_done: str,
+    unable: str,
+    errors: tuple[type[BaseException], ...],
+    log: Callable[[str], None],
+    then: Callable[[str, CandidateRef, Verdict], None] | None = None,
+) -> dict[str, Verdict]:
     """judge(model, production) for every model; one of errors (production never gated here, a missing report, ...) makes that
     model's verdict INCONCLUSIVE, measured as not_done, with the reason `{unable} {uri}: {error}`. Anything else propagates.
     then(model, production, verdict), when given, records each verdict as soon as it is decided, before the next model is judged."""

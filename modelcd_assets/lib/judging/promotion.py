@@ -50,7 +50,9 @@ def lineage_problems(latest: dict[str, int | None], parents: dict[str, list[str]
             continue
         for up in ups:
             if latest.get(up) is not None and latest[up] > latest[asset]:
-                problems.append(f"{up} was re-materialized after {asset} was built from it; results downstream of {up} are stale: re-run the gated job")
+                problems.append(
+                    f"{up} was re-materialized after {asset} was built from it; results downstream of {up} are stale: re-run the gated job"
+                )
     return problems
 
 
@@ -63,7 +65,9 @@ def gate_problems(records: list[GateRecord], lineage: list[str] = ()) -> list[st
         elif r.status != "SUCCEEDED" or r.passed is not True:
             problems.append(f"{r.gate}: {r.status.lower()}" + ("" if r.passed is None else f" (passed={r.passed})"))
         elif r.verdict == NOT_APPLICABLE:  # the gate says it judges another task than the one that requires it
-            problems.append(f"{r.gate}: it did not judge this candidate (it judges another task's models), but the candidate's task requires it")
+            problems.append(
+                f"{r.gate}: it did not judge this candidate (it judges another task's models), but the candidate's task requires it"
+            )
         elif not r.current:
             problems.append(f"{r.gate}: result is stale, the asset was re-materialized after the check ran")
     problems += list(lineage)

@@ -28,18 +28,45 @@ TEXT_SUFFIXES = (".md", ".txt")
 # by transformers and ONNX Runtime GenAI, never imported or run as code); read as plain text like the others.
 TEXT_NAMES = ("license", ".gitattributes", "chat_template.jinja")
 SENTENCEPIECE_NAMES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
-NOT_ALLOWED = ("not an allowed file type (safetensors, JSON/config, tokenizer files, ONNX, text docs); "
-               "remove it, or allow the pattern in the policy's safety.allow")
+NOT_ALLOWED = (
+    "not an allowed file type (safetensors, JSON/config, tokenizer files, ONNX, text docs); "
+    "remove it, or allow the pattern in the policy's safety.allow"
+)
 # Leading bytes of formats that can run code when loaded, whatever the file is called: pickles (protocol 2+),
 # zips (torch.save, .keras, .npz hold pickles or Lambda code), HDF5 (Keras .h5 Lambda layers), .npy (object arrays), executables.
-CODE_MAGIC = {b"\x80\x02": "a pickle", b"\x80\x03": "a pickle", b"\x80\x04": "a pickle", b"\x80\x05": "a pickle",
-              b"PK\x03\x04": "a zip archive", b"\x89HDF\r\n\x1a\n": "HDF5", b"\x93NUMPY": "a numpy array", b"\x7fELF": "an executable"}
+CODE_MAGIC = {
+    b"\x80\x02": "a pickle",
+    b"\x80\x03": "a pickle",
+    b"\x80\x04": "a pickle",
+    b"\x80\x05": "a pickle",
+    b"PK\x03\x04": "a zip archive",
+    b"\x89HDF\r\n\x1a\n": "HDF5",
+    b"\x93NUMPY": "a numpy array",
+    b"\x7fELF": "an executable",
+}
 EXTERNAL_DATA_SUFFIXES = (".data", ".onnx_data", ".weight", ".bias")
-EXTERNAL_NOT_RAW = ("named as ONNX external data, but external data must be raw tensor bytes in a file named *.data, "
-                    "*.onnx_data, *.weight, *.bias or without a suffix; rename it (and its location in the ONNX graph), "
-                    "or allow the pattern in the policy's safety.allow")
-SAFETENSORS_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-                           "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+EXTERNAL_NOT_RAW = (
+    "named as ONNX external data, but external data must be raw tensor bytes in a file named *.data, "
+    "*.onnx_data, *.weight, *.bias or without a suffix; rename it (and its location in the ONNX graph), "
+    "or allow the pattern in the policy's safety.allow"
+)
+SAFETENSORS_DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+}
 
 
 @dataclass(frozen=True)
@@ -95,7 +122,10 @@ def _safetensors_problem(path: Path, limits: SafetyLimits) -> str | None:
         for d in shape:
             count *= d
         if offsets[1] - offsets[0] != count * SAFETENSORS_DTYPE_BYTES[info["dtype"]]:
-            return f"tensor {name!r} spans {offsets[1] - offsets[0]} bytes, but {info['dtype']}{shape} needs {count * SAFETENSORS_DTYPE_BYTES[info['dtype']]}"
+            return (
+                f"tensor {name!r} spans {offsets[1] - offsets[0]} bytes, but {info['dtype']}{shape} needs"
+                f" {count * SAFETENSORS_DTYPE_BYTES[info['dtype']]}"
+            )
         if offsets[1] > data_len:
             return f"tensor {name!r} ends at byte {offsets[1]} but the data section has {data_len} (truncated file)"
         spans.append((offsets[0], offsets[1], name))
@@ -137,7 +167,13 @@ def _external_data_file(base: Path, root: Path, info: dict[str, str]) -> tuple[P
     for part in parts:
         target = target / part
         if target.is_symlink():
-            return None, f"external data location {location!r} goes through a symlink ({target.relative_to(root).as_posix()}); copy the data instead"
+            return (
+                None,
+                (
+                    f"external data location {location!r} goes through a symlink ({target.relative_to(root).as_posix()}); copy the data"
+                    " instead"
+                ),
+            )
     if root not in target.resolve().parents:
         return None, f"external data location {location!r} escapes the candidate folder"
     if not target.is_file():

@@ -27,8 +27,14 @@ def slo_queries(model: str, version: str, window: str, task: str = CLASSIFICATIO
     def p99_ms(histogram: str) -> str:
         return f"1000 * histogram_quantile(0.99, sum by (le) (rate({histogram}_bucket{{{sel}}}[{window}])))"
 
-    latency = ({"p99_ttft_ms": p99_ms("modelcd_llm_time_to_first_token_seconds"), "p99_tpot_ms": p99_ms("modelcd_llm_time_per_output_token_seconds")}
-               if task == CAUSAL_LM else {"p99_latency_ms": p99_ms("modelcd_request_duration_seconds")})
+    latency = (
+        {
+            "p99_ttft_ms": p99_ms("modelcd_llm_time_to_first_token_seconds"),
+            "p99_tpot_ms": p99_ms("modelcd_llm_time_per_output_token_seconds"),
+        }
+        if task == CAUSAL_LM
+        else {"p99_latency_ms": p99_ms("modelcd_request_duration_seconds")}
+    )
     return {
         "samples": requests,
         **latency,
@@ -78,11 +84,22 @@ def judge_slo(values: dict[str, float | None], policy: SloPolicy) -> SloVerdict:
     """fail when any measured value breaks its threshold; inconclusive with too few samples or missing values."""
     samples = values.get("samples") or 0.0
     if samples < policy.min_samples:
-        return SloVerdict(INCONCLUSIVE, values, [f"{samples:.0f} requests in the last {policy.window}, fewer than the {policy.min_samples} needed"])
-    limits = {"p99_latency_ms": policy.p99_latency_ms, "p99_ttft_ms": policy.p99_ttft_ms, "p99_tpot_ms": policy.p99_tpot_ms,
-              "error_ratio": policy.max_error_ratio, "nan_ratio": policy.max_nan_ratio}
+        return SloVerdict(
+            INCONCLUSIVE, values, [f"{samples:.0f} requests in the last {policy.window}, fewer than the {policy.min_samples} needed"]
+        )
+    limits = {
+        "p99_latency_ms": policy.p99_latency_ms,
+        "p99_ttft_ms": policy.p99_ttft_ms,
+        "p99_tpot_ms": policy.p99_tpot_ms,
+        "error_ratio": policy.max_error_ratio,
+        "nan_ratio": policy.max_nan_ratio,
+    }
     limits = {name: limit for name, limit in limits.items() if name in values}  # the ones this task's queries measure
-    broken = [f"{name} {values[name]:.4g} > {limit:.4g}" for name, limit in limits.items() if values.get(name) is not None and values[name] > limit]
+    broken = [
+        f"{name} {values[name]:.4g} > {limit:.4g}"
+        for name, limit in limits.items()
+        if values.get(name) is not None and values[name] > limit
+    ]
     if broken:
         return SloVerdict(FAIL, values, broken)
     missing = [name for name in limits if values.get(name) is None]
@@ -100,5 +117,8 @@ def evaluate_slo(url: str, model: str, version: str, policy: SloPolicy, task: st
     if not values.get("samples"):
         serving = served_versions(url, model)
         if serving and version not in serving:
-            reasons.append(f"the servers serve version {', '.join(serving)}, not production {version}: its load may have been refused (see the server log)")
+            reasons.append(
+                f"the servers serve version {', '.join(serving)}, not production {version}: its load may have been refused (see the server"
+                " log)"
+            )
     return SloVerdict(verdict.outcome, verdict.values, reasons, queries)

@@ -18,7 +18,9 @@ def mcnemar_worse_pvalue(candidate_correct: np.ndarray, production_correct: np.n
     return float(binom.sf(lost - 1, n, 0.5))  # P(X >= lost) under no difference
 
 
-def paired_bootstrap_ci(candidate_correct: np.ndarray, production_correct: np.ndarray, samples: int, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+def paired_bootstrap_ci(
+    candidate_correct: np.ndarray, production_correct: np.ndarray, samples: int, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
     """Percentile CI of accuracy(candidate) - accuracy(production), resampling examples in pairs."""
     diff = np.asarray(candidate_correct, np.float64) - np.asarray(production_correct, np.float64)
     rng = np.random.default_rng(seed)
@@ -44,8 +46,10 @@ def median_ci(values: np.ndarray, confidence: float = 0.95) -> tuple[float, floa
     n = len(x)
     need = median_ci_min_n(confidence)
     if n < need:
-        raise ValueError(f"a {100 * confidence:g}% CI on the median needs at least {need} values, got {n}: "
-                         f"even (min, max) of {n} covers the median with probability {100 * max(0.0, 1 - 2 * 0.5**n):g}% only")
+        raise ValueError(
+            f"a {100 * confidence:g}% CI on the median needs at least {need} values, got {n}: "
+            f"even (min, max) of {n} covers the median with probability {100 * max(0.0, 1 - 2 * 0.5**n):g}% only"
+        )
     alpha = 1 - confidence
     # Largest k with P(Binom(n, 1/2) <= k - 1) <= alpha / 2; the interval is (x_k, x_{n-k+1}).
     k = int(binom.ppf(alpha / 2, n, 0.5))
@@ -74,8 +78,9 @@ def perplexity_change(candidate_nll: np.ndarray, production_nll: np.ndarray, tok
     return float(np.expm1(np.sum(diff * w) / np.sum(w)))
 
 
-def paired_perplexity_ci(candidate_nll: np.ndarray, production_nll: np.ndarray, tokens: np.ndarray, samples: int,
-                         confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+def paired_perplexity_ci(
+    candidate_nll: np.ndarray, production_nll: np.ndarray, tokens: np.ndarray, samples: int, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
     """Percentile CI of perplexity_change, resampling sequences in pairs (each weighted by its token count)."""
     w = np.asarray(tokens, np.float64)
     diff = (np.asarray(candidate_nll, np.float64) - np.asarray(production_nll, np.float64)) * w

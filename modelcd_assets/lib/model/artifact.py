@@ -25,7 +25,9 @@ def inspect_artifact(folder: Path) -> ArtifactInfo:
         raise BadCandidate(f"{folder} is not a folder; pass a peft adapter folder or a Hugging Face model folder")
     if (folder / "adapter_config.json").is_file():
         if not (folder / "adapter_model.safetensors").is_file():
-            raise BadCandidate(f"{folder} has adapter_config.json but no adapter_model.safetensors; save the adapter with safe_serialization=True")
+            raise BadCandidate(
+                f"{folder} has adapter_config.json but no adapter_model.safetensors; save the adapter with safe_serialization=True"
+            )
         try:
             cfg = json.loads((folder / "adapter_config.json").read_text())
         except json.JSONDecodeError as e:

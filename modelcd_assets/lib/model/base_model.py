@@ -55,8 +55,14 @@ def build_tiny_base(out_dir: Path, labels: list[str], seed: int = 0) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     config = BertConfig(
-        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=128, id2label={i: n for i, n in enumerate(labels)}, label2id={n: i for i, n in enumerate(labels)},
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        id2label={i: n for i, n in enumerate(labels)},
+        label2id={n: i for i, n in enumerate(labels)},
     )
     BertForSequenceClassification(config).save_pretrained(str(out_dir), safe_serialization=True)
     for name in TOKENIZER_FILES:

@@ -28,8 +28,16 @@ def export_onnx(model_dir: Path, out_path: Path) -> Path:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         # The TorchScript exporter yields the op pattern that ORT's BERT fusions recognise.
-        torch.onnx.export(model, inputs, str(tmp), input_names=list(INPUT_NAMES), output_names=["logits"],
-                          dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+        torch.onnx.export(
+            model,
+            inputs,
+            str(tmp),
+            input_names=list(INPUT_NAMES),
+            output_names=["logits"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
     tmp.rename(out_path)
     return out_path
 

@@ -34,7 +34,9 @@ def _loading_info(model_dir: Path) -> tuple[torch.nn.Module, dict]:
 
     quiet_transformers()
     torch.manual_seed(0)
-    model, info = AutoModelForSequenceClassification.from_pretrained(str(model_dir), local_files_only=True, trust_remote_code=False, output_loading_info=True)
+    model, info = AutoModelForSequenceClassification.from_pretrained(
+        str(model_dir), local_files_only=True, trust_remote_code=False, output_loading_info=True
+    )
     return model.eval(), {k: sorted(map(str, v)) for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
 
 
@@ -84,7 +86,10 @@ def weight_scale(candidate_merged: Path, production_merged: Path) -> dict[str, f
     from safetensors import safe_open
 
     ratios = {}
-    with safe_open(str(Path(candidate_merged) / "model.safetensors"), "pt") as cand, safe_open(str(Path(production_merged) / "model.safetensors"), "pt") as prod:
+    with (
+        safe_open(str(Path(candidate_merged) / "model.safetensors"), "pt") as cand,
+        safe_open(str(Path(production_merged) / "model.safetensors"), "pt") as prod,
+    ):
         for name in sorted(set(cand.keys()) & set(prod.keys())):
             c, p = cand.get_tensor(name), prod.get_tensor(name)
             if c.ndim < 2 or c.shape != p.shape or not c.dtype.is_floating_point:
@@ -93,8 +98,16 @@ def weight_scale(candidate_merged: Path, production_merged: Path) -> dict[str, f
     return ratios
 
 
-def measure(build_merged: Path, kind: str, artifact_dir: Path, base_dir: Path | None, registered_base: str | None,
-            reference_tokenizer_dir: Path | None, tokenizer_change_declared: bool, production_merged: Path | None = None) -> dict:
+def measure(
+    build_merged: Path,
+    kind: str,
+    artifact_dir: Path,
+    base_dir: Path | None,
+    registered_base: str | None,
+    reference_tokenizer_dir: Path | None,
+    tokenizer_change_declared: bool,
+    production_merged: Path | None = None,
+) -> dict:
     """Everything the health gates judge, in one JSON-ready report; weight scale is against production's merged model."""
     report: dict = {"kind": kind}
     if production_merged is not None:
@@ -118,7 +131,11 @@ def measure(build_merged: Path, kind: str, artifact_dir: Path, base_dir: Path | 
             b = merged(**feeds).logits
     except (IndexError, RuntimeError) as e:  # e.g. token ids beyond the embedding table
         report["forward_error"] = f"{type(e).__name__}: {e}"
-        report.update(probe_finite=False, probe_deterministic=False, gradients={"loss_finite": False, "nonfinite": [], "error": report["forward_error"]})
+        report.update(
+            probe_finite=False,
+            probe_deterministic=False,
+            gradients={"loss_finite": False, "nonfinite": [], "error": report["forward_error"]},
+        )
         return report
     report["probe_finite"] = bool(torch.isfinite(a).all())
     report["probe_deterministic"] = bool(torch.equal(a, b))
@@ -129,8 +146,14 @@ def measure(build_merged: Path, kind: str, artifact_dir: Path, base_dir: Path | 
         with torch.no_grad():
             report["adapter"]["max_output_change"] = float((a - base(**feeds).logits).abs().max())
         base_sd, merged_sd = base.state_dict(), merged.state_dict()
-        changes = {k: float((merged_sd[k] - v).norm() / (v.norm() + 1e-12)) for k, v in base_sd.items() if k in merged_sd and v.dtype.is_floating_point and k not in base_info.get("missing_keys", [])}
-        report["weight_norm_outliers"] = {k: round(v, 4) for k, v in sorted(changes.items(), key=lambda kv: -kv[1]) if v > NORM_OUTLIER_RATIO}
+        changes = {
+            k: float((merged_sd[k] - v).norm() / (v.norm() + 1e-12))
+            for k, v in base_sd.items()
+            if k in merged_sd and v.dtype.is_floating_point and k not in base_info.get("missing_keys", [])
+        }
+        report["weight_norm_outliers"] = {
+            k: round(v, 4) for k, v in sorted(changes.items(), key=lambda kv: -kv[1]) if v > NORM_OUTLIER_RATIO
+        }
     merged.train()
     labels = torch.arange(len(PROBE_TEXTS)) % merged.config.num_labels
     loss = merged(**feeds, labels=labels).loss

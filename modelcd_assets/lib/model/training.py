@@ -55,7 +55,9 @@ def _fit(model, base_dir: Path, train: list[Example], cfg: Training, desc: str) 
     model.eval()
 
 
-def train_adapter(base_dir: Path, train: list[Example], out_dir: Path, cfg: Training, base_uri: str, desc: str = "training adapter") -> Path:
+def train_adapter(
+    base_dir: Path, train: list[Example], out_dir: Path, cfg: Training, base_uri: str, desc: str = "training adapter"
+) -> Path:
     """Train a LoRA adapter on train and save it (safetensors) declaring base_uri as its base."""
     from peft import LoraConfig, TaskType, get_peft_model
 

@@ -40,8 +40,10 @@ def normalize_pg_url(url: str) -> str:
     shown = _without_password(url)
     if parts.scheme not in _SCHEMES:
         hint = " (SQLAlchemy 2 no longer accepts postgres://)" if parts.scheme == "postgres" else ""
-        raise ModelcdError(f"{var}={shown} is not a Postgres URL{hint}; write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
-                           f"('scripts/postgres.sh url' prints one for the local server)")
+        raise ModelcdError(
+            f"{var}={shown} is not a Postgres URL{hint}; write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
+            "('scripts/postgres.sh url' prints one for the local server)"
+        )
     if not parts.path.strip("/"):
         raise ModelcdError(f"{var}={shown} names no database; add it after the host: postgresql://USER:PASSWORD@HOST:PORT/dagster")
     if "/" in parts.path.strip("/"):
@@ -68,19 +70,23 @@ def write_instance_yaml(dagster_home: Path, template: Path, postgres: bool) -> P
     target = Path(dagster_home) / "dagster.yaml"
     if not template.is_file():
         if postgres:
-            raise ModelcdError(f"{PG_URL_VAR} is set, but the instance template {template} is missing, so modelcd cannot write "
-                               f"Postgres storage into {target}; install modelcd from its repository ('make install'), or write "
-                               f"{target} yourself with a 'storage: postgres:' section")
+            raise ModelcdError(
+                f"{PG_URL_VAR} is set, but the instance template {template} is missing, so modelcd cannot write "
+                f"Postgres storage into {target}; install modelcd from its repository ('make install'), or write "
+                f"{target} yourself with a 'storage: postgres:' section"
+            )
         return target
     wanted = instance_yaml(template.read_text(), postgres)
     if target.exists():
         current = target.read_text()
         if current.splitlines()[:1] != wanted.splitlines()[:1]:
             if postgres and not configures_postgres(current):
-                raise ModelcdError(f"{PG_URL_VAR} is set, but {target} was written by hand (it does not start with the first line "
-                                   f"of {template}) and configures no Postgres storage, so Dagster would not use Postgres; add a "
-                                   f"'storage: postgres: postgres_url: {{env: {PG_URL_VAR}}}' section to it, delete it to have "
-                                   f"modelcd write it, or unset {PG_URL_VAR}")
+                raise ModelcdError(
+                    f"{PG_URL_VAR} is set, but {target} was written by hand (it does not start with the first line "
+                    f"of {template}) and configures no Postgres storage, so Dagster would not use Postgres; add a "
+                    f"'storage: postgres: postgres_url: {{env: {PG_URL_VAR}}}' section to it, delete it to have "
+                    f"modelcd write it, or unset {PG_URL_VAR}"
+                )
             return target
         if current == wanted:
             return target

@@ -42,7 +42,7 @@ def processes() -> dict[int, ProcessInfo]:
         except OSError:  # it exited meanwhile
             continue
         # The command name in parentheses may itself hold spaces and parentheses.
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if fields[0] not in ("Z", "X"):
             table[int(entry.name)] = ProcessInfo(int(entry.name), int(fields[1]), int(fields[2]), int(fields[19]))
     return table
@@ -101,7 +101,9 @@ def start_process(args: list[str], die_with_parent: bool = False, **popen) -> su
 
     die_with_parent: on Linux, the child gets SIGTERM when the thread that started it exits, even by SIGKILL.
     """
-    return subprocess.Popen(args, start_new_session=True, preexec_fn=functools.partial(_prepare_child, os.getpid(), die_with_parent), **popen)
+    return subprocess.Popen(
+        args, start_new_session=True, preexec_fn=functools.partial(_prepare_child, os.getpid(), die_with_parent), **popen
+    )
 
 
 def _group_alive(pgid: int) -> bool:

@@ -23,7 +23,9 @@ def prometheus_binary() -> Path:
     for candidate in (explicit, str(REPO_BINARY), shutil.which("prometheus")):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Path(candidate)
-    raise ModelcdError("no Prometheus server binary found: run scripts/install-prometheus.sh (make install does), or set MODELCD_PROMETHEUS_BIN")
+    raise ModelcdError(
+        "no Prometheus server binary found: run scripts/install-prometheus.sh (make install does), or set MODELCD_PROMETHEUS_BIN"
+    )
 
 
 class PrometheusServer:
@@ -52,14 +54,25 @@ class PrometheusServer:
         self._log = log = open(self.data_dir / "prometheus.log", "ab")
         # die_with_parent: a Prometheus left behind by a killed parent holds its port and its TSDB lock.
         self.process = start_process(
-            [str(binary), f"--config.file={config}", f"--storage.tsdb.path={self.data_dir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=15d", "--log.level=warn"],
-            die_with_parent=True, stdout=log, stderr=subprocess.STDOUT,
+            [
+                str(binary),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.data_dir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=15d",
+                "--log.level=warn",
+            ],
+            die_with_parent=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise ModelcdError(f"Prometheus exited with code {self.process.returncode}; see {self.data_dir / 'prometheus.log'} (is port {self.port} taken?)")
+                raise ModelcdError(
+                    f"Prometheus exited with code {self.process.returncode}; see {self.data_dir / 'prometheus.log'} (is port {self.port}"
+                    " taken?)"
+                )
             try:
                 if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
                     return self

@@ -88,12 +88,23 @@ class TrafficLog:
     A record longer than max_record_bytes is not written (append says how many were left out).
     """
 
-    def __init__(self, state_root: Path, model: str, ratio: float, max_records: int, rng: random.Random | None = None, *,
-                 max_bytes: int = 64 * 2**20, max_record_bytes: int | None = None):
+    def __init__(
+        self,
+        state_root: Path,
+        model: str,
+        ratio: float,
+        max_records: int,
+        rng: random.Random | None = None,
+        *,
+        max_bytes: int = 64 * 2**20,
+        max_record_bytes: int | None = None,
+    ):
         max_record_bytes = max_bytes // 2 - 1 if max_record_bytes is None else max_record_bytes
         if not 0 <= ratio <= 1 or max_records < 2 or not 0 < max_record_bytes < max_bytes // 2:
-            raise ValueError(f"a traffic log needs 0 <= ratio <= 1, max_records >= 2 and 0 < max_record_bytes < max_bytes // 2, got ratio {ratio}, "
-                             f"max_records {max_records}, max_bytes {max_bytes}, max_record_bytes {max_record_bytes}")
+            raise ValueError(
+                f"a traffic log needs 0 <= ratio <= 1, max_records >= 2 and 0 < max_record_bytes < max_bytes // 2, got ratio {ratio}, "
+                f"max_records {max_records}, max_bytes {max_bytes}, max_record_bytes {max_record_bytes}"
+            )
         self.folder, self.ratio, self.max_records, self.max_bytes = folder(state_root, model), ratio, max_records, max_bytes
         self.per_file, self.per_file_bytes, self.max_record_bytes = max_records // 2, max_bytes // 2, max_record_bytes
         self._rng = rng or random.Random()
@@ -112,9 +123,11 @@ class TrafficLog:
         """One record per text; returns how many were too long to keep. Raises OSError when the disk refuses (the caller
         decides what a failed sample costs)."""
         ts = time.time() if ts is None else ts
-        lines = [json.dumps({"ts": ts, "version": str(version), "text": t}, ensure_ascii=False).encode("utf-8", "replace") + b"\n" for t in texts]
+        lines = [
+            json.dumps({"ts": ts, "version": str(version), "text": t}, ensure_ascii=False).encode("utf-8", "replace") + b"\n" for t in texts
+        ]
         fits = [line for line in lines if len(line) <= self.max_record_bytes]
-        pending = fits[-2 * self.per_file:]  # more would only rotate out what this call just wrote
+        pending = fits[-2 * self.per_file :]  # more would only rotate out what this call just wrote
         with self._lock:
             _private_folder(self.folder)
             with _locked(self.folder, fcntl.LOCK_EX):
@@ -176,7 +189,7 @@ def _append(fd: int, data: bytes) -> None:
         data = b"\n" + data
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _tail_lines(path: Path, n: int, budget: int) -> tuple[list[bytes], int]:

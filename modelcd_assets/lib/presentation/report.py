@@ -5,6 +5,7 @@ from __future__ import annotations
 
 def table(headers: list[str], rows: list[list[str]], max_width: int = 70) -> str:
     """A fixed-width table; long cells are cut with an ellipsis."""
+
     def cut(s: str) -> str:
         s = str(s)
         return s if len(s) <= max_width else s[: max_width - 1] + "…"

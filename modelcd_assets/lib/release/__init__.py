@@ -1,1 +1,2 @@
-"""Release: the registry, candidate records, calibration sets and revisions, rollback, signatures, attestations, and the one reader of servability."""
+"""Release: the registry, candidate records, calibration sets and revisions, rollback, signatures, attestations, and the one reader of
+servability."""

@@ -85,12 +85,15 @@ class FileAliasLock:
                     break
                 except OSError as e:
                     if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                        raise AliasLockUnavailable(f"could not lock {path} for the production alias of {name}: {e}; nothing was moved") from e
+                        raise AliasLockUnavailable(
+                            f"could not lock {path} for the production alias of {name}: {e}; nothing was moved"
+                        ) from e
                     if time.monotonic() >= deadline:
                         raise AliasLockUnavailable(
                             f"another move of the production alias of {name} held its lock ({path}) for over {self.timeout_s:g} s; "
-                            f"nothing was moved: see which modelcd run is still moving it (Dagster UI, pool modelcd_promotion), "
-                            f"then gate again") from None
+                            "nothing was moved: see which modelcd run is still moving it (Dagster UI, pool modelcd_promotion), "
+                            "then gate again"
+                        ) from None
                     time.sleep(_POLL_S)
             os.ftruncate(fd, 0)
             os.write(fd, f"{name}\n{os.getpid()}\n".encode())
@@ -126,8 +129,9 @@ class PostgresAliasLock:
         try:
             conn = psycopg2.connect(self._dsn(), connect_timeout=max(1, int(self.timeout_s)))
         except psycopg2.Error as e:
-            raise AliasLockUnavailable(f"could not reach {self.shown} for the production alias of {name}: {_said(e)}; "
-                                       "nothing was moved") from e
+            raise AliasLockUnavailable(
+                f"could not reach {self.shown} for the production alias of {name}: {_said(e)}; nothing was moved"
+            ) from e
         try:
             with conn.cursor() as cur:
                 # The transaction psycopg2 opens holds the lock until commit or rollback; lock_timeout bounds the wait.
@@ -137,16 +141,20 @@ class PostgresAliasLock:
                 except errors.LockNotAvailable:
                     raise AliasLockUnavailable(
                         f"another move of the production alias of {name} held its lock ({self.shown}) for over {self.timeout_s:g} s; "
-                        "nothing was moved: see which modelcd run is still moving it (Dagster UI, pool modelcd_promotion), then gate again") from None
+                        "nothing was moved: see which modelcd run is still moving it (Dagster UI, pool modelcd_promotion), then gate again"
+                    ) from None
                 except psycopg2.Error as e:
-                    raise AliasLockUnavailable(f"could not take {self.shown} for the production alias of {name}: {_said(e)}; "
-                                               "nothing was moved") from e
+                    raise AliasLockUnavailable(
+                        f"could not take {self.shown} for the production alias of {name}: {_said(e)}; nothing was moved"
+                    ) from e
             yield
             # A lock lost with its connection (a server restart) would let another writer in; the commit says whether it held.
             try:
                 conn.commit()
             except psycopg2.Error as e:
-                raise AliasLockUnavailable(f"the connection holding {self.shown} for the production alias of {name} broke before "
-                                           f"the move ended ({_said(e)}); check the alias with 'modelcd audit {name}'") from e
+                raise AliasLockUnavailable(
+                    f"the connection holding {self.shown} for the production alias of {name} broke before "
+                    f"the move ended ({_said(e)}); check the alias with 'modelcd audit {name}'"
+                ) from e
         finally:
             conn.close()

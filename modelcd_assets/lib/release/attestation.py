@@ -44,8 +44,16 @@ class Verdict:
     extra: dict = field(default_factory=dict)
 
     def predicate(self) -> dict:
-        return {"model": self.model, "version": self.version, "promotable": True, "gates": self.gates, "judgedAgainst": self.judged_against,
-                "policySha256": self.policy_sha256, "runId": self.run_id, **self.extra}
+        return {
+            "model": self.model,
+            "version": self.version,
+            "promotable": True,
+            "gates": self.gates,
+            "judgedAgainst": self.judged_against,
+            "policySha256": self.policy_sha256,
+            "runId": self.run_id,
+            **self.extra,
+        }
 
 
 def policy_sha256(policy: Mapping) -> str:
@@ -104,17 +112,29 @@ def verify(envelope: Mapping, public_key: Path, what: str) -> Verdict:
         env.verify([_key(public_key)], 1)
         stmt = json.loads(env.payload)
     except Exception as e:  # a forged, altered or malformed envelope, or one signed with another key
-        raise BadSignature(f"the attestation of {what} does not verify with the public key {public_key} ({type(e).__name__}: {e}); "
-                           "it was not written by modelcd's promotion with this key: refusing it") from e
+        raise BadSignature(
+            f"the attestation of {what} does not verify with the public key {public_key} ({type(e).__name__}: {e}); "
+            "it was not written by modelcd's promotion with this key: refusing it"
+        ) from e
     if env.payload_type != PAYLOAD_TYPE or stmt.get("_type") != STATEMENT_TYPE or stmt.get("predicateType") != PREDICATE_TYPE:
-        raise BadSignature(f"the attestation of {what} is not a modelcd verdict (payload {env.payload_type}, predicate {stmt.get('predicateType')})")
+        raise BadSignature(
+            f"the attestation of {what} is not a modelcd verdict (payload {env.payload_type}, predicate {stmt.get('predicateType')})"
+        )
     p = stmt.get("predicate") or {}
     subjects = {s.get("name"): (s.get("digest") or {}).get("sha256", "") for s in stmt.get("subject", [])}
     extra = {k: v for k, v in p.items() if k not in ("model", "version", "promotable", "gates", "judgedAgainst", "policySha256", "runId")}
     if p.get("promotable") is not True:
         raise BadSignature(f"the attestation of {what} does not say it passed its gates")
-    return Verdict(str(p.get("model", "")), str(p.get("version", "")), subjects, list(p.get("gates") or []), p.get("judgedAgainst"),
-                   str(p.get("policySha256", "")), str(p.get("runId", "")), extra)
+    return Verdict(
+        str(p.get("model", "")),
+        str(p.get("version", "")),
+        subjects,
+        list(p.get("gates") or []),
+        p.get("judgedAgainst"),
+        str(p.get("policySha256", "")),
+        str(p.get("runId", "")),
+        extra,
+    )
 
 
 def problems(verdict: Verdict, model: str, version: str, actual: Mapping[str, str]) -> list[str]:
@@ -127,7 +147,9 @@ def problems(verdict: Verdict, model: str, version: str, actual: Mapping[str, st
     for name, digest in actual.items():
         attested = verdict.subjects.get(name)
         if not digest or attested != digest:
-            found.append(f"{name} differ from what was judged (sha256 {str(digest)[:12] or 'unknown'} != attested {str(attested)[:12] or 'none'})")
+            found.append(
+                f"{name} differ from what was judged (sha256 {str(digest)[:12] or 'unknown'} != attested {str(attested)[:12] or 'none'})"
+            )
     return found
 
 

@@ -43,7 +43,7 @@ def read_texts(path: Path) -> list[str]:
     """The texts of a JSON-lines calibration file: one object per line with a non-empty string "text" (a "label" is allowed, not needed)."""
     path = Path(path)
     if not path.is_file():
-        raise BadCalibrationSet(f"calibration file {path} does not exist; pass a JSON-lines file with one {{\"text\": ...}} object per line")
+        raise BadCalibrationSet(f'calibration file {path} does not exist; pass a JSON-lines file with one {{"text": ...}} object per line')
     texts, problems = [], []
     with open(path, encoding="utf-8") as f:
         for i, line in enumerate(f, 1):
@@ -56,12 +56,14 @@ def read_texts(path: Path) -> list[str]:
                 continue
             text = row.get("text") if isinstance(row, dict) else None
             if not isinstance(text, str) or not text.strip():
-                problems.append(f"line {i} has no non-empty string \"text\"")
+                problems.append(f'line {i} has no non-empty string "text"')
                 continue
             texts.append(text)
     if problems:
         more = f" (and {len(problems) - 3} more lines)" if len(problems) > 3 else ""
-        raise BadCalibrationSet(f"calibration file {path} is not JSON lines of {{\"text\": ...}} objects: {'; '.join(problems[:3])}{more}; fix those lines")
+        raise BadCalibrationSet(
+            f'calibration file {path} is not JSON lines of {{"text": ...}} objects: {"; ".join(problems[:3])}{more}; fix those lines'
+        )
     return texts
 
 
@@ -69,8 +71,13 @@ def _normalized(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def validate(texts: Sequence[str], evaluation_texts: Sequence[str], token_lengths: Callable[[Sequence[str]], np.ndarray],
-             policy: CalibrationPolicy, source: str = "the calibration set") -> CalibrationSummary:
+def validate(
+    texts: Sequence[str],
+    evaluation_texts: Sequence[str],
+    token_lengths: Callable[[Sequence[str]], np.ndarray],
+    policy: CalibrationPolicy,
+    source: str = "the calibration set",
+) -> CalibrationSummary:
     """Raise BadCalibrationSet with every problem found, or return what was measured.
 
     token_lengths: the model's own tokenizer (lib/inference/tokens.TextEncoder.lengths), so lengths are what calibration feeds.
@@ -82,13 +89,17 @@ def validate(texts: Sequence[str], evaluation_texts: Sequence[str], token_length
     reference = float(np.median(token_lengths(list(evaluation_texts))))
     ratio = policy.max_median_length_ratio
     if texts and not reference / ratio <= median <= reference * ratio:
-        problems.append(f"its median length is {median:g} tokens against the evaluation split's {reference:g}; "
-                        f"calibration.max_median_length_ratio allows {reference / ratio:.1f} to {reference * ratio:.1f}")
+        problems.append(
+            f"its median length is {median:g} tokens against the evaluation split's {reference:g}; "
+            f"calibration.max_median_length_ratio allows {reference / ratio:.1f} to {reference * ratio:.1f}"
+        )
     evaluation = {_normalized(t) for t in evaluation_texts}
     shared = [t for t in texts if _normalized(t) in evaluation]
     if shared:
-        problems.append(f"{len(shared)} of its texts are in the evaluation split (first: {shared[0][:60]!r}); the gates would judge "
-                        "the model on its own calibration data, so remove them")
+        problems.append(
+            f"{len(shared)} of its texts are in the evaluation split (first: {shared[0][:60]!r}); the gates would judge "
+            "the model on its own calibration data, so remove them"
+        )
     if problems:
         raise BadCalibrationSet(f"{source} was refused and the current set stays: " + "; ".join(problems))
     return CalibrationSummary(len(texts), median, reference)
@@ -118,8 +129,12 @@ class CalibrationStore:
         """The frozen file of a recorded set; raises with what to do when this state folder does not have it."""
         path = self.path(sha256)
         if not path.is_file():
-            raise ModelcdError(f"calibration set {sha256[:12]} is recorded in the registry but not in {self.root}; register it again "
-                               "with 'modelcd calibrate NAME --from FILE' from the same file")
+            raise ModelcdError(
+                f"calibration set {sha256[:12]} is recorded in the registry but not in {self.root}; register it again "
+                "with 'modelcd calibrate NAME --from FILE' from the same file"
+            )
         if file_sha256(path) != sha256:
-            raise ModelcdError(f"{path} no longer matches its hash {sha256[:12]}; delete it and register the set again with 'modelcd calibrate'")
+            raise ModelcdError(
+                f"{path} no longer matches its hash {sha256[:12]}; delete it and register the set again with 'modelcd calibrate'"
+            )
         return path

@@ -75,7 +75,8 @@ class CandidateRecord:
         return self.quantization()["chosen"]
 
     def chosen_artifact_id(self) -> str:
-        """The build's name for the INT8 model quantized_model selected (records made before calibration revisions name only the variant)."""
+        """The build's name for the INT8 model quantized_model selected (records made before calibration revisions name only the
+        variant)."""
         q = self.quantization()
         return q.get("artifact_id", q["chosen"])
 
@@ -107,20 +108,27 @@ class CandidateRecord:
         return cls.load(StateLayout(Path(state_root)).candidate(ref).dir)
 
     def baseline(self, state_root: Path) -> "CandidateRecord | None":
-        """The record, in the state folder state_root, of the production version this candidate is judged against; None when there was none."""
+        """The record, in the state folder state_root, of the production version this candidate is judged against; None when there was
+        none."""
         if self.production_version is None:
             return None
         ref = CandidateRef(self.name, self.production_version)
         if ref == self.ref:  # a record from before issue 17, or a bug: passing against itself would pass on nothing
-            raise ModelcdError(f"{ref.uri} is recorded as its own baseline; a version is never judged against itself: re-gate it with "
-                               f"'modelcd gate {ref.name} {ref.version}' (production judged again is judged against the version it replaced)")
+            raise ModelcdError(
+                f"{ref.uri} is recorded as its own baseline; a version is never judged against itself: re-gate it with "
+                f"'modelcd gate {ref.name} {ref.version}' (production judged again is judged against the version it replaced)"
+            )
         what = "previous production" if self.regated_production else "production"
         record = CandidateRecord.of(state_root, ref)
         if record.content_hash != self.production_content_hash:
-            raise ModelcdError(f"the local record of {what} {ref.uri} holds other files (sha256 {record.content_hash[:12]}) than the registry "
-                               f"(sha256 {str(self.production_content_hash)[:12]}); run 'modelcd gate {ref.name} {ref.version}' to rebuild it")
+            raise ModelcdError(
+                f"the local record of {what} {ref.uri} holds other files (sha256 {record.content_hash[:12]}) than the registry "
+                f"(sha256 {str(self.production_content_hash)[:12]}); run 'modelcd gate {ref.name} {ref.version}' to rebuild it"
+            )
         if not record.files.quantization.is_file():
-            raise FileNotFoundError(f"{what} {ref.uri} has no build in this state folder; run 'modelcd gate {ref.name} {ref.version}' to rebuild it")
+            raise FileNotFoundError(
+                f"{what} {ref.uri} has no build in this state folder; run 'modelcd gate {ref.name} {ref.version}' to rebuild it"
+            )
         return record
 
 

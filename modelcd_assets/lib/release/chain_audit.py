@@ -46,8 +46,14 @@ class ChainAudit:
         return f"{self.name}: {walked}: {verdict}" + (f" ({self.unseen})" if self.unseen else "")
 
     def to_dict(self) -> dict:
-        return {"model": self.name, "production": self.production, "chain": list(self.chain), "intact": self.intact,
-                "problems": list(self.problems), "unseen": self.unseen}
+        return {
+            "model": self.name,
+            "production": self.production,
+            "chain": list(self.chain),
+            "intact": self.intact,
+            "problems": list(self.problems),
+            "unseen": self.unseen,
+        }
 
 
 def _record(tags: dict[str, str]) -> dict | None:
@@ -72,21 +78,27 @@ def _attestation_problems(registry: Registry, ref: CandidateRef, previous: str, 
         found.append(f"{ref.version}'s attestation is about {verdict.model}/{verdict.version}")
     attested_against = str((verdict.judged_against or {}).get("version") or "")
     if attested_against != previous:
-        found.append(f"{ref.version}'s attestation was judged against {attested_against or 'nothing'}, but the alias moved to it from {previous or 'nothing'}")
+        found.append(
+            f"{ref.version}'s attestation was judged against {attested_against or 'nothing'}, but the alias moved to it from"
+            f" {previous or 'nothing'}"
+        )
     if run_id and verdict.run_id != run_id:
         found.append(f"{ref.version}'s attestation was written by run {verdict.run_id}, its promotion record by run {run_id}")
     return found
 
 
-def _link_problems(registry: Registry, ref: CandidateRef, tags: dict[str, str], previous: str,
-                   tags_of: Callable[[str], dict[str, str]]) -> list[str]:
+def _link_problems(
+    registry: Registry, ref: CandidateRef, tags: dict[str, str], previous: str, tags_of: Callable[[str], dict[str, str]]
+) -> list[str]:
     record = _record(tags)
     if record is None:
         return [f"{ref.version} is in the chain but has no readable {PROMOTION} record: the alias was moved to it by hand"]
     if "rollback_from" in record:
         found = []
         if str(record["rollback_from"]) != previous:
-            found.append(f"{ref.version} records a rollback from {record['rollback_from']}, but the alias moved to it from {previous or 'nothing'}")
+            found.append(
+                f"{ref.version} records a rollback from {record['rollback_from']}, but the alias moved to it from {previous or 'nothing'}"
+            )
         if previous and ROLLED_BACK not in tags_of(previous):
             found.append(f"{ref.version} was rolled back to from {previous}, which is not marked {ROLLED_BACK}")
         return found
@@ -126,5 +138,7 @@ def audit(registry: Registry, name: str) -> ChainAudit:
         unseen = unseen or "a rollback overwrote its target's earlier record, so versions promoted before it are not judged"
     else:
         stray = sorted((v for v, t in tags_by_version.items() if PROMOTION in t and v not in chain), key=int)
-        problems += [f"{v} is tagged as promoted ({PROMOTION}) but is not in the chain from production: its move was overwritten" for v in stray]
+        problems += [
+            f"{v} is tagged as promoted ({PROMOTION}) but is not in the chain from production: its move was overwritten" for v in stray
+        ]
     return ChainAudit(name, production.version if production else None, tuple(chain), tuple(problems), unseen)

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 from modelcd_assets.lib.release.registry import CALIBRATION, Registry
 
-REGISTERED, PENDING, UP_TO_DATE, NO_PRODUCTION, NOT_APPLICABLE = "registered", "already registered", "up to date", "no production", "not applicable"
+REGISTERED, PENDING, UP_TO_DATE, NO_PRODUCTION, NOT_APPLICABLE = (
+    "registered",
+    "already registered",
+    "up to date",
+    "no production",
+    "not applicable",
+)
 
 
 @dataclass(frozen=True)
@@ -34,18 +40,35 @@ def revise(registry: Registry, name: str, default_set: str, pinned_variant: str)
     """
     production = registry.production(name)
     if production is None:
-        return RevisionPlan(name, NO_PRODUCTION, "no production version to re-quantize; the first candidate is calibrated with the current set")
+        return RevisionPlan(
+            name, NO_PRODUCTION, "no production version to re-quantize; the first candidate is calibrated with the current set"
+        )
     current = registry.calibration_of(name) or default_set
     # Versions gated before sets were pinned per version were calibrated with the data folder's split.
     used = registry.tags(production).get(CALIBRATION, default_set)
     plan = dict(model=name, production=production.version, calibration_sha256=current)
     if used == current:
-        return RevisionPlan(**plan, action=UP_TO_DATE, why=f"production {production.version} is calibrated with the current set {current[:12]}")
+        return RevisionPlan(
+            **plan, action=UP_TO_DATE, why=f"production {production.version} is calibrated with the current set {current[:12]}"
+        )
     if pinned_variant == "dynamic":
         return RevisionPlan(**plan, action=NOT_APPLICABLE, why="the policy pins dynamic INT8, which uses no calibration set")
     if existing := registry.revisions_of(production).get(current):
-        return RevisionPlan(**plan, action=PENDING, revision=existing.version,
-                            why=f"version {existing.version} already re-quantizes production {production.version} with set {current[:12]}; its gates decide")
+        return RevisionPlan(
+            **plan,
+            action=PENDING,
+            revision=existing.version,
+            why=(
+                f"version {existing.version} already re-quantizes production {production.version} with set {current[:12]}; its gates decide"
+            ),
+        )
     revision = registry.register_revision(production, current)
-    return RevisionPlan(**plan, action=REGISTERED, revision=revision.version,
-                        why=f"production {production.version} was calibrated with set {used[:12]}; version {revision.version} re-quantizes its weights with {current[:12]}")
+    return RevisionPlan(
+        **plan,
+        action=REGISTERED,
+        revision=revision.version,
+        why=(
+            f"production {production.version} was calibrated with set {used[:12]}; version {revision.version} re-quantizes its weights with"
+            f" {current[:12]}"
+        ),
+    )

@@ -81,7 +81,7 @@ class CandidateRef:
     def from_uri(cls, uri: str) -> "CandidateRef":
         if not uri.startswith("models:/"):
             raise ModelcdError(f"{uri!r} is not a registry reference; expected models:/NAME/VERSION")
-        name, sep, version = uri[len("models:/"):].rpartition("/")
+        name, sep, version = uri[len("models:/") :].rpartition("/")
         if not sep or not version.isdigit():
             raise ModelcdError(f"{uri!r} is not a registry reference; expected models:/NAME/VERSION")
         return cls(name, version)
@@ -132,8 +132,10 @@ class Registry:
                 raise NotInRegistry(f"could not {what} from {self.shown_uri}: {detail}") from e
             raise RegistryUnavailable(f"could not {what} from {self.shown_uri}: {detail}; {then}, retry when the registry answers") from e
         except Exception as e:  # a network or database error is not an answer
-            raise RegistryUnavailable(f"could not {what} from {self.shown_uri}: {type(e).__name__}: {masked_text(e, self.tracking_uri)}; "
-                                      f"{then}, retry when the registry answers") from e
+            raise RegistryUnavailable(
+                f"could not {what} from {self.shown_uri}: {type(e).__name__}: {masked_text(e, self.tracking_uri)}; "
+                f"{then}, retry when the registry answers"
+            ) from e
 
     def _all_pages(self, search, **kwargs) -> list:
         """Every result of an MLflow search, page by page."""
@@ -166,8 +168,10 @@ class Registry:
         location = self.artifact_location
         if not location:
             if not self.tracking_uri.startswith(("http://", "https://")):
-                raise ModelcdError(f"MODELCD_MLFLOW_ARTIFACTS is empty but the registry at {self.shown_uri} is not a tracking server that "
-                                   "stores artifacts itself; set it to a folder or an artifact URI")
+                raise ModelcdError(
+                    f"MODELCD_MLFLOW_ARTIFACTS is empty but the registry at {self.shown_uri} is not a tracking server that "
+                    "stores artifacts itself; set it to a folder or an artifact URI"
+                )
             return None
         if "://" in location or location.startswith("mlflow-artifacts:"):
             return location
@@ -183,10 +187,21 @@ class Registry:
                 self.client.create_registered_model(name, tags={ROLE: role})
             return
         if rm.tags.get(ROLE) != role:
-            raise ModelcdError(f"registered model {name!r} is a {rm.tags.get(ROLE, 'non-modelcd')} model, not a {role}; pick another --name")
+            raise ModelcdError(
+                f"registered model {name!r} is a {rm.tags.get(ROLE, 'non-modelcd')} model, not a {role}; pick another --name"
+            )
 
-    def register(self, folder: Path, name: str, *, role: str = "candidate", base: str | None = None, tags: dict[str, str] | None = None,
-                 limits: SafetyLimits = SafetyLimits(), task: str | None = None) -> CandidateRef:
+    def register(
+        self,
+        folder: Path,
+        name: str,
+        *,
+        role: str = "candidate",
+        base: str | None = None,
+        tags: dict[str, str] | None = None,
+        limits: SafetyLimits = SafetyLimits(),
+        task: str | None = None,
+    ) -> CandidateRef:
         """Upload folder as a new version of name, with a sha256 manifest of its files; unsafe artifacts are refused first.
 
         task: what kind of model it is; a base or full model declares it (default: what its config's architecture says),
@@ -212,8 +227,10 @@ class Registry:
             base_task = self.tags(base_ref).get(TASK, DEFAULT_TASK)
             for claimed, source in ((task, "--task"), (task_of_adapter(folder), "its adapter_config.json task_type")):
                 if claimed is not None and require_task(claimed) != base_task:
-                    raise BadCandidate(f"the adapter in {folder} is a {claimed} adapter by {source}, but its base {base_ref.uri} is a {base_task} "
-                                       f"model; register it against a {claimed} base")
+                    raise BadCandidate(
+                        f"the adapter in {folder} is a {claimed} adapter by {source}, but its base {base_ref.uri} is a {base_task} "
+                        f"model; register it against a {claimed} base"
+                    )
             version_tags[TASK] = base_task
             refuse_unlisted_files(folder, base_task, lambda dst: self.fetch(base_ref, dst), limits.allow)
         else:
@@ -248,7 +265,9 @@ class Registry:
             with self._asking(f"read {ref.uri}"):
                 return self.client.get_model_version(ref.name, ref.version)
         except NotInRegistry as e:  # only the registry saying so means "not in the registry"
-            raise NotInRegistry(f"{ref.uri} is not in the registry at {self.shown_uri}; check the name and version with 'modelcd status'") from e
+            raise NotInRegistry(
+                f"{ref.uri} is not in the registry at {self.shown_uri}; check the name and version with 'modelcd status'"
+            ) from e
 
     def fetch(self, ref: CandidateRef, dst: Path) -> Path:
         """Download a version's files into dst, verified against their signature before anything in them is read."""
@@ -283,8 +302,10 @@ class Registry:
         """The registration run's artifact root: the version's source is its `model` folder."""
         source = str(mv.source)
         if not source.endswith("/model"):
-            raise BadCandidate(f"models:/{mv.name}/{mv.version} was not registered by modelcd (its source {source} is not a registration's model folder); "
-                               "register it with 'modelcd register'")
+            raise BadCandidate(
+                f"models:/{mv.name}/{mv.version} was not registered by modelcd (its source {source} is not a registration's model folder); "
+                "register it with 'modelcd register'"
+            )
         return source[: -len("/model")]
 
     def _verify(self, ref: CandidateRef, mv, folder: Path, tmp: Path) -> str:
@@ -296,8 +317,10 @@ class Registry:
         verify_folder(folder, public_key, signature, ref.uri)
         actual = manifest_hash(folder_manifest(folder))
         if mv.tags.get(CONTENT) != actual:
-            raise BadCandidate(f"{ref.uri}: its tag {CONTENT} ({str(mv.tags.get(CONTENT))[:12]}) was changed after registration: the signed files hash to "
-                               f"{actual[:12]}; refusing it. Tags are not trusted over signed files: restore the tag or re-register the artifact")
+            raise BadCandidate(
+                f"{ref.uri}: its tag {CONTENT} ({str(mv.tags.get(CONTENT))[:12]}) was changed after registration: the signed files hash to "
+                f"{actual[:12]}; refusing it. Tags are not trusted over signed files: restore the tag or re-register the artifact"
+            )
         return actual
 
     def verify_local(self, ref: CandidateRef, folder: Path) -> str:
@@ -353,18 +376,30 @@ class Registry:
         mv = self.version(production)
         tags = dict(mv.tags)
         keep = {k: tags[k] for k in (KIND, BASE, CONTENT) if k in tags}
-        revision = {**keep, REVISION_OF: production.version, WEIGHTS_VERSION: tags.get(WEIGHTS_VERSION, production.version),
-                    CALIBRATION: calibration_sha256}
+        revision = {
+            **keep,
+            REVISION_OF: production.version,
+            WEIGHTS_VERSION: tags.get(WEIGHTS_VERSION, production.version),
+            CALIBRATION: calibration_sha256,
+        }
         with self._asking(f"create a calibration revision of {production.uri}", then="no revision was registered"):
-            new = self.client.create_model_version(production.name, source=mv.source, run_id=mv.run_id, tags=revision,
-                                                   description=f"calibration revision of version {production.version} (set {calibration_sha256[:12]})")
+            new = self.client.create_model_version(
+                production.name,
+                source=mv.source,
+                run_id=mv.run_id,
+                tags=revision,
+                description=f"calibration revision of version {production.version} (set {calibration_sha256[:12]})",
+            )
         return CandidateRef(production.name, str(new.version))
 
     def revisions_of(self, production: CandidateRef) -> dict[str, CandidateRef]:
         """Calibration revisions registered for a version, by calibration sha256."""
         mvs = self._versions_of(production.name)
-        return {v.tags[CALIBRATION]: CandidateRef(production.name, str(v.version)) for v in mvs
-                if v.tags.get(REVISION_OF) == production.version and CALIBRATION in v.tags}
+        return {
+            v.tags[CALIBRATION]: CandidateRef(production.name, str(v.version))
+            for v in mvs
+            if v.tags.get(REVISION_OF) == production.version and CALIBRATION in v.tags
+        }
 
     def production(self, name: str) -> CandidateRef | None:
         """The version the production alias points to; None only when the registry answers that there is none."""
@@ -387,9 +422,11 @@ class Registry:
         with lock.held(ref.name):
             current = self.production(ref.name)
             if current != expected:
-                raise Superseded(f"production of {ref.name} moved from {expected.version if expected else 'nothing'} to "
-                                 f"{current.version if current else 'nothing'} while {ref.uri} was gated; re-gate it against "
-                                 f"{current.version if current else 'nothing'} with 'modelcd gate {ref.name} {ref.version}'")
+                raise Superseded(
+                    f"production of {ref.name} moved from {expected.version if expected else 'nothing'} to "
+                    f"{current.version if current else 'nothing'} while {ref.uri} was gated; re-gate it against "
+                    f"{current.version if current else 'nothing'} with 'modelcd gate {ref.name} {ref.version}'"
+                )
             self.version(ref)
             if current == ref:  # already production (re-gated, e.g. after a crash past the alias move): the record of that move stands
                 return current
@@ -420,7 +457,8 @@ class Registry:
             f"{now.version if now else 'nothing'} and {ref.uri} records {previous or 'nothing'} as its previous production where the "
             f"move compared {record[PREVIOUS_PRODUCTION] or 'nothing'}: another writer moved it without the lock. "
             f"{'The promotion record on ' + ref.uri + ' was removed. ' if now != ref else ''}"
-            f"Check the chain with 'modelcd audit {ref.name}' before gating again")
+            f"Check the chain with 'modelcd audit {ref.name}' before gating again"
+        )
 
     def _forget_move(self, ref: CandidateRef, record: dict[str, str]) -> None:
         """Remove the tags a move wrote on ref, which the alias did not reach."""
@@ -428,7 +466,9 @@ class Registry:
 
     def remove_tags(self, ref: CandidateRef, keys: Iterable[str]) -> None:
         for k in keys:
-            with self._asking(f"remove the tag {k} from {ref.uri}", then=f"{ref.uri} may still carry it: check with 'modelcd audit {ref.name}'"):
+            with self._asking(
+                f"remove the tag {k} from {ref.uri}", then=f"{ref.uri} may still carry it: check with 'modelcd audit {ref.name}'"
+            ):
                 self.client.delete_model_version_tag(ref.name, ref.version, k)
 
     def tags_by_version(self, name: str) -> dict[str, dict[str, str]]:
@@ -468,8 +508,10 @@ class Registry:
     def require_candidate_model(self, name: str) -> None:
         """Raise, with what to do, unless name is a registered model whose versions are candidates."""
         if name not in self.candidate_models():
-            raise ModelcdError(f"{name!r} is not a registered candidate model; run 'make demo' for the demo's ticket-intent, "
-                               f"or register versions with 'modelcd register PATH --name NAME' (registry: {self.shown_uri})")
+            raise ModelcdError(
+                f"{name!r} is not a registered candidate model; run 'make demo' for the demo's ticket-intent, "
+                f"or register versions with 'modelcd register PATH --name NAME' (registry: {self.shown_uri})"
+            )
 
     def candidate_models(self) -> list[str]:
         """Names of registered models whose versions are candidates for production."""

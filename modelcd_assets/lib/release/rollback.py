@@ -24,7 +24,9 @@ def rollback_order(registry: Registry, bad: CandidateRef) -> list[CandidateRef]:
     return order + older
 
 
-def rollback_target(registry: Registry, bad: CandidateRef, gate_problems_of: Callable[[CandidateRef], list[str]]) -> tuple[CandidateRef, dict[str, str]]:
+def rollback_target(
+    registry: Registry, bad: CandidateRef, gate_problems_of: Callable[[CandidateRef], list[str]]
+) -> tuple[CandidateRef, dict[str, str]]:
     """The version to roll back to, and why each version tried before it was passed over."""
     passed_over: dict[str, str] = {}
     for ref in rollback_order(registry, bad):
@@ -38,7 +40,9 @@ def rollback_target(registry: Registry, bad: CandidateRef, gate_problems_of: Cal
             continue
         return ref, passed_over
     detail = "; ".join(f"{v}: {why}" for v, why in passed_over.items()) or "there are no earlier versions"
-    raise ModelcdError(f"no earlier version of {bad.name} passed its gates ({detail}); production stays at {bad.version}: fix forward with a new candidate")
+    raise ModelcdError(
+        f"no earlier version of {bad.name} passed its gates ({detail}); production stays at {bad.version}: fix forward with a new candidate"
+    )
 
 
 def roll_back(registry: Registry, bad: CandidateRef, target: CandidateRef, reason: dict, lock: AliasLock) -> None:

@@ -58,7 +58,9 @@ def subjects(registry: Registry, ref: CandidateRef, record: CandidateRecord, int
     }
 
 
-def check(registry: Registry, state_root: Path, ref: CandidateRef, *, int8_sha256: str | None = None, allow_rolled_back: bool = False) -> Servable:
+def check(
+    registry: Registry, state_root: Path, ref: CandidateRef, *, int8_sha256: str | None = None, allow_rolled_back: bool = False
+) -> Servable:
     """ref's verdict, if a valid attestation covers exactly the bytes that would be used; NotServable (or RegistryUnavailable) otherwise.
 
     int8_sha256: the hash of the INT8 model's bytes as the caller read them (the server hashes and opens the same bytes).
@@ -87,7 +89,9 @@ def check(registry: Registry, state_root: Path, ref: CandidateRef, *, int8_sha25
     found = attestation.problems(verdict, ref.name, ref.version, actual)
     if found:
         raise NotServable(f"{NO_VERDICT} for {what}: " + "; ".join(found))
-    return Servable(ref, record, verdict, Path(record.quantization()["base_build"]) / "int8" if record.task == CAUSAL_LM else record.chosen_int8())
+    return Servable(
+        ref, record, verdict, Path(record.quantization()["base_build"]) / "int8" if record.task == CAUSAL_LM else record.chosen_int8()
+    )
 
 
 def reason(registry: Registry, state_root: Path, ref: CandidateRef) -> str:

@@ -46,19 +46,24 @@ class Keys:
         """MODELCD_SIGNING_KEY and MODELCD_VERIFY_KEY, defaulting to $MODELCD_HOME/keys/signing.{key,pub}."""
         env = os.environ if environ is None else environ
         home = Path(env.get("MODELCD_HOME", ".modelcd")).resolve()
-        return cls(Path(env.get(SIGNING_KEY_ENV) or home / KEYS_DIR / PRIVATE_FILE),
-                   Path(env.get(VERIFY_KEY_ENV) or home / KEYS_DIR / PUBLIC_FILE))
+        return cls(
+            Path(env.get(SIGNING_KEY_ENV) or home / KEYS_DIR / PRIVATE_FILE), Path(env.get(VERIFY_KEY_ENV) or home / KEYS_DIR / PUBLIC_FILE)
+        )
 
     def require_private(self) -> Path:
         if not self.private.is_file():
-            raise MissingKey(f"no signing key at {self.private}: registering and promoting sign what they record; create a key pair with "
-                             f"'modelcd keys init' (or point {SIGNING_KEY_ENV} at your private key)")
+            raise MissingKey(
+                f"no signing key at {self.private}: registering and promoting sign what they record; create a key pair with "
+                f"'modelcd keys init' (or point {SIGNING_KEY_ENV} at your private key)"
+            )
         return self.private
 
     def require_public(self) -> Path:
         if not self.public.is_file():
-            raise MissingKey(f"no public key at {self.public}: nothing can be verified, so nothing is fetched, served or promoted; "
-                             f"point {VERIFY_KEY_ENV} at the public half of the signing key ('modelcd keys init' makes a pair)")
+            raise MissingKey(
+                f"no public key at {self.public}: nothing can be verified, so nothing is fetched, served or promoted; "
+                f"point {VERIFY_KEY_ENV} at the public half of the signing key ('modelcd keys init' makes a pair)"
+            )
         return self.public
 
 
@@ -68,8 +73,10 @@ def init_keys(keys: Keys, *, force: bool = False) -> Keys:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     if keys.private.exists() and not force:
-        raise ModelcdError(f"a signing key already exists at {keys.private}; every signature and verdict made with it would stop "
-                           "verifying under a new one: keep it, or pass --force to replace it")
+        raise ModelcdError(
+            f"a signing key already exists at {keys.private}; every signature and verdict made with it would stop "
+            "verifying under a new one: keep it, or pass --force to replace it"
+        )
     for path in (keys.private, keys.public):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(keys.private.parent, 0o700)
@@ -94,7 +101,9 @@ def sign_folder(folder: Path, private_key: Path, signature: Path) -> Path:
     """Sign every file in folder; the signature (a Sigstore bundle) is written to signature, outside the folder."""
     from model_signing import signing
 
-    signing.Config().set_hashing_config(_hashing()).use_elliptic_key_signer(private_key=str(private_key)).sign(Path(folder), Path(signature))
+    signing.Config().set_hashing_config(_hashing()).use_elliptic_key_signer(private_key=str(private_key)).sign(
+        Path(folder), Path(signature)
+    )
     return Path(signature)
 
 
@@ -108,15 +117,25 @@ def verify_folder(folder: Path, public_key: Path, signature: Path, what: str) ->
     from model_signing import verifying
 
     if not Path(signature).is_file():
-        raise BadSignature(f"{what} has no signature ({signature} is missing): it was registered unsigned or its signature was removed; "
-                           "re-register it with 'modelcd register' (which signs)")
+        raise BadSignature(
+            f"{what} has no signature ({signature} is missing): it was registered unsigned or its signature was removed; "
+            "re-register it with 'modelcd register' (which signs)"
+        )
     try:
-        verifying.Config().set_hashing_config(_hashing()).use_elliptic_key_verifier(public_key=str(public_key)).verify(Path(folder), Path(signature))
+        verifying.Config().set_hashing_config(_hashing()).use_elliptic_key_verifier(public_key=str(public_key)).verify(
+            Path(folder), Path(signature)
+        )
     except ValueError as e:
         if "Key mismatch" in str(e):
-            raise BadSignature(f"{what}: its signature was made with another key than the public key {public_key}; refusing it. "
-                               "Only what modelcd registered with its own signing key is used") from e
-        raise FilesChanged(f"{what}: its files do not match their signature: {_readable(str(e))}; refusing it. Files changed after "
-                           "registration are never used: re-register the artifact") from e
+            raise BadSignature(
+                f"{what}: its signature was made with another key than the public key {public_key}; refusing it. "
+                "Only what modelcd registered with its own signing key is used"
+            ) from e
+        raise FilesChanged(
+            f"{what}: its files do not match their signature: {_readable(str(e))}; refusing it. Files changed after "
+            "registration are never used: re-register the artifact"
+        ) from e
     except Exception as e:  # a malformed bundle, a signature by another key, an unreadable file
-        raise BadSignature(f"{what}: its signature does not verify with the public key {public_key} ({type(e).__name__}: {e}); refusing it") from e
+        raise BadSignature(
+            f"{what}: its signature does not verify with the public key {public_key} ({type(e).__name__}: {e}); refusing it"
+        ) from e

@@ -43,33 +43,69 @@ class AdapterFile:
         return fnmatchcase(path, self.pattern)
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
-                   "vocab.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
-_DOCS = (AdapterFile("README.md", DOCUMENTATION, "free text (peft writes a model card); nothing that serves or judges reads it"),
-         AdapterFile("LICENSE*", DOCUMENTATION, "free text; nothing that serves or judges reads it"))
-_CLASSIFIER_SERVES_ITS_BASE = ("the adapter is merged into its base and served with the base's tokenizer and config, so this copy would be "
-                               "ignored: remove it from the adapter folder, or register the merged model as a full model with it "
-                               "(--tokenizer-change for another tokenizer), whose contract change the SemVer gate judges")
-_LM_SERVES_ITS_BASE = ("every adapter of a base is served with the base build's tokenizer, chat template, EOS and generation config, so "
-                       "this copy would be ignored: remove it from the adapter folder to be served with the base's, or register a base of "
-                       "its own with it ('modelcd register PATH --name NAME-base --task causal-lm') and train the adapter on that")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+_DOCS = (
+    AdapterFile("README.md", DOCUMENTATION, "free text (peft writes a model card); nothing that serves or judges reads it"),
+    AdapterFile("LICENSE*", DOCUMENTATION, "free text; nothing that serves or judges reads it"),
+)
+_CLASSIFIER_SERVES_ITS_BASE = (
+    "the adapter is merged into its base and served with the base's tokenizer and config, so this copy would be "
+    "ignored: remove it from the adapter folder, or register the merged model as a full model with it "
+    "(--tokenizer-change for another tokenizer), whose contract change the SemVer gate judges"
+)
+_LM_SERVES_ITS_BASE = (
+    "every adapter of a base is served with the base build's tokenizer, chat template, EOS and generation config, so "
+    "this copy would be ignored: remove it from the adapter folder to be served with the base's, or register a base of "
+    "its own with it ('modelcd register PATH --name NAME-base --task causal-lm') and train the adapter on that"
+)
 
 ADAPTER_FILES: dict[str, tuple[AdapterFile, ...]] = {
     CLASSIFICATION: (
-        AdapterFile("adapter_config.json", USED, "peft merges the adapter into its base by it; adapter_fits_base and model_loads_cleanly judge it"),
-        AdapterFile("adapter_model.safetensors", USED, "the LoRA weights (and any saved head) merged into the base; every gate judges the merged model"),
+        AdapterFile(
+            "adapter_config.json", USED, "peft merges the adapter into its base by it; adapter_fits_base and model_loads_cleanly judge it"
+        ),
+        AdapterFile(
+            "adapter_model.safetensors",
+            USED,
+            "the LoRA weights (and any saved head) merged into the base; every gate judges the merged model",
+        ),
         *(AdapterFile(name, COMPARED, _CLASSIFIER_SERVES_ITS_BASE) for name in (*TOKENIZER_FILES, "config.json")),
-        *(AdapterFile(name, REFUSED, "a classifier generates no text, so nothing would read it: remove it from the adapter folder")
-          for name in ("generation_config.json", "chat_template.jinja")),
+        *(
+            AdapterFile(name, REFUSED, "a classifier generates no text, so nothing would read it: remove it from the adapter folder")
+            for name in ("generation_config.json", "chat_template.jinja")
+        ),
         *_DOCS,
     ),
     CAUSAL_LM: (
-        AdapterFile("adapter_config.json", USED, "its rank, alpha and targets lay the weights out in the base build's LoRA slots; adapter_fits_base judges it"),
-        AdapterFile("adapter_model.safetensors", USED, "the LoRA weights, served as an adapter file on the base build; every gate judges them"),
-        *(AdapterFile(name, COMPARED, _LM_SERVES_ITS_BASE)
-          for name in (*TOKENIZER_FILES, "chat_template.jinja", "generation_config.json", "config.json")),
-        AdapterFile("*.onnx_adapter", REFUSED, "modelcd makes the adapter file from adapter_model.safetensors itself and would not read "
-                                               "this one: remove it from the adapter folder"),
+        AdapterFile(
+            "adapter_config.json",
+            USED,
+            "its rank, alpha and targets lay the weights out in the base build's LoRA slots; adapter_fits_base judges it",
+        ),
+        AdapterFile(
+            "adapter_model.safetensors", USED, "the LoRA weights, served as an adapter file on the base build; every gate judges them"
+        ),
+        *(
+            AdapterFile(name, COMPARED, _LM_SERVES_ITS_BASE)
+            for name in (*TOKENIZER_FILES, "chat_template.jinja", "generation_config.json", "config.json")
+        ),
+        AdapterFile(
+            "*.onnx_adapter",
+            REFUSED,
+            "modelcd makes the adapter file from adapter_model.safetensors itself and would not read "
+            "this one: remove it from the adapter folder",
+        ),
         *_DOCS,
     ),
 }
@@ -158,5 +194,7 @@ def refuse_unlisted_files(folder: Path, task: str, fetch_base: Callable[[Path], 
         base = fetch_base(Path(tmp) / "base") if adapter_files_to_compare(folder, task) else None
         findings = adapter_file_findings(folder, task, base, allow)
     if findings:
-        raise BadCandidate(f"refusing to register {folder}: {len(findings)} file(s) a {task} adapter folder may not hold as they are: "
-                           + "; ".join(map(str, findings)))
+        raise BadCandidate(
+            f"refusing to register {folder}: {len(findings)} file(s) a {task} adapter folder may not hold as they are: "
+            + "; ".join(map(str, findings))
+        )

@@ -1,6 +1,8 @@
 """The causal LM: a LoRA adapter of a registered base, served as an adapter file on the base's INT8 build (made once per
 base and slot layout), judged on per-reply NLL against production, INT8-vs-FP32 token fidelity, generation, drift of
-what it answers, its base build's speed and its answers' cost. The gates judge exactly "this INT8 base + this adapter file", whose hashes are recorded."""
+what it answers, its base build's speed and its answers' cost. The gates judge exactly "this INT8 base + this adapter file", whose hashes
+are recorded.
+"""
 
 from __future__ import annotations
 
@@ -82,7 +84,10 @@ class _Sessions:
             decoder = self._open[folder] = Decoder(folder)
         path = adapter_file(record)
         if not path.is_file():
-            raise FileNotFoundError(f"{record.ref.uri} has no adapter file in its build ({path}); re-gate it with 'modelcd gate {record.ref.name} {record.ref.version}'")
+            raise FileNotFoundError(
+                f"{record.ref.uri} has no adapter file in its build ({path}); re-gate it with 'modelcd gate {record.ref.name}"
+                f" {record.ref.version}'"
+            )
         decoder.load_adapter(path, name)
         return decoder
 
@@ -128,8 +133,15 @@ def _generate(decoder: Decoder, name: str, prompt: str, system: str, max_new_tok
     ids = decoder.encode_chat(Chat(system, prompt, "").messages())
     check_generation_length(len(ids), max_new_tokens, decoder.context_length)
     run = decoder.generate(ids, max_new_tokens, name)
-    return {"prompt": prompt, "completion": decoder.decode(run.tokens), "tokens": len(run.tokens), "stopped_at_eos": run.stopped_at_eos,
-            "finite": run.finite, "repeated_ngram_share": repeated_ngram_share(run.tokens, ngram), "first_token": run.tokens[0] if run.tokens else None}
+    return {
+        "prompt": prompt,
+        "completion": decoder.decode(run.tokens),
+        "tokens": len(run.tokens),
+        "stopped_at_eos": run.stopped_at_eos,
+        "finite": run.finite,
+        "repeated_ngram_share": repeated_ngram_share(run.tokens, ngram),
+        "first_token": run.tokens[0] if run.tokens else None,
+    }
 
 
 def _describe(texts: list[str], lengths: list[int]):
@@ -155,8 +167,10 @@ class CausalLmTask:
     def prepare(self, record: CandidateRecord, state: State, registry: Registry) -> StepResult:
         """The base build (made once per base and slot layout), the adapter file, and the health report."""
         if record.kind != ADAPTER:
-            raise BadCandidate(f"{record.ref.uri} is a full causal LM; a causal LM is gated as a LoRA adapter of a registered base: register the "
-                               "model itself with 'modelcd register PATH --name NAME-base --task causal-lm', then its fine-tunes as adapters")
+            raise BadCandidate(
+                f"{record.ref.uri} is a full causal LM; a causal LM is gated as a LoRA adapter of a registered base: register the "
+                "model itself with 'modelcd register PATH --name NAME-base --task causal-lm', then its fine-tunes as adapters"
+            )
         from modelcd_assets.lib.causal_lm.health import measure
 
         policy = record.effective_policy()
@@ -176,13 +190,29 @@ class CausalLmTask:
             path = adapter_file(record)
         prod = record.baseline(state.root)
         production_params = adapter_parameters(Path(prod.artifact_dir), slots)[0] if prod else None
-        health = measure(Path(record.artifact_dir), Path(record.base_dir), build.int8, build.fp32, path, fit, record.base_uri, params,
-                         production_params, chats(state, "evaluation", 4))
+        health = measure(
+            Path(record.artifact_dir),
+            Path(record.base_dir),
+            build.int8,
+            build.fp32,
+            path,
+            fit,
+            record.base_uri,
+            params,
+            production_params,
+            chats(state, "evaluation", 4),
+        )
         write_json(record.files.health, health | {"base_build": str(build.dir)})
         return StepResult(
-            metadata={"base_build": build.dir.name, "base_built_now": made, "base_build_seconds": round(build_seconds, 2),
-                      "adapter_file_kb": round(path.stat().st_size / 1024, 1) if path else 0.0, "slots": Json(slots.to_dict() | {"shapes": len(slots.shapes)}),
-                      "probe_deterministic": health["probe_deterministic"], "adapter_fit": Json(fit.to_dict())},
+            metadata={
+                "base_build": build.dir.name,
+                "base_built_now": made,
+                "base_build_seconds": round(build_seconds, 2),
+                "adapter_file_kb": round(path.stat().st_size / 1024, 1) if path else 0.0,
+                "slots": Json(slots.to_dict() | {"shapes": len(slots.shapes)}),
+                "probe_deterministic": health["probe_deterministic"],
+                "adapter_fit": Json(fit.to_dict()),
+            },
             data_version=record.build.key,
         )
 
@@ -197,15 +227,19 @@ class CausalLmTask:
         cached = report_path.is_file()
         if not cached:
             fp32 = _Sessions("fp32").of(record, state, CANDIDATE)
-            model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(record.base_dir, dtype=torch.float32), record.artifact_dir).eval()
+            model = PeftModel.from_pretrained(
+                AutoModelForCausalLM.from_pretrained(record.base_dir, dtype=torch.float32), record.artifact_dir
+            ).eval()
             diff = 0.0
             for ids, _ in _sequences(fp32, chats(state, "evaluation", PARITY_CHATS)):
                 with torch.no_grad():
                     ref_logits = model(torch.tensor([ids])).logits[0].numpy()
                 diff = max(diff, float(np.abs(fp32.logits(ids, CANDIDATE) - ref_logits).max()))
             if not np.isfinite(diff) or diff > PARITY_ATOL:
-                raise BadCandidate(f"the FP32 ONNX decoder + adapter disagrees with torch + peft: max |logit diff| {diff:.2e} > {PARITY_ATOL:.0e}; "
-                                   "the base build is not trustworthy for this adapter")
+                raise BadCandidate(
+                    f"the FP32 ONNX decoder + adapter disagrees with torch + peft: max |logit diff| {diff:.2e} > {PARITY_ATOL:.0e}; "
+                    "the base build is not trustworthy for this adapter"
+                )
             write_json(report_path, {"parity_max_abs_diff": diff, "parity_chats": PARITY_CHATS})
         report = read_json(report_path)
         prod = record.baseline_ref
@@ -214,9 +248,15 @@ class CausalLmTask:
         write_json(record.files.contract, semver)
         registry.set_tags(ref, {CONTRACT: json.dumps(contract, sort_keys=True), SEMVER: semver["semver"]})
         return StepResult(
-            metadata={"parity_max_abs_logit_diff": float(report["parity_max_abs_diff"]), "reused_from_cache": cached, "semver": semver["semver"],
-                      "contract_changes": Md("\n".join(f"- {c['level'].upper()}: {c['what']}" for c in semver["changes"]) or "none (weights only)"),
-                      "contract": Json(contract)},
+            metadata={
+                "parity_max_abs_logit_diff": float(report["parity_max_abs_diff"]),
+                "reused_from_cache": cached,
+                "semver": semver["semver"],
+                "contract_changes": Md(
+                    "\n".join(f"- {c['level'].upper()}: {c['what']}" for c in semver["changes"]) or "none (weights only)"
+                ),
+                "contract": Json(contract),
+            },
             data_version=record.build.key,
         )
 
@@ -243,15 +283,36 @@ class CausalLmTask:
         probe_logits = record.build.dir / PROBE_LOGITS
         save_array(probe_logits, np.stack([r.first_logits for r in probe_runs]))
         adapter = adapter_file(record)
-        decision = {"chosen": "int8-weight-only", "artifact_id": ADAPTER_FILE, "artifact": adapter.name, "artifact_sha256": file_sha256(adapter),
-                    "why": f"MatMulNBits 8-bit weights (accuracy_level {build_options(policy).accuracy_level}) with the adapter in float LoRA slots",
-                    "base_build": str(build.dir), "base_sha256": folder_hash(build.int8), "fidelity": fidelity,
-                    "probe": {"system": system, "prompts": probe, "tokens": [r.tokens for r in probe_runs], "max_new_tokens": PROBE_TOKENS,
-                              "logits": probe_logits.name, "logits_sha256": file_sha256(probe_logits), "logits_of": PROBE_LOGITS_OF}}
+        decision = {
+            "chosen": "int8-weight-only",
+            "artifact_id": ADAPTER_FILE,
+            "artifact": adapter.name,
+            "artifact_sha256": file_sha256(adapter),
+            "why": (
+                f"MatMulNBits 8-bit weights (accuracy_level {build_options(policy).accuracy_level}) with the adapter in float LoRA slots"
+            ),
+            "base_build": str(build.dir),
+            "base_sha256": folder_hash(build.int8),
+            "fidelity": fidelity,
+            "probe": {
+                "system": system,
+                "prompts": probe,
+                "tokens": [r.tokens for r in probe_runs],
+                "max_new_tokens": PROBE_TOKENS,
+                "logits": probe_logits.name,
+                "logits_sha256": file_sha256(probe_logits),
+                "logits_of": PROBE_LOGITS_OF,
+            },
+        }
         write_json(record.files.quantization, decision)
         return StepResult(
-            metadata={"chosen_variant": decision["chosen"], "artifact_sha256": decision["artifact_sha256"], "base_sha256": decision["base_sha256"],
-                      "why": decision["why"], **{k: v for k, v in fidelity.items()}},
+            metadata={
+                "chosen_variant": decision["chosen"],
+                "artifact_sha256": decision["artifact_sha256"],
+                "base_sha256": decision["base_sha256"],
+                "why": decision["why"],
+                **{k: v for k, v in fidelity.items()},
+            },
             data_version=f"{record.build.key}-{decision['base_sha256'][:12]}",
         )
 
@@ -270,20 +331,34 @@ class CausalLmTask:
         decoder = sessions.of(record, state, CANDIDATE)
         gen = policy.generation
         system = items[0].system if items else ""
-        golden = [_generate(decoder, CANDIDATE, g.prompt, system, gen.max_new_tokens, gen.ngram) | {"expect": g.expect, "match": g.match}
-                  for g in policy.golden_prompts]
+        golden = [
+            _generate(decoder, CANDIDATE, g.prompt, system, gen.max_new_tokens, gen.ngram) | {"expect": g.expect, "match": g.match}
+            for g in policy.golden_prompts
+        ]
         probes = [_generate(decoder, CANDIDATE, c.user, c.system, gen.max_new_tokens, gen.ngram) for c in items[: gen.probe_prompts]]
         ppl = lambda a: float(np.exp(np.sum(a[:, 0] * a[:, 1]) / np.sum(a[:, 1])))  # noqa: E731
-        report = {"replies": len(items), "tokens": int(cand[:, 1].sum()), "candidate_perplexity": ppl(cand),
-                  "production": prod_record.ref.key if prod_record else None, "production_perplexity": ppl(prod) if prod is not None else None,
-                  "golden": golden, "generations": golden + probes}
+        report = {
+            "replies": len(items),
+            "tokens": int(cand[:, 1].sum()),
+            "candidate_perplexity": ppl(cand),
+            "production": prod_record.ref.key if prod_record else None,
+            "production_perplexity": ppl(prod) if prod is not None else None,
+            "golden": golden,
+            "generations": golden + probes,
+        }
         write_json(record.files.evaluation, report)
-        rows = "\n".join(f"| {g['prompt'][:50]} | {g['completion'][:60]} | {'yes' if g['stopped_at_eos'] else 'no'} |" for g in report["generations"][:6])
-        return StepResult(metadata={
-            "replies": len(items), "candidate_perplexity": report["candidate_perplexity"],
-            **({"production_perplexity": report["production_perplexity"]} if prod is not None else {}),
-            "production_version": prod_record.ref.key if prod_record else "none",
-            "generations": Md("| prompt | completion | EOS |\n|---|---|---|\n" + rows)})
+        rows = "\n".join(
+            f"| {g['prompt'][:50]} | {g['completion'][:60]} | {'yes' if g['stopped_at_eos'] else 'no'} |" for g in report["generations"][:6]
+        )
+        return StepResult(
+            metadata={
+                "replies": len(items),
+                "candidate_perplexity": report["candidate_perplexity"],
+                **({"production_perplexity": report["production_perplexity"]} if prod is not None else {}),
+                "production_version": prod_record.ref.key if prod_record else "none",
+                "generations": Md("| prompt | completion | EOS |\n|---|---|---|\n" + rows),
+            }
+        )
 
     def drift(self, record: CandidateRecord, state: State, traffic_sample: str, reference_sample: str) -> StepResult:
         """Traffic prompts against the reference prompts (the classifier's text descriptors), and what candidate and production
@@ -312,8 +387,10 @@ class CausalLmTask:
         outputs = {}
         if prod_record:
             prod = answers(PRODUCTION, prod_record)
-            outputs = {"first_token": prediction_drift([str(a["first_token"]) for a in prod], [str(a["first_token"]) for a in cand]),
-                       "response_length": length_drift([a["tokens"] for a in prod], [a["tokens"] for a in cand])}
+            outputs = {
+                "first_token": prediction_drift([str(a["first_token"]) for a in prod], [str(a["first_token"]) for a in cand]),
+                "response_length": length_drift([a["tokens"] for a in prod], [a["tokens"] for a in cand]),
+            }
         # The response lengths are judged, by the drift gate's prediction threshold; the first tokens are reported only. A second
         # training seed of the demo's good recipe moved the first-token distance to 0.62 while the worse adapter moved it 0.31
         # (bench/results/faults_llm.json, the demo): which word a reply opens with is style, not a regression, where a reply
@@ -321,20 +398,40 @@ class CausalLmTask:
         pred = outputs["response_length"] if outputs else None
         # What the cost gate prices per answer: each generated token is a decode step, the EOS one included.
         steps = lambda runs: [a["tokens"] + bool(a["stopped_at_eos"]) for a in runs]  # noqa: E731
-        answer_tokens = {"candidate": steps(cand), "production": steps(prod) if prod_record else None, "max_new_tokens": gen.max_new_tokens,
-                         "cut_at_cap": sum(not a["stopped_at_eos"] for a in cand)}
-        report = {"traffic_sample": traffic_sample, "reference_sample": reference_sample, "traffic_examples": len(traffic), "input_drift": inputs,
-                  "prediction_drift": pred, "output_drift": outputs, "generated_from": len(sample), "production": prod_record.ref.key if prod_record else None,
-                  "answer_tokens": answer_tokens}
+        answer_tokens = {
+            "candidate": steps(cand),
+            "production": steps(prod) if prod_record else None,
+            "max_new_tokens": gen.max_new_tokens,
+            "cut_at_cap": sum(not a["stopped_at_eos"] for a in cand),
+        }
+        report = {
+            "traffic_sample": traffic_sample,
+            "reference_sample": reference_sample,
+            "traffic_examples": len(traffic),
+            "input_drift": inputs,
+            "prediction_drift": pred,
+            "output_drift": outputs,
+            "generated_from": len(sample),
+            "production": prod_record.ref.key if prod_record else None,
+            "answer_tokens": answer_tokens,
+        }
         write_json(record.files.drift, report)
         rows = "\n".join(f"| {k} | {v:.3f} |" for k, v in inputs.items())
-        return StepResult(metadata={
-            "traffic_sample": traffic_sample, **({"prediction_drift": pred} if pred is not None else {}),
-            **{f"output_drift_{k}_{'w1_over_mean' if k == 'response_length' else 'js'}": v for k, v in outputs.items()}, "max_input_drift": max(inputs.values()),
-            "input_drift": Md(f"normed Wasserstein, {traffic_sample} vs {reference_sample} prompts\n\n| descriptor | distance |\n|---|---|\n{rows}")})
+        return StepResult(
+            metadata={
+                "traffic_sample": traffic_sample,
+                **({"prediction_drift": pred} if pred is not None else {}),
+                **{f"output_drift_{k}_{'w1_over_mean' if k == 'response_length' else 'js'}": v for k, v in outputs.items()},
+                "max_input_drift": max(inputs.values()),
+                "input_drift": Md(
+                    f"normed Wasserstein, {traffic_sample} vs {reference_sample} prompts\n\n| descriptor | distance |\n|---|---|\n{rows}"
+                ),
+            }
+        )
 
     def live_input_drift(self, record: CandidateRecord, state: State, texts: list[str]) -> dict[str, float]:
-        """Sampled user messages against the evaluation chats' (the drift gate's default reference), lengths by the base build's tokenizer."""
+        """Sampled user messages against the evaluation chats' (the drift gate's default reference), lengths by the base build's
+        tokenizer."""
         reference = [c.user for c in read_chats(state.split(chat_split("evaluation")))]
         return _prompt_drift(Decoder(base_build(record, state).int8), reference, texts)
 
@@ -350,39 +447,75 @@ class CausalLmTask:
         prod_build = base_build(prod_record, state) if prod_record else None
         against = prod_build if prod_build and prod_build.dir != build.dir else None
         timing = build_timing(build, against, chats(state, "evaluation", gen.speed_prompts), gen, tp)
-        graph = {"base_build": build.dir.name, "sha256": folder_hash(build.int8), "recorded_sha256": build.recorded_int8_sha256,
-                 "gated_sha256": record.quantization().get("base_sha256"), "timed_sha256": timing.get("int8_sha256"),
-                 "production_base_build": prod_build.dir.name if prod_build else None}
+        graph = {
+            "base_build": build.dir.name,
+            "sha256": folder_hash(build.int8),
+            "recorded_sha256": build.recorded_int8_sha256,
+            "gated_sha256": record.quantization().get("base_sha256"),
+            "timed_sha256": timing.get("int8_sha256"),
+            "production_base_build": prod_build.dir.name if prod_build else None,
+        }
         scan = scan_adapter_file(adapter_file(record))
         answers = read_json(record.files.drift).get("answer_tokens") or {}
         busiest = timing["batches"][str(max(gen.concurrency))]
-        cost = {"unit": "answers", "tokens_per_s": busiest["candidate_items_per_s"], "production": prod_record.ref.key if prod_record else None,
-                "speed_ratio": [busiest["ratio_median"], busiest["ratio_ci_low"], busiest["ratio_ci_high"]] if against else None,
-                "answer_tokens": answers.get("candidate"), "production_answer_tokens": answers.get("production") if prod_record else None,
-                "cut_at_cap": answers.get("cut_at_cap"), "max_new_tokens": answers.get("max_new_tokens")}
-        why = (f"no per-adapter timing: every adapter of this base runs the base build's graph ({build.dir.name}, INT8 files sha256 "
-               f"{graph['sha256'][:12]}), so an adapter cannot change the work per token; its served values: {scan['subnormal']} subnormal, "
-               f"{scan['nan']} NaN, {scan['inf']} Inf of {scan['values']}")
-        report = {"production": prod_record.ref.key if prod_record else None, "latency_metric": "ttft", "no_adapter_timing": why,
-                  "served_graph": graph, "adapter_scan": scan, "build_timing": {k: v for k, v in timing.items() if k != "setup"},
-                  "batches": timing["batches"], "cost": cost}
+        cost = {
+            "unit": "answers",
+            "tokens_per_s": busiest["candidate_items_per_s"],
+            "production": prod_record.ref.key if prod_record else None,
+            "speed_ratio": [busiest["ratio_median"], busiest["ratio_ci_low"], busiest["ratio_ci_high"]] if against else None,
+            "answer_tokens": answers.get("candidate"),
+            "production_answer_tokens": answers.get("production") if prod_record else None,
+            "cut_at_cap": answers.get("cut_at_cap"),
+            "max_new_tokens": answers.get("max_new_tokens"),
+        }
+        why = (
+            f"no per-adapter timing: every adapter of this base runs the base build's graph ({build.dir.name}, INT8 files sha256 "
+            f"{graph['sha256'][:12]}), so an adapter cannot change the work per token; its served values: {scan['subnormal']} subnormal, "
+            f"{scan['nan']} NaN, {scan['inf']} Inf of {scan['values']}"
+        )
+        report = {
+            "production": prod_record.ref.key if prod_record else None,
+            "latency_metric": "ttft",
+            "no_adapter_timing": why,
+            "served_graph": graph,
+            "adapter_scan": scan,
+            "build_timing": {k: v for k, v in timing.items() if k != "setup"},
+            "batches": timing["batches"],
+            "cost": cost,
+        }
         write_json(record.files.benchmark, report)
-        wall = lambda r: f"{r['wall_ratio_median']:.3f} [{r['wall_ratio_ci_low']:.3f}, {r['wall_ratio_ci_high']:.3f}]" if "wall_ratio_median" in r else "n/a"  # noqa: E731
-        rows = "\n".join(f"| {c} | {r['pairs']} | {r['candidate_items_per_s']:.1f} | {r['ratio_median']:.3f} [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}] "
-                         f"| {wall(r)} | {r['candidate_p50_ms']:.1f} / {r['candidate_p99_ms']:.1f} |" for c, r in timing["batches"].items())
+
+        def wall(r: dict) -> str:
+            if "wall_ratio_median" not in r:
+                return "n/a"
+            return f"{r['wall_ratio_median']:.3f} [{r['wall_ratio_ci_low']:.3f}, {r['wall_ratio_ci_high']:.3f}]"
+
+        rows = "\n".join(
+            f"| {c} | {r['pairs']} | {r['candidate_items_per_s']:.1f} | {r['ratio_median']:.3f} [{r['ratio_ci_low']:.3f},"
+            f" {r['ratio_ci_high']:.3f}] | {wall(r)} | {r['candidate_p50_ms']:.1f} / {r['candidate_p99_ms']:.1f} |"
+            for c, r in timing["batches"].items()
+        )
         side = f"production's build {against.dir.name}" if against else "itself (the noise floor)"
-        return StepResult(metadata={
-            "base_build": build.dir.name, "base_sha256": graph["sha256"], "timed_now": timing["measured_now"],
-            "subnormal_values": scan["subnormal"], "nonfinite_values": scan["nan"] + scan["inf"],
-            **{f"build_tokens_per_s_c{c}": r["candidate_items_per_s"] for c, r in timing["batches"].items()},
-            "ttft_p99_ms_c1": timing["batches"][str(gen.concurrency[0])]["candidate_p99_ms"],
-            **({"tokens_per_answer": float(np.mean(cost["answer_tokens"]))} if cost["answer_tokens"] else {}),
-            "production_version": prod_record.ref.key if prod_record else "none",
-            "why_no_adapter_timing": Md(why),
-            "build_timing": Md(f"the base build {build.dir.name} against {side}, measured {timing['measured_at']} on "
-                               f"{timing.get('setup', {}).get('threads', 'unrecorded')} threads\n\n"
-                               "| concurrency | pairs | tokens/s | ratio per CPU s, median [CI] | wall ratio, median [CI] | TTFT p50 / p99 ms |\n"
-                               "|---|---|---|---|---|---|\n" + rows)})
+        return StepResult(
+            metadata={
+                "base_build": build.dir.name,
+                "base_sha256": graph["sha256"],
+                "timed_now": timing["measured_now"],
+                "subnormal_values": scan["subnormal"],
+                "nonfinite_values": scan["nan"] + scan["inf"],
+                **{f"build_tokens_per_s_c{c}": r["candidate_items_per_s"] for c, r in timing["batches"].items()},
+                "ttft_p99_ms_c1": timing["batches"][str(gen.concurrency[0])]["candidate_p99_ms"],
+                **({"tokens_per_answer": float(np.mean(cost["answer_tokens"]))} if cost["answer_tokens"] else {}),
+                "production_version": prod_record.ref.key if prod_record else "none",
+                "why_no_adapter_timing": Md(why),
+                "build_timing": Md(
+                    f"the base build {build.dir.name} against {side}, measured {timing['measured_at']} on "
+                    f"{timing.get('setup', {}).get('threads', 'unrecorded')} threads\n\n"
+                    "| concurrency | pairs | tokens/s | ratio per CPU s, median [CI] | wall ratio, median [CI] | TTFT p50 / p99 ms |\n"
+                    "|---|---|---|---|---|---|\n" + rows
+                ),
+            }
+        )
 
     def throughput_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         policy = record.effective_policy()
@@ -398,7 +531,9 @@ class CausalLmTask:
     def quality_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         with np.load(record.files.correctness) as z:
             arrays = {k: z[k] for k in z.files}
-        return judge_perplexity(arrays["candidate_nll"], arrays.get("production_nll"), arrays["tokens"], record.effective_policy().perplexity)
+        return judge_perplexity(
+            arrays["candidate_nll"], arrays.get("production_nll"), arrays["tokens"], record.effective_policy().perplexity
+        )
 
     def golden_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         return judge_golden_completions(read_json(record.files.evaluation)["golden"])

@@ -12,12 +12,28 @@ from modelcd_assets.lib.hashing import file_sha256, text_hash
 from modelcd_assets.lib.inference.benchmark import SAMPLE_TEXTS, best_items_per_s, cost_inputs, merge_runs, paired_throughput, summarize
 from modelcd_assets.lib.inference.builds import Build, read_json, save_array, write_json
 from modelcd_assets.lib.inference.evaluate import label_ids, load_evaluation, predict
-from modelcd_assets.lib.inference.quantize import DYNAMIC, STATIC, artifact_id, choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
+from modelcd_assets.lib.inference.quantize import (
+    DYNAMIC,
+    STATIC,
+    artifact_id,
+    choose_variant,
+    optimize_transformer,
+    quantize_dynamic_int8,
+    quantize_static_int8,
+)
 from modelcd_assets.lib.inference.runtime import OnnxModel, logits, session
 from modelcd_assets.lib.inference.tokens import BATCH, encode, tokenizer_hash
 from modelcd_assets.lib.judging.contract import extract_contract
 from modelcd_assets.lib.judging.drift import describe, input_drift, prediction_drift
-from modelcd_assets.lib.judging.gates import Verdict, judge_accuracy, judge_cost, judge_fidelity, judge_golden, judge_paired_speed, judge_production_recheck
+from modelcd_assets.lib.judging.gates import (
+    Verdict,
+    judge_accuracy,
+    judge_cost,
+    judge_fidelity,
+    judge_golden,
+    judge_paired_speed,
+    judge_production_recheck,
+)
 from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.model.artifact import ADAPTER
 from modelcd_assets.lib.model.config import labels_of
@@ -47,8 +63,9 @@ def _fused_ops(build: Build) -> dict[str, int]:
     return read_json(build.fused_ops)
 
 
-def _build(build: Build, needed: set[str], calib_file: Path, calib_hash: str, eval_file: Path, eval_hash: str, state: State,
-           retime: bool) -> tuple[dict, bool]:
+def _build(
+    build: Build, needed: set[str], calib_file: Path, calib_hash: str, eval_file: Path, eval_hash: str, state: State, retime: bool
+) -> tuple[dict, bool]:
     """The build's INT8 variants in `needed` under one calibration set, with their fidelity and speed; only what the build lacks is made.
 
     Returns the quantization report for that set and whether nothing had to be made. An INT8 file that exists is never
@@ -90,8 +107,11 @@ def _build(build: Build, needed: set[str], calib_file: Path, calib_hash: str, ev
         if variant in missing:
             save_array(build.predictions(ids[variant]), predict(build.int8(ids[variant]), feeds))
         entry = report["variants"].get(variant, {}) if variant not in missing else {}
-        entry.update(top1_agreement=float(np.mean(np.load(build.predictions(ids[variant])) == fp32)),
-                     size_mb=build.int8(ids[variant]).stat().st_size / 2**20, artifact_id=ids[variant])
+        entry.update(
+            top1_agreement=float(np.mean(np.load(build.predictions(ids[variant])) == fp32)),
+            size_mb=build.int8(ids[variant]).stat().st_size / 2**20,
+            artifact_id=ids[variant],
+        )
         if variant in speeds:
             entry["items_per_s"] = speeds[variant]
         report["variants"][variant] = entry
@@ -117,8 +137,10 @@ def _correct(record: CandidateRecord, eval_hash: str, truth: np.ndarray) -> dict
         raise FileNotFoundError(f"build {build.key} was evaluated on another evaluation split; re-materialize its quantized_model")
     files = {"fp32": build.predictions("fp32"), "int8": build.predictions(record.chosen_artifact_id())}
     if missing := [str(f) for f in files.values() if not f.is_file()]:
-        raise FileNotFoundError(f"{record.ref.uri}'s build {build.key} lacks its recorded predictions ({', '.join(missing)}); "
-                                f"re-gate it with 'modelcd gate {record.ref.name} {record.ref.version}'")
+        raise FileNotFoundError(
+            f"{record.ref.uri}'s build {build.key} lacks its recorded predictions ({', '.join(missing)}); "
+            f"re-gate it with 'modelcd gate {record.ref.name} {record.ref.version}'"
+        )
     return {k: np.load(f) == truth for k, f in files.items()}
 
 
@@ -160,14 +182,28 @@ class ClassificationTask:
         prod_merged = prod.build.merged if prod and prod.ref != ref else None
         # An adapter's tokenizer is its base's; a full model is compared with the tokenizer production serves, when there is one.
         reference = Path(record.base_dir) if record.kind == ADAPTER else prod_merged
-        health = measure(build.merged, record.kind, Path(record.artifact_dir), Path(record.base_dir) if record.base_dir else None, record.base_uri,
-                         reference, reg.tags(ref).get(TOKENIZER_CHANGE) == "true", production_merged=prod.build.merged if prod else None)
+        health = measure(
+            build.merged,
+            record.kind,
+            Path(record.artifact_dir),
+            Path(record.base_dir) if record.base_dir else None,
+            record.base_uri,
+            reference,
+            reg.tags(ref).get(TOKENIZER_CHANGE) == "true",
+            production_merged=prod.build.merged if prod else None,
+        )
         write_json(state.files(ref).health, health)
         size = sum(p.stat().st_size for p in build.merged.iterdir())
         return StepResult(
-            metadata={"build": build.key, "reused_from_cache": cached, "merge_seconds": round(merge_seconds, 2),
-                      "health_seconds": round(time.perf_counter() - start - merge_seconds, 2), "size_mb": round(size / 2**20, 2),
-                      "probe_deterministic": health["probe_deterministic"], "weight_norm_outliers": Json(health.get("weight_norm_outliers") or {})},
+            metadata={
+                "build": build.key,
+                "reused_from_cache": cached,
+                "merge_seconds": round(merge_seconds, 2),
+                "health_seconds": round(time.perf_counter() - start - merge_seconds, 2),
+                "size_mb": round(size / 2**20, 2),
+                "probe_deterministic": health["probe_deterministic"],
+                "weight_norm_outliers": Json(health.get("weight_norm_outliers") or {}),
+            },
             data_version=build.key,
         )
 
@@ -195,8 +231,13 @@ class ClassificationTask:
         prod = record.baseline_ref
         health = read_json(state.files(ref).health)
         contract = extract_contract(build.onnx, build.merged)
-        semver = semver_report(contract, reg.tags(ref), reg.tags(prod) if prod else None,
-                               bool(health.get("tokenizer", {}).get("probe_id_mismatches")), regating_production=prod == ref)
+        semver = semver_report(
+            contract,
+            reg.tags(ref),
+            reg.tags(prod) if prod else None,
+            bool(health.get("tokenizer", {}).get("probe_id_mismatches")),
+            regating_production=prod == ref,
+        )
         write_json(state.files(ref).contract, semver)
         reg.set_tags(ref, {CONTRACT: json.dumps(contract, sort_keys=True), SEMVER: semver["semver"]})
         return StepResult(
@@ -207,7 +248,9 @@ class ClassificationTask:
                 "reused_from_cache": cached,
                 "seconds": round(time.perf_counter() - start, 2),
                 "semver": semver["semver"],
-                "contract_changes": Md("\n".join(f"- {c['level'].upper()}: {c['what']}" for c in semver["changes"]) or "none (weights only)"),
+                "contract_changes": Md(
+                    "\n".join(f"- {c['level'].upper()}: {c['what']}" for c in semver["changes"]) or "none (weights only)"
+                ),
                 "contract": Json(contract),
             },
             data_version=build.key,
@@ -220,8 +263,10 @@ class ClassificationTask:
         build = record.build
         calib_hash = record.calibration_sha256
         if calib_hash is None:
-            raise FileNotFoundError(f"{ref.uri}'s record was written by an older modelcd and names no calibration set; re-run its gated job "
-                                    f"('modelcd gate {ref.name} {ref.version}')")
+            raise FileNotFoundError(
+                f"{ref.uri}'s record was written by an older modelcd and names no calibration set; re-run its gated job "
+                f"('modelcd gate {ref.name} {ref.version}')"
+            )
         calib_file = state.calibration_sets().require(calib_hash)
         eval_file = state.split("evaluation")
         eval_hash = file_sha256(eval_file)
@@ -240,14 +285,31 @@ class ClassificationTask:
         if pinned:
             chosen, why = pinned, f"{pinned}: pinned by the policy's quantization.variant"
         elif decision:
-            chosen, why = decision["chosen"], f"{decision['chosen']}: chosen once for this base and calibration set, when {decision['decided_by']} was gated ({decision['why']})"
+            chosen, why = (
+                decision["chosen"],
+                (
+                    f"{decision['chosen']}: chosen once for this base and calibration set, when {decision['decided_by']} was gated"
+                    f" ({decision['why']})"
+                ),
+            )
         else:
             baseline = record.baseline(state.root)
-            chosen, why = choose_variant({v: report["variants"][v] for v in needed}, min_agreement,
-                                         production_variant=baseline.chosen_variant() if baseline and baseline.ref != ref else None)
-            stands = _decide(decision_file, {"chosen": chosen, "why": why, "decided_by": ref.uri, "variants": {v: report["variants"][v] for v in needed}})
+            chosen, why = choose_variant(
+                {v: report["variants"][v] for v in needed},
+                min_agreement,
+                production_variant=baseline.chosen_variant() if baseline and baseline.ref != ref else None,
+            )
+            stands = _decide(
+                decision_file, {"chosen": chosen, "why": why, "decided_by": ref.uri, "variants": {v: report["variants"][v] for v in needed}}
+            )
             if stands["chosen"] != chosen:  # another adapter of the base decided first, in a run of its own
-                chosen, why = stands["chosen"], f"{stands['chosen']}: chosen once for this base and calibration set, when {stands['decided_by']} was gated ({stands['why']})"
+                chosen, why = (
+                    stands["chosen"],
+                    (
+                        f"{stands['chosen']}: chosen once for this base and calibration set, when {stands['decided_by']} was gated"
+                        f" ({stands['why']})"
+                    ),
+                )
         served_id = artifact_id(chosen, calib_hash)
         served = build.int8(served_id)
         # What the server must reproduce before it serves this version: the artifact's hash, and its outputs on the probe texts.
@@ -256,15 +318,36 @@ class ClassificationTask:
             model = OnnxModel(served, threads=1)
             probe_logits = model.logits(encode(build.merged, probe_texts, state.cache_dir("tokens")))
             artifact_sha256 = file_sha256(served)
-        write_json(record.files.quantization, {"chosen": chosen, "why": why, "artifact": served.name, "artifact_id": served_id, "artifact_sha256": artifact_sha256,
-                                        "calibration_sha256": calib_hash,
-                                        "batch_dependent": model.batch_dependent, "tokenizer_sha256": tokenizer_hash(build.merged),
-                                        "probe": {"batch": model.batch(BATCH), "texts": probe_texts, "logits": probe_logits.tolist()}})
+        write_json(
+            record.files.quantization,
+            {
+                "chosen": chosen,
+                "why": why,
+                "artifact": served.name,
+                "artifact_id": served_id,
+                "artifact_sha256": artifact_sha256,
+                "calibration_sha256": calib_hash,
+                "batch_dependent": model.batch_dependent,
+                "tokenizer_sha256": tokenizer_hash(build.merged),
+                "probe": {"batch": model.batch(BATCH), "texts": probe_texts, "logits": probe_logits.tolist()},
+            },
+        )
         speed = lambda v: f"{v:.0f}" if v is not None else "not timed (variant already decided)"  # noqa: E731
-        rows = "\n".join(f"| {k} | {v['top1_agreement']:.2%} | {speed(v.get('items_per_s'))} | {v['size_mb']:.1f} |" for k, v in sorted(report["variants"].items()))
-        table = (f"| variant | top-1 agreement vs FP32 | items/s ({SPEED_TEXTS} evaluation texts, buckets of {BATCH}) | MB |\n|---|---|---|---|\n"
-                 f"| fp32 | 100% | {speed(report.get('fp32_items_per_s'))} | {build.onnx.stat().st_size / 2**20:.1f} |\n{rows}")
-        measured = {f"{v}_{k}": report["variants"][v][k] for v in report["variants"] for k in ("top1_agreement", "items_per_s") if k in report["variants"][v]}
+        rows = "\n".join(
+            f"| {k} | {v['top1_agreement']:.2%} | {speed(v.get('items_per_s'))} | {v['size_mb']:.1f} |"
+            for k, v in sorted(report["variants"].items())
+        )
+        table = (
+            f"| variant | top-1 agreement vs FP32 | items/s ({SPEED_TEXTS} evaluation texts, buckets of {BATCH}) | MB"
+            f" |\n|---|---|---|---|\n| fp32 | 100% | {speed(report.get('fp32_items_per_s'))} | {build.onnx.stat().st_size / 2**20:.1f}"
+            f" |\n{rows}"
+        )
+        measured = {
+            f"{v}_{k}": report["variants"][v][k]
+            for v in report["variants"]
+            for k in ("top1_agreement", "items_per_s")
+            if k in report["variants"][v]
+        }
         return StepResult(
             metadata={
                 "chosen_variant": chosen,
@@ -313,7 +396,10 @@ class ClassificationTask:
         write_json(out.evaluation, report)
         rows = [f"| candidate {ref.key} | {report['candidate_fp32_accuracy']:.2%} | {report['candidate_int8_accuracy']:.2%} |"]
         if prod:
-            rows.append(f"| production {prod_record.ref.key} | {report['production_fp32_accuracy']:.2%} | {report['production_int8_accuracy']:.2%} |")
+            rows.append(
+                f"| production {prod_record.ref.key} | {report['production_fp32_accuracy']:.2%} |"
+                f" {report['production_int8_accuracy']:.2%} |"
+            )
         else:
             rows.append("| production | none yet | none yet |")
         return StepResult(
@@ -344,8 +430,14 @@ class ClassificationTask:
         pred_drift = None
         if prod_record:
             pred_drift = prediction_drift(served_labels(prod_record, traffic_sha256, traffic, cache), cand_labels)
-        report = {"traffic_sample": traffic_sample, "reference_sample": reference_sample, "traffic_examples": len(traffic),
-                  "input_drift": inputs, "prediction_drift": pred_drift, "production": prod_record.ref.key if prod_record else None}
+        report = {
+            "traffic_sample": traffic_sample,
+            "reference_sample": reference_sample,
+            "traffic_examples": len(traffic),
+            "input_drift": inputs,
+            "prediction_drift": pred_drift,
+            "production": prod_record.ref.key if prod_record else None,
+        }
         write_json(state.files(ref).drift, report)
         rows = "\n".join(f"| {k} | {v:.3f} |" for k, v in inputs.items())
         return StepResult(
@@ -353,7 +445,9 @@ class ClassificationTask:
                 "traffic_sample": traffic_sample,
                 **({"prediction_drift_js": pred_drift} if pred_drift is not None else {}),
                 "max_input_drift": max(inputs.values()),
-                "input_drift": Md(f"normed Wasserstein, {traffic_sample} vs {reference_sample}\n\n| descriptor | distance |\n|---|---|\n{rows}"),
+                "input_drift": Md(
+                    f"normed Wasserstein, {traffic_sample} vs {reference_sample}\n\n| descriptor | distance |\n|---|---|\n{rows}"
+                ),
             }
         )
 
@@ -391,18 +485,29 @@ class ClassificationTask:
                 summary = summarize(run, tp.confidence)
             results[str(batch)] = summary | ({"same_graph_sha256": same_graph} if same_graph else {})
             if batch == 1:
-                plots = {f"candidate {ref.key}": run.candidate_latency_ms, f"production {prod_record.ref.key if prod_record else '(self)'}": run.production_latency_ms}
+                plots = {
+                    f"candidate {ref.key}": run.candidate_latency_ms,
+                    f"production {prod_record.ref.key if prod_record else '(self)'}": run.production_latency_ms,
+                }
         shape = {"texts": len(texts), "median_tokens": float(np.median(lengths)), "max_tokens": int(lengths.max())}
-        report = {"inputs": shape, "production": prod_record.ref.key if prod_record else None, "batches": results,
-                  "cost": cost_inputs("requests", results["32"], prod_record is not None)}
+        report = {
+            "inputs": shape,
+            "production": prod_record.ref.key if prod_record else None,
+            "batches": results,
+            "cost": cost_inputs("requests", results["32"], prod_record is not None),
+        }
         write_json(state.files(ref).benchmark, report)
         rows = "\n".join(
-            f"| {b} | {r['pairs']} | {r['candidate_items_per_s']:.0f} | {r['production_items_per_s']:.0f} | {r['ratio_median']:.3f} [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}] "
-            f"| {r['wall_ratio_median']:.3f} [{r['wall_ratio_ci_low']:.3f}, {r['wall_ratio_ci_high']:.3f}] "
-            f"| {r['candidate_p50_ms']:.2f} / {r['candidate_p99_ms']:.2f} | {r['production_p50_ms']:.2f} / {r['production_p99_ms']:.2f} |"
-            for b, r in results.items())
-        table = ("| batch | pairs | candidate items/s | production items/s | ratio per CPU s, median [CI] (judged) | wall ratio, median [CI] "
-                 "| candidate p50/p99 ms | production p50/p99 ms |\n|---|---|---|---|---|---|---|---|\n" + rows)
+            f"| {b} | {r['pairs']} | {r['candidate_items_per_s']:.0f} | {r['production_items_per_s']:.0f} | {r['ratio_median']:.3f}"
+            f" [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}] | {r['wall_ratio_median']:.3f} [{r['wall_ratio_ci_low']:.3f},"
+            f" {r['wall_ratio_ci_high']:.3f}] | {r['candidate_p50_ms']:.2f} / {r['candidate_p99_ms']:.2f} | {r['production_p50_ms']:.2f} /"
+            f" {r['production_p99_ms']:.2f} |"
+            for b, r in results.items()
+        )
+        table = (
+            "| batch | pairs | candidate items/s | production items/s | ratio per CPU s, median [CI] (judged) | wall ratio, median [CI] "
+            "| candidate p50/p99 ms | production p50/p99 ms |\n|---|---|---|---|---|---|---|---|\n" + rows
+        )
         return StepResult(
             metadata={
                 "throughput_ratio_b32": results["32"]["ratio_median"],
@@ -412,7 +517,9 @@ class ClassificationTask:
                 "inputs": Json(shape),
                 "production_version": prod_record.ref.key if prod_record else "none (self-paired)",
                 "results": Md(table),
-                "latency_b1": Md(latency_plot_md(plots, f"batch 1, {len(texts)} evaluation texts, median {shape['median_tokens']:.0f} tokens")),
+                "latency_b1": Md(
+                    latency_plot_md(plots, f"batch 1, {len(texts)} evaluation texts, median {shape['median_tokens']:.0f} tokens")
+                ),
             }
         )
 
@@ -427,8 +534,11 @@ class ClassificationTask:
     def fidelity_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         """Top-1 agreement of the chosen INT8 variant with FP32 on the evaluation split."""
         build = record.build
-        return judge_fidelity(np.load(build.predictions(record.chosen_artifact_id())), np.load(build.predictions("fp32")),
-                              record.effective_policy().int8_fidelity)
+        return judge_fidelity(
+            np.load(build.predictions(record.chosen_artifact_id())),
+            np.load(build.predictions("fp32")),
+            record.effective_policy().int8_fidelity,
+        )
 
     def quality_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         """INT8 accuracy >= production's - tolerance, not significantly worse, and above the floor."""

@@ -16,7 +16,9 @@ DEFAULT_TASK = CLASSIFICATION
 
 def require_task(task: str) -> str:
     if task not in TASKS:
-        raise ModelcdError(f"unknown task {task!r}; modelcd gates {' and '.join(TASKS)} models (register with --task {TASKS[0]} or --task {TASKS[1]})")
+        raise ModelcdError(
+            f"unknown task {task!r}; modelcd gates {' and '.join(TASKS)} models (register with --task {TASKS[0]} or --task {TASKS[1]})"
+        )
     return task
 
 

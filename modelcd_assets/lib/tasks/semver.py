@@ -13,11 +13,26 @@ def semver_report(contract: dict, tags: dict, prod_tags: dict | None, token_ids_
     """The contract diff against production, the bump it requires, and the bump this version declared."""
     declared_semver, declared_bump = tags.get(SEMVER_DECLARED), tags.get(BUMP_DECLARED)
     if regating_production and SEMVER in tags:  # production judged again: it keeps its version
-        return {"contract": contract, "changes": [], "required_level": "patch", "declared_level": "patch", "declared": tags[SEMVER],
-                "semver": tags[SEMVER], "production_semver": tags[SEMVER]}
+        return {
+            "contract": contract,
+            "changes": [],
+            "required_level": "patch",
+            "declared_level": "patch",
+            "declared": tags[SEMVER],
+            "semver": tags[SEMVER],
+            "production_semver": tags[SEMVER],
+        }
     if prod_tags is None or CONTRACT not in prod_tags:
         semver = declared_semver or FIRST_SEMVER
-        return {"contract": contract, "changes": [], "required_level": "patch", "declared_level": None, "declared": semver, "semver": semver, "production_semver": None}
+        return {
+            "contract": contract,
+            "changes": [],
+            "required_level": "patch",
+            "declared_level": None,
+            "declared": semver,
+            "semver": semver,
+            "production_semver": None,
+        }
     prod_semver = prod_tags.get(SEMVER, FIRST_SEMVER)
     changes = diff_contracts(json.loads(prod_tags[CONTRACT]), contract, token_ids_changed)
     if declared_semver:
@@ -25,7 +40,15 @@ def semver_report(contract: dict, tags: dict, prod_tags: dict | None, token_ids_
     else:
         level = declared_bump or "patch"  # undeclared means weights only
         semver = bump(prod_semver, level)
-    return {"contract": contract, "changes": changes_to_dicts(changes), "required_level": required_level(changes), "declared_level": level,
-            "declared": declared_semver or f"{level} bump", "semver": semver, "production_semver": prod_semver}
+    return {
+        "contract": contract,
+        "changes": changes_to_dicts(changes),
+        "required_level": required_level(changes),
+        "declared_level": level,
+        "declared": declared_semver or f"{level} bump",
+        "semver": semver,
+        "production_semver": prod_semver,
+    }
+
 
 PARITY_EXAMPLES = 64

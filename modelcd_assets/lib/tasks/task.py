@@ -68,7 +68,8 @@ class Task(Protocol):
     adapter_files: tuple[AdapterFile, ...]  # what an adapter folder may hold and what happens to each file (lib/tasks/adapter_files.py)
 
     def prepare(self, record: CandidateRecord, state: State, registry: Registry) -> StepResult:
-        """merged_model: the deployable model (a classifier's merged folder; a causal LM's base build and adapter slots), and the health report."""
+        """merged_model: the deployable model (a classifier's merged folder; a causal LM's base build and adapter slots), and the health
+        report."""
 
     def export(self, record: CandidateRecord, state: State, registry: Registry) -> StepResult:
         """onnx_model: the FP32 ONNX reference and its parity with torch, the I/O contract and the SemVer report."""

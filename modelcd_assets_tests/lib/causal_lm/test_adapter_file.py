@@ -65,8 +65,12 @@ def test_an_adapter_of_another_hidden_size_is_reported(tiny_lm, tmp_path):
 
 
 def test_extra_trained_modules_and_dora_are_reported(tiny_lm, tmp_path):
-    extra = _copy_adapter(tiny_lm.adapter, tmp_path / "extra", {"modules_to_save": ["lm_head"]},
-                          lambda w: w | {"base_model.model.lm_head.modules_to_save.default.weight": np.zeros((2, 2), np.float32)})
+    extra = _copy_adapter(
+        tiny_lm.adapter,
+        tmp_path / "extra",
+        {"modules_to_save": ["lm_head"]},
+        lambda w: w | {"base_model.model.lm_head.modules_to_save.default.weight": np.zeros((2, 2), np.float32)},
+    )
     _, fit = adapter_parameters(extra, tiny_lm.build.slots())
     assert any("modules_to_save" in p for p in fit.problems) and any("fill no slot" in p for p in fit.problems)
     _, fit = adapter_parameters(_copy_adapter(tiny_lm.adapter, tmp_path / "dora", {"use_dora": True}), tiny_lm.build.slots())
@@ -102,7 +106,9 @@ def test_an_adapter_saved_as_bf16_or_fp16_is_read_and_widened_exactly(tiny_lm, t
 def test_the_scan_counts_subnormal_nan_and_inf_served_values_per_tensor(tmp_path):
     from modelcd_assets.lib.causal_lm.adapter_file import scan_adapter_file
 
-    clean = scan_adapter_file(write_adapter_file({"a": np.ones((2, 3), np.float32), "b": np.zeros(4, np.float32)}, tmp_path / "clean.onnx_adapter"))
+    clean = scan_adapter_file(
+        write_adapter_file({"a": np.ones((2, 3), np.float32), "b": np.zeros(4, np.float32)}, tmp_path / "clean.onnx_adapter")
+    )
     assert clean == {"file": "clean.onnx_adapter", "tensors": 2, "values": 10, "subnormal": 0, "nan": 0, "inf": 0, "per_tensor": {}}
     tiny = np.finfo(np.float32).tiny
     bad = np.array([1e-39, -1e-40, tiny, -tiny, 0.0, np.nan, np.inf, -np.inf], np.float32)  # tiny itself is the smallest normal

@@ -54,7 +54,9 @@ def test_replies_scored_after_a_shared_prefix_have_the_logits_of_one_prefill_eac
         decoder = Decoder(folder)
         decoder.load_adapter(path, "a")
         with_system = [chat_ids(decoder.encode_chat, c, decoder.eos_ids) for c in chats(6, 12)]
-        no_shared_prefix = [chat_ids(decoder.encode_chat, Chat("", c.user, c.reply), decoder.eos_ids) for c in chats(3, 13)] + with_system[:1]
+        no_shared_prefix = [chat_ids(decoder.encode_chat, Chat("", c.user, c.reply), decoder.eos_ids) for c in chats(3, 13)] + with_system[
+            :1
+        ]
         for sequences in (with_system, no_shared_prefix):
             for adapter in ("a", None):
                 scored = list(decoder.reply_logits(sequences, adapter))
@@ -99,7 +101,10 @@ def test_the_logits_and_greedy_tokens_are_the_same_bits_on_one_thread_and_on_eve
         assert decoder.threads == threads
         decoder.load_adapter(path, "a")
         sequences = [chat_ids(decoder.encode_chat, c, decoder.eos_ids) for c in chats(4, 15)]
-        runs[threads] = (list(decoder.reply_logits(sequences, "a")), [decoder.generate(ids[:start], 16, "a").tokens for ids, start in sequences])
+        runs[threads] = (
+            list(decoder.reply_logits(sequences, "a")),
+            [decoder.generate(ids[:start], 16, "a").tokens for ids, start in sequences],
+        )
     (logits_1, tokens_1), (logits_2, tokens_2) = runs[1], runs[2]
     assert tokens_1 == tokens_2
     assert all(np.array_equal(a, b) for a, b in zip(logits_1, logits_2))

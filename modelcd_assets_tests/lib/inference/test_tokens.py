@@ -7,7 +7,16 @@ from modelcd_assets.lib.demo.tickets import generate
 from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.inference.tokens import MAX_LENGTH, TextEncoder, buckets
 
-EDGE_CASES = ["", " ", "\\t\\n", "[SEP] [CLS] literal special tokens", "Ünïcödé ß 中文 😀 café", "MiXeD CaSe REFUND", "x " * 300, "refund " * 127]
+EDGE_CASES = [
+    "",
+    " ",
+    "\\t\\n",
+    "[SEP] [CLS] literal special tokens",
+    "Ünïcödé ß 中文 😀 café",
+    "MiXeD CaSe REFUND",
+    "x " * 300,
+    "refund " * 127,
+]
 
 
 def test_the_encoder_matches_transformers_fast_tokenizer(tiny_trained):

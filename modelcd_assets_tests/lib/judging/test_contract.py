@@ -50,7 +50,11 @@ def test_required_bump(contract, edit, ids_changed, level):
 
 def test_semver_arithmetic():
     assert bump("1.4.2", "major") == "2.0.0" and bump("1.4.2", "minor") == "1.5.0" and bump("1.4.2", "patch") == "1.4.3"
-    assert level_between("1.4.2", "2.0.0") == "major" and level_between("1.4.2", "1.4.3") == "patch" and level_between("1.4.2", "1.4.2") is None
+    assert (
+        level_between("1.4.2", "2.0.0") == "major"
+        and level_between("1.4.2", "1.4.3") == "patch"
+        and level_between("1.4.2", "1.4.2") is None
+    )
     with pytest.raises(ModelcdError, match="not a semantic version"):
         parse_semver("v2")
 
@@ -61,7 +65,19 @@ def test_semver_gate_fails_when_the_declared_bump_is_too_small(contract):
     assert judge_semver(base | {"declared_level": "patch", "declared": "patch bump", "semver": "1.0.1"}).status == "fail"
     assert judge_semver(base | {"declared_level": "major", "declared": "2.0.0", "semver": "2.0.0"}).status == "pass"
     assert judge_semver(base | {"declared_level": None, "declared": "0.9.0", "semver": "0.9.0"}).status == "fail"
-    assert judge_semver({"production_semver": None, "changes": [], "required_level": "patch", "declared_level": None, "declared": "1.0.0", "semver": "1.0.0"}).status == "pass"
+    assert (
+        judge_semver(
+            {
+                "production_semver": None,
+                "changes": [],
+                "required_level": "patch",
+                "declared_level": None,
+                "declared": "1.0.0",
+                "semver": "1.0.0",
+            }
+        ).status
+        == "pass"
+    )
 
 
 def test_regating_production_keeps_its_semver(contract):

@@ -6,13 +6,15 @@ def test_all_passed_and_current_promotes():
 
 
 def test_missing_failed_errored_or_stale_results_refuse():
-    problems = gate_problems([
-        GateRecord("missing", None, None, False),
-        GateRecord("failed", "FAILED", False, True),
-        GateRecord("errored", "EXECUTION_FAILED", None, True),
-        GateRecord("stale", "SUCCEEDED", True, False),
-        GateRecord("planned", "PLANNED", None, True),
-    ])
+    problems = gate_problems(
+        [
+            GateRecord("missing", None, None, False),
+            GateRecord("failed", "FAILED", False, True),
+            GateRecord("errored", "EXECUTION_FAILED", None, True),
+            GateRecord("stale", "SUCCEEDED", True, False),
+            GateRecord("planned", "PLANNED", None, True),
+        ]
+    )
     assert len(problems) == 5
     assert any("no result" in p for p in problems) and any("stale" in p for p in problems)
 
@@ -27,7 +29,10 @@ def test_lineage_is_judged_all_the_way_up():
     assert lineage_problems(latest, parents) == []
     rebuilt = dict(latest, merged_model=9)  # merged_model re-materialized after everything below it
     problems = lineage_problems(rebuilt, parents)
-    assert problems == ["merged_model was re-materialized after quantized_model was built from it; results downstream of merged_model are stale: re-run the gated job"]
+    assert problems == [
+        "merged_model was re-materialized after quantized_model was built from it; results downstream of merged_model are stale: re-run the"
+        " gated job"
+    ]
     assert lineage_problems(dict(latest, evaluation=None), parents) == ["evaluation was never materialized for this candidate"]
     assert gate_problems([GateRecord("a", "SUCCEEDED", True, True)], problems) == problems
 
@@ -100,7 +105,9 @@ def test_rematerializing_an_upstream_asset_makes_downstream_results_stale():
         stale = read_gates(instance, "k", graph)
         assert stale.records[0].shown == "stale" and not stale.promotable
         dg.materialize([up, up_ok, mid], instance=instance, partition_key="k")
-        dg.materialize([up, up_ok, mid], instance=instance, partition_key="k", selection=[up, up_ok])  # up and its check again, mid not rebuilt
+        dg.materialize(
+            [up, up_ok, mid], instance=instance, partition_key="k", selection=[up, up_ok]
+        )  # up and its check again, mid not rebuilt
         lineage = read_gates(instance, "k", graph)
         assert lineage.records[0].shown == "pass"  # the check itself is current...
         assert any("up was re-materialized after mid was built from it" in p for p in lineage.problems)  # ...but mid is not
@@ -111,8 +118,9 @@ def test_a_required_gate_that_says_it_does_not_apply_refuses():
     from modelcd_assets.lib.judging.promotion import NOT_APPLICABLE
 
     record = GateRecord("accuracy_within_tolerance", "SUCCEEDED", True, True, NOT_APPLICABLE)
-    assert gate_problems([record]) == ["accuracy_within_tolerance: it did not judge this candidate (it judges another task's models), "
-                                       "but the candidate's task requires it"]
+    assert gate_problems([record]) == [
+        "accuracy_within_tolerance: it did not judge this candidate (it judges another task's models), but the candidate's task requires it"
+    ]
     assert gate_problems([GateRecord("accuracy_within_tolerance", "SUCCEEDED", True, True, "pass")]) == []
 
 
@@ -126,7 +134,10 @@ def test_lineage_reports_every_asset_after_one_never_materialized():
     parents = {"candidate": [], "merged_model": [], "evaluation": ["merged_model"]}
     assert lineage_problems(latest, parents) == [
         "candidate was never materialized for this candidate",
-        "merged_model was re-materialized after evaluation was built from it; results downstream of merged_model are stale: re-run the gated job",
+        (
+            "merged_model was re-materialized after evaluation was built from it; results downstream of merged_model are stale: re-run the"
+            " gated job"
+        ),
     ]
 
 

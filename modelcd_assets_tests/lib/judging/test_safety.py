@@ -46,8 +46,13 @@ def test_a_handmade_adapter_passes(tmp_path):
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()
-    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "base_model_name_or_path": "models:/tiny-base/1"}))
-    save_file({"lora_A.weight": np.zeros((4, 32), np.float32), "lora_B.weight": np.zeros((32, 4), np.float32)}, str(adapter / "adapter_model.safetensors"))
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "r": 4, "base_model_name_or_path": "models:/tiny-base/1"})
+    )
+    save_file(
+        {"lora_A.weight": np.zeros((4, 32), np.float32), "lora_B.weight": np.zeros((32, 4), np.float32)},
+        str(adapter / "adapter_model.safetensors"),
+    )
     (adapter / "README.md").write_text("# adapter\n")
     assert reasons(adapter) == []
 
@@ -90,8 +95,10 @@ def test_unknown_file_types_are_refused_unless_the_policy_allows_them(clean):
     (clean / "extra").mkdir()
     (clean / "extra" / "stats.parquet").write_bytes(b"PAR1\0\0PAR1")
     got = reasons(clean)
-    assert ("notes.csv: not an allowed file type (safetensors, JSON/config, tokenizer files, ONNX, text docs); "
-            "remove it, or allow the pattern in the policy's safety.allow") in got
+    assert (
+        "notes.csv: not an allowed file type (safetensors, JSON/config, tokenizer files, ONNX, text docs); "
+        "remove it, or allow the pattern in the policy's safety.allow" in got
+    )
     assert any(r.startswith("extra/stats.parquet: not an allowed file type") for r in got)
     assert reasons(clean, allow=("*.csv", "extra/*.parquet")) == []
     assert [r.split(":")[0] for r in reasons(clean, allow=("*.csv",))] == ["extra/stats.parquet"]
@@ -106,13 +113,16 @@ def test_the_policy_allow_list_reaches_the_scan(clean):
     assert scan_artifact(clean, Policy().safety.limits()) != []
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("special_tokens_map.json", b"{nope", "not valid JSON"),
-    ("vocab.txt", b"[PAD]\n\xff\xfe\n", "not UTF-8 text"),
-    ("README.md", b"# card\0\0", "not UTF-8 text"),
-    ("spiece.model", b"PK\x03\x04zip", "zip archive"),
-    ("tokenizer.model", b"not a protobuf", "not a sentencepiece model"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("special_tokens_map.json", b"{nope", "not valid JSON"),
+        ("vocab.txt", b"[PAD]\n\xff\xfe\n", "not UTF-8 text"),
+        ("README.md", b"# card\0\0", "not UTF-8 text"),
+        ("spiece.model", b"PK\x03\x04zip", "zip archive"),
+        ("tokenizer.model", b"not a protobuf", "not a sentencepiece model"),
+    ],
+)
 def test_allowed_names_must_hold_what_their_type_says(clean, name, content, message):
     (clean / name).write_bytes(content)
     assert any(r.startswith(f"{name}: ") and message in r for r in reasons(clean))
@@ -140,15 +150,18 @@ def _tensors(*spans):
     return {f"t{i}": {**F32x4, "data_offsets": list(span)} for i, span in enumerate(spans)}
 
 
-@pytest.mark.parametrize("header, data_len, message", [
-    (_tensors((0, 16)), 16 + 64, "64 trailing bytes after the last tensor"),
-    (_tensors((0, 16), (32, 48)), 48, "16 unused bytes before tensor 't1'"),
-    (_tensors((16, 32)), 32, "16 unused bytes before tensor 't0'"),
-    (_tensors((0, 16), (8, 24)), 24, "tensors 't0' and 't1' overlap"),
-    (_tensors((0, 16), (0, 16)), 16, "overlap"),
-    ({}, 8, "8 trailing bytes"),
-    ({**_tensors((0, 16)), "__metadata__": {"format": 1}}, 16, "__metadata__ is not a map of strings"),
-])
+@pytest.mark.parametrize(
+    "header, data_len, message",
+    [
+        (_tensors((0, 16)), 16 + 64, "64 trailing bytes after the last tensor"),
+        (_tensors((0, 16), (32, 48)), 48, "16 unused bytes before tensor 't1'"),
+        (_tensors((16, 32)), 32, "16 unused bytes before tensor 't0'"),
+        (_tensors((0, 16), (8, 24)), 24, "tensors 't0' and 't1' overlap"),
+        (_tensors((0, 16), (0, 16)), 16, "overlap"),
+        ({}, 8, "8 trailing bytes"),
+        ({**_tensors((0, 16)), "__metadata__": {"format": 1}}, 16, "__metadata__ is not a map of strings"),
+    ],
+)
 def test_safetensors_data_must_be_tiled_exactly(clean, header, data_len, message):
     st = clean / "model.safetensors"
     _rewrite_header(st, header, b"\0" * data_len)
@@ -224,12 +237,16 @@ def _onnx_model(folder, location, name="model.onnx", offset="0", length="64", in
             entry = w.external_data.add()
             entry.key, entry.value = key, value
     inits = [numpy_helper.from_array(np.ones(2, np.float32), "b"), w] if internal_first else [w]
-    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 4])], inits)
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["y"])], "g", [], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 4])], inits
+    )
     # Serialized by hand: onnx.save would itself act on the external-data entries.
     (folder / name).write_bytes(helper.make_model(graph).SerializeToString())
 
 
-@pytest.mark.parametrize("location", ["../../etc/passwd", "sub/../../x", "sub/../w.data", "/etc/passwd", "..\\..\\x", "C:\\w.data", "", "x" * 5000])
+@pytest.mark.parametrize(
+    "location", ["../../etc/passwd", "sub/../../x", "sub/../w.data", "/etc/passwd", "..\\..\\x", "C:\\w.data", "", "x" * 5000]
+)
 def test_onnx_external_data_escaping_the_folder_is_refused(clean, location):
     (clean / "sub").mkdir()
     (clean / "w.data").write_bytes(b"\0" * 64)
@@ -279,12 +296,15 @@ def _header_only(folder, header: dict, data: bytes = b"", limits=None):
     return reasons(folder, **(limits or {}))
 
 
-@pytest.mark.parametrize("raw, message", [
-    (b"\0" * 7, "safetensors file is shorter than its 8-byte header length"),
-    (struct.pack("<Q", 1 << 63), "safetensors header claims 9223372036854775808 bytes, over the 26214400 byte limit"),
-    (struct.pack("<Q", 100) + b"{}" + b" " * 8, "safetensors header claims 100 bytes but the file has only 10 after the length"),
-    (struct.pack("<Q", 2) + b"[]", "safetensors header is not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b"\0" * 7, "safetensors file is shorter than its 8-byte header length"),
+        (struct.pack("<Q", 1 << 63), "safetensors header claims 9223372036854775808 bytes, over the 26214400 byte limit"),
+        (struct.pack("<Q", 100) + b"{}" + b" " * 8, "safetensors header claims 100 bytes but the file has only 10 after the length"),
+        (struct.pack("<Q", 2) + b"[]", "safetensors header is not a JSON object"),
+    ],
+)
 def test_safetensors_headers_are_refused_with_the_reason(tmp_path, raw, message):
     (tmp_path / "model.safetensors").write_bytes(raw)
     assert reasons(tmp_path) == [f"model.safetensors: {message}"]
@@ -299,44 +319,60 @@ def test_a_header_of_exactly_the_limit_passes(tmp_path):
     _rewrite_header(tmp_path / "model.safetensors", {}, b"")
     size = (tmp_path / "model.safetensors").stat().st_size - 8
     assert reasons(tmp_path, max_safetensors_header_bytes=size) == []
-    assert reasons(tmp_path, max_safetensors_header_bytes=size - 1) == [f"model.safetensors: safetensors header claims {size} bytes, over the {size - 1} byte limit"]
+    assert reasons(tmp_path, max_safetensors_header_bytes=size - 1) == [
+        f"model.safetensors: safetensors header claims {size} bytes, over the {size - 1} byte limit"
+    ]
 
 
-@pytest.mark.parametrize("info, message", [
-    (5, "tensor 'w' has an unknown dtype 5"),
-    ({"dtype": "EVIL", "shape": [1], "data_offsets": [0, 4]}, "tensor 'w' has an unknown dtype 'EVIL'"),
-    ({"dtype": "F32", "shape": {}, "data_offsets": [0, 4]}, "tensor 'w' has an invalid shape {}"),
-    ({"dtype": "F32", "shape": [2, -1], "data_offsets": [0, 4]}, "tensor 'w' has an invalid shape [2, -1]"),
-    ({"dtype": "F32", "shape": [1], "data_offsets": [0, 4.0]}, "tensor 'w' has invalid data_offsets [0, 4.0]"),
-    ({"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}, "tensor 'w' has invalid data_offsets [4, 0]"),
-    ({"dtype": "F32", "shape": [1], "data_offsets": [0, 4, 8]}, "tensor 'w' has invalid data_offsets [0, 4, 8]"),
-    ({"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}, "tensor 'w' has invalid data_offsets [-4, 0]"),
-    ({"dtype": "F32", "shape": [2, 2], "data_offsets": [8, 16]}, "tensor 'w' spans 8 bytes, but F32[2, 2] needs 16"),
-])
+@pytest.mark.parametrize(
+    "info, message",
+    [
+        (5, "tensor 'w' has an unknown dtype 5"),
+        ({"dtype": "EVIL", "shape": [1], "data_offsets": [0, 4]}, "tensor 'w' has an unknown dtype 'EVIL'"),
+        ({"dtype": "F32", "shape": {}, "data_offsets": [0, 4]}, "tensor 'w' has an invalid shape {}"),
+        ({"dtype": "F32", "shape": [2, -1], "data_offsets": [0, 4]}, "tensor 'w' has an invalid shape [2, -1]"),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [0, 4.0]}, "tensor 'w' has invalid data_offsets [0, 4.0]"),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}, "tensor 'w' has invalid data_offsets [4, 0]"),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [0, 4, 8]}, "tensor 'w' has invalid data_offsets [0, 4, 8]"),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}, "tensor 'w' has invalid data_offsets [-4, 0]"),
+        ({"dtype": "F32", "shape": [2, 2], "data_offsets": [8, 16]}, "tensor 'w' spans 8 bytes, but F32[2, 2] needs 16"),
+    ],
+)
 def test_each_tensor_entry_is_checked_with_the_reason(tmp_path, info, message):
     assert _header_only(tmp_path, {"w": info}, b"\0" * 16) == [f"model.safetensors: {message}"]
 
 
 def test_metadata_must_map_strings_to_strings(tmp_path):
-    assert _header_only(tmp_path, {"__metadata__": {"format": 1}}) == ["model.safetensors: safetensors __metadata__ is not a map of strings"]
+    assert _header_only(tmp_path, {"__metadata__": {"format": 1}}) == [
+        "model.safetensors: safetensors __metadata__ is not a map of strings"
+    ]
 
 
 def test_an_empty_tensor_passes(tmp_path):
-    assert _header_only(tmp_path, {"e": {"dtype": "F32", "shape": [0, 4], "data_offsets": [0, 0]}, "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
-                        b"\0" * 4) == []
+    assert (
+        _header_only(
+            tmp_path,
+            {"e": {"dtype": "F32", "shape": [0, 4], "data_offsets": [0, 0]}, "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+            b"\0" * 4,
+        )
+        == []
+    )
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("special_tokens_map.json", b"{nope", "not valid JSON"),
-    ("config.json", b'{"auto_map": {}}', "declares auto_map (remote code); modelcd never sets trust_remote_code"),
-    ("vocab.txt", b"[PAD]\n\xff\n", "not UTF-8 text; text docs and vocabularies must be plain text"),
-    ("vocab.txt", b"[PAD]\ncaf\xc3", "not UTF-8 text; text docs and vocabularies must be plain text"),  # cut inside a character
-    ("README.md", b"# card\0", "not UTF-8 text (NUL bytes); text docs and vocabularies must be plain text"),
-    ("tokenizer.model", b"not a protobuf", "not a sentencepiece model (protobuf)"),
-    ("model.pt", b"anything", "pickle-based weights can run code when loaded; convert to safetensors"),
-    ("clf.joblib.gz", b"\x1f\x8b", "pickle-based weights can run code when loaded; convert to safetensors"),
-    ("model.onnx", b"\xff\xff\xff garbage", "ONNX file does not parse (DecodeError)"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("special_tokens_map.json", b"{nope", "not valid JSON"),
+        ("config.json", b'{"auto_map": {}}', "declares auto_map (remote code); modelcd never sets trust_remote_code"),
+        ("vocab.txt", b"[PAD]\n\xff\n", "not UTF-8 text; text docs and vocabularies must be plain text"),
+        ("vocab.txt", b"[PAD]\ncaf\xc3", "not UTF-8 text; text docs and vocabularies must be plain text"),  # cut inside a character
+        ("README.md", b"# card\0", "not UTF-8 text (NUL bytes); text docs and vocabularies must be plain text"),
+        ("tokenizer.model", b"not a protobuf", "not a sentencepiece model (protobuf)"),
+        ("model.pt", b"anything", "pickle-based weights can run code when loaded; convert to safetensors"),
+        ("clf.joblib.gz", b"\x1f\x8b", "pickle-based weights can run code when loaded; convert to safetensors"),
+        ("model.onnx", b"\xff\xff\xff garbage", "ONNX file does not parse (DecodeError)"),
+    ],
+)
 def test_each_refusal_reads_as_documented(tmp_path, name, content, message):
     (tmp_path / name).write_bytes(content)
     assert reasons(tmp_path) == [f"{name}: {message}"]
@@ -379,11 +415,14 @@ def test_external_data_defaults_to_the_rest_of_its_file(tmp_path):
     assert reasons(tmp_path) == []
 
 
-@pytest.mark.parametrize("location, message", [
-    (None, "external data location '' is empty or malformed"),
-    ("w\0.data", "external data location 'w\\x00.data' is empty or malformed"),
-    ("x" * 5000, f"external data location {'x' * 5000!r} cannot be checked (File name too long)"),
-])
+@pytest.mark.parametrize(
+    "location, message",
+    [
+        (None, "external data location '' is empty or malformed"),
+        ("w\0.data", "external data location 'w\\x00.data' is empty or malformed"),
+        ("x" * 5000, f"external data location {'x' * 5000!r} cannot be checked (File name too long)"),
+    ],
+)
 def test_malformed_external_data_locations_name_the_problem(tmp_path, location, message):
     _onnx_model(tmp_path, location)
     assert reasons(tmp_path) == [f"model.onnx: tensor 'w': {message}"]
@@ -420,7 +459,9 @@ def _onnx_naming(folder, locations, name="aux.onnx"):
         entry = t.external_data.add()
         entry.key, entry.value = "location", location
         inits.append(t)
-    graph = helper.make_graph([helper.make_node("Identity", ["t0"], ["y"])], "g", [], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])], inits)
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["t0"], ["y"])], "g", [], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])], inits
+    )
     (folder / name).write_bytes(helper.make_model(graph).SerializeToString())
 
 
@@ -438,9 +479,15 @@ def test_files_named_as_onnx_external_data_are_still_scanned_for_content(tmp_pat
     (art / "model.safetensors").write_bytes(struct.pack("<Q", 100) + b"{}")
     expected = [
         "config.json: declares auto_map (remote code); modelcd never sets trust_remote_code",
-        "model.keras: content is a zip archive, which can run code when loaded, whatever the file is called; convert the weights to safetensors",
+        (
+            "model.keras: content is a zip archive, which can run code when loaded, whatever the file is called; convert the weights to"
+            " safetensors"
+        ),
         "model.safetensors: safetensors header claims 100 bytes but the file has only 2 after the length",
-        "weights.data: content is a pickle, which can run code when loaded, whatever the file is called; convert the weights to safetensors",
+        (
+            "weights.data: content is a pickle, which can run code when loaded, whatever the file is called; convert the weights to"
+            " safetensors"
+        ),
     ]
     assert reasons(art) == expected
     _onnx_naming(art, ["weights.data", "config.json", "model.keras", "model.safetensors"])
@@ -455,8 +502,10 @@ def test_external_data_must_be_raw_tensor_data(tmp_path):
     _rewrite_header(tmp_path / "w.safetensors", {}, b"")
     (tmp_path / "notes.xyz").write_bytes(b"\0" * 4)
     _onnx_naming(tmp_path, ["tokenizer.json", "w.safetensors", "notes.xyz"])
-    not_raw = ("named as ONNX external data, but external data must be raw tensor bytes in a file named *.data, *.onnx_data, "
-               "*.weight, *.bias or without a suffix; rename it (and its location in the ONNX graph), or allow the pattern in the policy's safety.allow")
+    not_raw = (
+        "named as ONNX external data, but external data must be raw tensor bytes in a file named *.data, *.onnx_data, *.weight, *.bias or"
+        " without a suffix; rename it (and its location in the ONNX graph), or allow the pattern in the policy's safety.allow"
+    )
     assert reasons(tmp_path) == [f"notes.xyz: {not_raw}", f"tokenizer.json: {not_raw}", f"w.safetensors: {not_raw}"]
     assert reasons(tmp_path, allow=("*.xyz",)) == [f"tokenizer.json: {not_raw}", f"w.safetensors: {not_raw}"]
 
@@ -468,5 +517,7 @@ def test_raw_external_data_under_its_usual_names_passes(tmp_path):
     _onnx_naming(tmp_path, names)
     assert reasons(tmp_path) == []
     (tmp_path / "onnx__MatMul_123").write_bytes(b"\x7fELF\0\0\0\0")
-    assert reasons(tmp_path) == ["onnx__MatMul_123: content is an executable, which can run code when loaded, whatever the file is called; "
-                                 "convert the weights to safetensors"]
+    assert reasons(tmp_path) == [
+        "onnx__MatMul_123: content is an executable, which can run code when loaded, whatever the file is called; "
+        "convert the weights to safetensors"
+    ]

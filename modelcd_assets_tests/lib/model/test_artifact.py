@@ -1,4 +1,3 @@
-
 import pytest
 
 from modelcd_assets.lib.errors import BadCandidate

@@ -13,8 +13,15 @@ from modelcd_assets.lib.model.health import measure
 from modelcd_assets.lib.model.model_io import merge_adapter
 from modelcd_assets.lib.model.training import Training, train_adapter
 
-HEALTH_GATES = (gates.judge_weights_finite, gates.judge_loads_cleanly, gates.judge_adapter_fits_base, gates.judge_adapter_changes_outputs,
-                gates.judge_tokenizer, gates.judge_probe, gates.judge_gradients)
+HEALTH_GATES = (
+    gates.judge_weights_finite,
+    gates.judge_loads_cleanly,
+    gates.judge_adapter_fits_base,
+    gates.judge_adapter_changes_outputs,
+    gates.judge_tokenizer,
+    gates.judge_probe,
+    gates.judge_gradients,
+)
 
 
 def verdicts(report):
@@ -34,7 +41,9 @@ def _edit_weights(src, dst, edit):
 
 
 def test_clean_full_model_and_adapter_pass(tiny_trained, tiny_adapters, tmp_path):
-    assert {g: v.status for g, v in full(tiny_trained, tiny_trained).items()} == dict.fromkeys(verdicts(measure(tiny_trained, FULL, tiny_trained, None, None, None, False)), "pass")
+    assert {g: v.status for g, v in full(tiny_trained, tiny_trained).items()} == dict.fromkeys(
+        verdicts(measure(tiny_trained, FULL, tiny_trained, None, None, None, False)), "pass"
+    )
     merged = tmp_path / "merged"
     merge_adapter(tiny_trained, tiny_adapters["good"], merged)
     got = verdicts(measure(merged, ADAPTER, tiny_adapters["good"], tiny_trained, "models:/tiny-base/1", tiny_trained, False))
@@ -156,7 +165,7 @@ def test_weight_scale_blowup_is_judged_against_production(tmp_path):
     weights = {"classifier.weight": torch.randn(4, 32), "classifier.bias": torch.zeros(4), "encoder.w": torch.randn(32, 32)}
     for folder, head in ((prod, 1.0), (clean, 1.3), (blown, 100.0)):
         folder.mkdir()
-        save_file({k: (v * head if k.startswith("classifier") else v) for k, v in weights.items()}, str(folder / "model.safetensors"))
+        save_file({k: v * head if k.startswith("classifier") else v for k, v in weights.items()}, str(folder / "model.safetensors"))
     ok = judge_weight_scale({"weight_scale_vs_production": weight_scale(clean, prod)}, HealthPolicy())
     assert ok.status == "pass" and ok.numbers["matrices"] == 2  # biases are not compared
     bad = judge_weight_scale({"weight_scale_vs_production": weight_scale(blown, prod)}, HealthPolicy())

@@ -24,7 +24,8 @@ GONE_WITHIN = 30.0
 
 
 def left_after_waiting(infos, within: float = GONE_WITHIN) -> list:
-    """Of the processes infos named (pid and start time, so a reused pid does not count), those still alive after waiting up to within seconds."""
+    """Of the processes infos named (pid and start time, so a reused pid does not count), those still alive after waiting up to within
+    seconds."""
     deadline = time.monotonic() + within
     while True:
         table = processes()
@@ -67,7 +68,10 @@ def test_stop_process_signals_only_the_process_when_it_leads_no_group():
 
 
 def test_a_child_started_with_die_with_parent_dies_with_a_sigkilled_parent():
-    script = "from modelcd_assets.lib.operations.processes import start_process; import time; print(start_process(['sleep', '60'], die_with_parent=True).pid, flush=True); time.sleep(60)"
+    script = (
+        "from modelcd_assets.lib.operations.processes import start_process; import time; print(start_process(['sleep', '60'],"
+        " die_with_parent=True).pid, flush=True); time.sleep(60)"
+    )
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     child = int(parent.stdout.readline())
     info = processes()[child]
@@ -128,7 +132,9 @@ def test_the_leak_check_fails_a_green_run_names_each_leak_and_ends_it(pytester, 
     result = run_inner(pytester, monkeypatch, LEAKY)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     # The orphan is named as it is when the check looks: on a busy machine its forked shell may not have exec'd sleep yet.
-    result.stdout.fnmatch_lines(["*2 processes outlived the test run; killed them*", "pid *: *sleep 360?*", "pid *: *sleep 360?*", "*2 passed*"])
+    result.stdout.fnmatch_lines(
+        ["*2 processes outlived the test run; killed them*", "pid *: *sleep 360?*", "pid *: *sleep 360?*", "*2 passed*"]
+    )
     deadline = time.monotonic() + GONE_WITHIN
     while (leaks := [pid for pid in processes() if cmdline(pid) in ("sleep 3601", "sleep 3602")]) and time.monotonic() < deadline:
         time.sleep(0.1)

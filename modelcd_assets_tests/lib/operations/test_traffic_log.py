@@ -38,7 +38,7 @@ def test_a_request_with_more_texts_than_the_bound_keeps_only_its_newest(tmp_path
     sent = [f"t{i}" for i in range(64)]
     log.append("2", sent)
     got = texts(tmp_path)
-    assert 5 <= len(got) <= 10 and got == sent[-len(got):]  # rotation is by halves: the newest half at least, the bound at most
+    assert 5 <= len(got) <= 10 and got == sent[-len(got) :]  # rotation is by halves: the newest half at least, the bound at most
 
 
 def test_ratio_zero_samples_nothing_and_a_ratio_samples_that_share(tmp_path):
@@ -88,8 +88,16 @@ def test_concurrent_writers_in_threads_and_separate_logs_stay_bounded_and_whole(
 
 def test_the_live_drift_verdict_round_trips_and_a_bad_file_is_named(tmp_path):
     assert traffic_log.read_live_drift(tmp_path, "m") is None
-    verdict = LiveDrift(time="2026-01-01T00:00:00+00:00", version="2", judged=True, detected=True, input_drifted_share=0.6,
-                        descriptors=["digit_share", "n_chars", "n_tokens"], records=500, reason="drifted")
+    verdict = LiveDrift(
+        time="2026-01-01T00:00:00+00:00",
+        version="2",
+        judged=True,
+        detected=True,
+        input_drifted_share=0.6,
+        descriptors=["digit_share", "n_chars", "n_tokens"],
+        records=500,
+        reason="drifted",
+    )
     path = traffic_log.write_live_drift(tmp_path, "m", verdict)
     assert path == traffic_log.live_drift_path(tmp_path, "m") and traffic_log.read_live_drift(tmp_path, "m") == verdict
     path.write_text('{"share": 1}')
@@ -109,7 +117,7 @@ def test_the_log_is_bounded_in_bytes_as_well_as_records(tmp_path):
         log.append("1", [t])
         assert size(log.folder) <= 2**20
     got = texts(tmp_path)
-    assert got == sent[-len(got):] and len(got) >= 9  # the newest half at least: a file of 512 KiB holds 10 of these
+    assert got == sent[-len(got) :] and len(got) >= 9  # the newest half at least: a file of 512 KiB holds 10 of these
 
 
 def test_a_record_longer_than_its_bound_is_left_out_and_counted(tmp_path):
@@ -136,11 +144,16 @@ def test_files_are_private_to_the_server_user_and_an_open_log_is_tightened(tmp_p
     (folder / CURRENT).write_bytes(b'{"ts": 0, "version": "1", "text": "old"}\n')
     (folder / CURRENT).chmod(0o644)
     TrafficLog(tmp_path, "m", ratio=1.0, max_records=10).append("1", ["new"])
-    traffic_log.write_live_drift(tmp_path, "m", LiveDrift(time="t", version="1", judged=False, detected=False, input_drifted_share=None,
-                                                          descriptors=[], records=0, reason="r"))
+    traffic_log.write_live_drift(
+        tmp_path,
+        "m",
+        LiveDrift(time="t", version="1", judged=False, detected=False, input_drifted_share=None, descriptors=[], records=0, reason="r"),
+    )
     window(tmp_path, "m", 10)
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in (folder.parent, folder)} == {layout.TRAFFIC_DIR: "0o700", "m": "0o700"}
-    assert {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir()} == {n: "0o600" for n in (CURRENT, traffic_log.LOCK, traffic_log.LIVE_DRIFT_FILE)}
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir()} == {
+        n: "0o600" for n in (CURRENT, traffic_log.LOCK, traffic_log.LIVE_DRIFT_FILE)
+    }
     fresh = tmp_path / "fresh"
     traffic_log.write_live_drift(fresh, "m", traffic_log.read_live_drift(tmp_path, "m"))
     assert oct(traffic_log.folder(fresh, "m").stat().st_mode & 0o777) == "0o700"

@@ -46,8 +46,25 @@ def race(env, tiny_base: Path, tmp_path: Path, lock: str) -> tuple[CandidateRef,
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     environ = dict(os.environ, **env.env, **{FAILPOINT: f"between_compare_and_set:sleep={SLEEP_S}"})
-    procs = [subprocess.Popen([sys.executable, "-m", "modelcd_assets_tests.lib.release.alias_mover", lock, name, c.version, production.version,
-                               str(barrier), str(MOVERS)], env=environ, stderr=subprocess.PIPE, text=True) for c in candidates]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "modelcd_assets_tests.lib.release.alias_mover",
+                lock,
+                name,
+                c.version,
+                production.version,
+                str(barrier),
+                str(MOVERS),
+            ],
+            env=environ,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for c in candidates
+    ]
     ended = {c.version: (p.wait(timeout=PROCESS_TIMEOUT_S), p.stderr.read()) for c, p in zip(candidates, procs)}
     return production, candidates, ended
 
@@ -58,7 +75,9 @@ def test_the_alias_lock_lets_exactly_one_of_concurrent_moves_through(backend, ti
     reg = env.registry
     moved = [v for v, (code, _) in ended.items() if code == 0]
     assert len(moved) == 1, ended
-    assert all(code == 3 and "superseded: production of" in err and f"to {moved[0]}" in err for v, (code, err) in ended.items() if v != moved[0]), ended
+    assert all(
+        code == 3 and "superseded: production of" in err and f"to {moved[0]}" in err for v, (code, err) in ended.items() if v != moved[0]
+    ), ended
     winner = CandidateRef(production.name, moved[0])
     assert reg.production(production.name) == winner
     assert reg.tags(winner)[PREVIOUS_PRODUCTION] == production.version
@@ -75,7 +94,9 @@ def test_without_the_lock_the_same_race_lets_several_moves_past_the_compare(mode
 def test_a_file_lock_held_elsewhere_times_out_with_its_reason(tmp_path):
     holder, waiter = FileAliasLock(tmp_path, timeout_s=5), FileAliasLock(tmp_path, timeout_s=0.3)
     with holder.held("m"):
-        with pytest.raises(AliasLockUnavailable, match=r"another move of the production alias of m held its lock .* for over 0.3 s; nothing was moved"):
+        with pytest.raises(
+            AliasLockUnavailable, match=r"another move of the production alias of m held its lock .* for over 0.3 s; nothing was moved"
+        ):
             with waiter.held("m"):
                 pass
         with waiter.held("another-model"):  # one lock per model
@@ -87,9 +108,11 @@ def test_a_file_lock_held_elsewhere_times_out_with_its_reason(tmp_path):
 def test_the_file_lock_excludes_another_process(tmp_path):
     """flock is per open file, so the same lock from another process waits too (here a child holds it while this one tries)."""
     ready = tmp_path / "ready"
-    code = (f"from modelcd_assets.lib.release.alias_lock import FileAliasLock\nimport pathlib, time\n"
-            f"with FileAliasLock(pathlib.Path({str(tmp_path)!r})).held('m'):\n"
-            f"    pathlib.Path({str(ready)!r}).touch()\n    time.sleep(30)\n")
+    code = (
+        "from modelcd_assets.lib.release.alias_lock import FileAliasLock\nimport pathlib, time\n"
+        f"with FileAliasLock(pathlib.Path({str(tmp_path)!r})).held('m'):\n"
+        f"    pathlib.Path({str(ready)!r}).touch()\n    time.sleep(30)\n"
+    )
     child = subprocess.Popen([sys.executable, "-c", code])
     try:
         deadline = time.monotonic() + 60
@@ -111,8 +134,11 @@ def test_an_advisory_lock_held_elsewhere_times_out_with_its_reason(pg_server):
     holder, waiter = PostgresAliasLock(pg_server.url, timeout_s=5), PostgresAliasLock(pg_server.url, timeout_s=0.3)
     name = f"m-{uuid.uuid4().hex[:8]}"
     with holder.held(name):
-        with pytest.raises(AliasLockUnavailable, match=rf"another move of the production alias of {name} held its lock \(pg_advisory_xact_lock on "
-                                                      r"postgresql\+psycopg2://[^:]+:\*\*\*@.*\) for over 0.3 s; nothing was moved"):
+        with pytest.raises(
+            AliasLockUnavailable,
+            match=rf"another move of the production alias of {name} held its lock \(pg_advisory_xact_lock on "
+            r"postgresql\+psycopg2://[^:]+:\*\*\*@.*\) for over 0.3 s; nothing was moved",
+        ):
             with waiter.held(name):
                 pass
         with waiter.held(f"{name}-other"):

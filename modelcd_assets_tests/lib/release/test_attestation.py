@@ -30,8 +30,15 @@ def other(tmp_path_factory):
 
 
 def verdict(**kw) -> attestation.Verdict:
-    fields = dict(model="m", version="3", subjects=dict(DIGESTS), gates=list(GATES), judged_against={"version": "2", "registered-files": "ab" * 32},
-                  policy_sha256=attestation.policy_sha256({"accuracy": {"tolerance_points": 0.3}}), run_id="run-1")
+    fields = dict(
+        model="m",
+        version="3",
+        subjects=dict(DIGESTS),
+        gates=list(GATES),
+        judged_against={"version": "2", "registered-files": "ab" * 32},
+        policy_sha256=attestation.policy_sha256({"accuracy": {"tolerance_points": 0.3}}),
+        run_id="run-1",
+    )
     return attestation.Verdict(**{**fields, **kw})
 
 
@@ -53,8 +60,12 @@ def test_a_verdict_needs_every_subject(keys):
         attestation.sign(verdict(subjects={k: v for k, v in DIGESTS.items() if k != attestation.TOKENIZER}), keys.private)
 
 
-LM_DIGESTS = {attestation.REGISTERED_FILES: "11" * 32, attestation.INT8_MODEL: "22" * 32, attestation.ADAPTER_FILE: "33" * 32,
-              attestation.TOKENIZER: "44" * 32}
+LM_DIGESTS = {
+    attestation.REGISTERED_FILES: "11" * 32,
+    attestation.INT8_MODEL: "22" * 32,
+    attestation.ADAPTER_FILE: "33" * 32,
+    attestation.TOKENIZER: "44" * 32,
+}
 
 
 def test_a_causal_lm_verdict_is_over_the_int8_base_and_the_adapter_file_without_a_calibration_set(keys):
@@ -109,9 +120,11 @@ def test_problems_name_every_subject_that_differs_and_another_version():
     assert attestation.problems(v, "m", "3", DIGESTS) == []
     assert attestation.problems(v, "m", "3", {attestation.INT8_MODEL: DIGESTS[attestation.INT8_MODEL]}) == []
     found = attestation.problems(v, "m", "4", {**DIGESTS, attestation.INT8_MODEL: "ee" * 32, attestation.TOKENIZER: ""})
-    assert found == ["the attestation is about m/3, not m/4",
-                     f"int8-model differ from what was judged (sha256 {'ee' * 6} != attested {DIGESTS[attestation.INT8_MODEL][:12]})",
-                     f"tokenizer differ from what was judged (sha256 unknown != attested {DIGESTS[attestation.TOKENIZER][:12]})"]
+    assert found == [
+        "the attestation is about m/3, not m/4",
+        f"int8-model differ from what was judged (sha256 {'ee' * 6} != attested {DIGESTS[attestation.INT8_MODEL][:12]})",
+        f"tokenizer differ from what was judged (sha256 unknown != attested {DIGESTS[attestation.TOKENIZER][:12]})",
+    ]
     assert attestation.problems(verdict(gates=[]), "m", "3", DIGESTS) == ["the attestation lists no gate results"]
     assert attestation.problems(verdict(), "other", "3", {}) == ["the attestation is about m/3, not other/3"]
 
@@ -144,7 +157,8 @@ def test_keys_init_makes_a_private_key_only_its_owner_reads_and_refuses_to_repla
 def test_keys_come_from_the_environment_or_the_state_folder(tmp_path):
     assert Keys.from_env({"MODELCD_HOME": str(tmp_path)}) == Keys(tmp_path / "keys" / "signing.key", tmp_path / "keys" / "signing.pub")
     assert Keys.from_env({"MODELCD_HOME": str(tmp_path), "MODELCD_SIGNING_KEY": "/k/a", "MODELCD_VERIFY_KEY": "/k/b"}) == Keys(
-        tmp_path.__class__("/k/a"), tmp_path.__class__("/k/b"))
+        tmp_path.__class__("/k/a"), tmp_path.__class__("/k/b")
+    )
     missing = Keys(tmp_path / "none.key", tmp_path / "none.pub")
     with pytest.raises(MissingKey, match="modelcd keys init"):
         missing.require_private()

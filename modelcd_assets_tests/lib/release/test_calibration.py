@@ -28,12 +28,18 @@ def test_a_representative_set_passes_and_reports_what_was_measured():
     assert (summary.examples, summary.median_tokens, summary.evaluation_median_tokens, summary.length_ratio) == (200, 12, 12, 1.0)
 
 
-@pytest.mark.parametrize("texts, reason", [
-    (GOOD[:199], "it holds 199 texts, fewer than calibration.min_examples (200)"),
-    (["short"] * 200, "its median length is 3 tokens against the evaluation split's 12; calibration.max_median_length_ratio allows 4.0 to 36.0"),
-    ([" ".join(["long"] * 40)] * 200, "its median length is 42 tokens against the evaluation split's 12"),
-    (GOOD[:199] + ["  Ticket 5 ABOUT my invoice that was charged  twice again "], "1 of its texts are in the evaluation split"),
-])
+@pytest.mark.parametrize(
+    "texts, reason",
+    [
+        (GOOD[:199], "it holds 199 texts, fewer than calibration.min_examples (200)"),
+        (
+            ["short"] * 200,
+            "its median length is 3 tokens against the evaluation split's 12; calibration.max_median_length_ratio allows 4.0 to 36.0",
+        ),
+        ([" ".join(["long"] * 40)] * 200, "its median length is 42 tokens against the evaluation split's 12"),
+        (GOOD[:199] + ["  Ticket 5 ABOUT my invoice that was charged  twice again "], "1 of its texts are in the evaluation split"),
+    ],
+)
 def test_each_rule_refuses_a_set_that_breaks_it(texts, reason):
     with pytest.raises(BadCalibrationSet, match="the current set stays") as e:
         validate(texts, EVALUATION, words, POLICY, source="new.jsonl")
@@ -63,7 +69,17 @@ def test_read_texts_takes_text_lines_and_names_every_bad_line(tmp_path):
     good.write_text(json.dumps({"text": "a"}) + "\n\n" + json.dumps({"text": "b", "label": "billing"}) + "\n")
     assert read_texts(good) == ["a", "b"]
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("not json\n" + json.dumps({"label": "x"}) + "\n" + json.dumps({"text": "  "}) + "\n" + json.dumps(["text"]) + "\n" + json.dumps({"text": 3}) + "\n")
+    bad.write_text(
+        "not json\n"
+        + json.dumps({"label": "x"})
+        + "\n"
+        + json.dumps({"text": "  "})
+        + "\n"
+        + json.dumps(["text"])
+        + "\n"
+        + json.dumps({"text": 3})
+        + "\n"
+    )
     with pytest.raises(BadCalibrationSet) as e:
         read_texts(bad)
     message = str(e.value)

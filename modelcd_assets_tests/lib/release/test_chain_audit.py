@@ -22,8 +22,15 @@ def promote(reg, ref: CandidateRef, run_id: str = "", attest: bool = True, judge
     against = current.version if current else None
     run_id = run_id or f"run-{ref.version}"
     if attest:
-        verdict = attestation.Verdict(ref.name, ref.version, DIGESTS, [{"gate": "g", "verdict": "pass"}],
-                                      {"version": against, attestation.REGISTERED_FILES: "cd" * 32} if against else None, "ef" * 32, run_id)
+        verdict = attestation.Verdict(
+            ref.name,
+            ref.version,
+            DIGESTS,
+            [{"gate": "g", "verdict": "pass"}],
+            {"version": against, attestation.REGISTERED_FILES: "cd" * 32} if against else None,
+            "ef" * 32,
+            run_id,
+        )
         reg.put_attestation(ref, attestation.sign(verdict, reg.keys.require_private()))
     recorded = against if judged_against == "same" else judged_against
     reg.move_production(ref, {"run_id": run_id, "judged_against": recorded}, expected=current, lock=TEST_LOCK)
@@ -51,8 +58,10 @@ def test_a_previous_production_edited_by_hand_breaks_the_chain_and_names_the_ver
     reg.set_tags(refs[2], {PREVIOUS_PRODUCTION: "1"})
     found = audit(reg, "m")
     assert not found.intact and found.chain == ("3", "1")
-    assert found.problems == ("3 was promoted judged against 2, but the alias moved to it from 1",
-                              "2 is tagged as promoted (modelcd.promotion) but is not in the chain from production: its move was overwritten")
+    assert found.problems == (
+        "3 was promoted judged against 2, but the alias moved to it from 1",
+        "2 is tagged as promoted (modelcd.promotion) but is not in the chain from production: its move was overwritten",
+    )
 
 
 def test_a_race_that_overwrote_a_promotion_is_found(history, tiny_base):
@@ -64,7 +73,9 @@ def test_a_race_that_overwrote_a_promotion_is_found(history, tiny_base):
     promote(reg, five)
     found = audit(reg, "m")
     assert found.chain == ("5", "3", "2", "1")
-    assert found.problems == ("4 is tagged as promoted (modelcd.promotion) but is not in the chain from production: its move was overwritten",)
+    assert found.problems == (
+        "4 is tagged as promoted (modelcd.promotion) but is not in the chain from production: its move was overwritten",
+    )
 
 
 def test_an_alias_moved_by_hand_to_a_version_without_a_record_is_found(history):
@@ -84,8 +95,10 @@ def test_a_promotion_without_an_attestation_or_with_another_run_is_found(modelcd
     assert audit(reg, "m").problems == ("2 was promoted but has no attestation",)
     promote(reg, three)
     reg.set_tags(three, {PROMOTION: json.dumps({"run_id": "another-run", "judged_against": "2"})})
-    assert audit(reg, "m").problems == ("3's attestation was written by run run-3, its promotion record by run another-run",
-                                        "2 was promoted but has no attestation")
+    assert audit(reg, "m").problems == (
+        "3's attestation was written by run run-3, its promotion record by run another-run",
+        "2 was promoted but has no attestation",
+    )
 
 
 def test_an_attestation_judged_against_another_version_is_found(history):

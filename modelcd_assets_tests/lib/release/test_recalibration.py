@@ -1,4 +1,5 @@
-"""lib/release/recalibration.revise on a real (SQLite) MLflow registry: each outcome, and a registry error that is never read as 'nothing to do'."""
+"""lib/release/recalibration.revise on a real (SQLite) MLflow registry: each outcome, and a registry error that is never read as 'nothing
+to do'."""
 
 from __future__ import annotations
 
@@ -7,7 +8,17 @@ from mlflow import MlflowClient
 
 from modelcd_assets.lib.errors import RegistryUnavailable
 from modelcd_assets.lib.release.recalibration import NO_PRODUCTION, NOT_APPLICABLE, PENDING, REGISTERED, UP_TO_DATE, revise
-from modelcd_assets.lib.release.registry import CALIBRATION, CONTENT, KIND, PRODUCTION, REVISION_OF, ROLE, WEIGHTS_VERSION, CandidateRef, Registry
+from modelcd_assets.lib.release.registry import (
+    CALIBRATION,
+    CONTENT,
+    KIND,
+    PRODUCTION,
+    REVISION_OF,
+    ROLE,
+    WEIGHTS_VERSION,
+    CandidateRef,
+    Registry,
+)
 
 DEFAULT, NEW = "d" * 64, "n" * 64
 

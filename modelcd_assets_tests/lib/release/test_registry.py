@@ -107,27 +107,35 @@ def closed_registry(modelcd_env, monkeypatch):
     return Registry(closed_port_uri(monkeypatch), modelcd_env.env["MODELCD_MLFLOW_ARTIFACTS"])
 
 
-@pytest.mark.parametrize("call, what", [
-    (lambda reg, art: reg.version(CandidateRef("m", "1")), "could not read models:/m/1"),
-    (lambda reg, art: reg.tags(CandidateRef("m", "1")), "could not read models:/m/1"),
-    (lambda reg, art: reg.register(art, "m"), "could not read registered model 'm'"),
-    (lambda reg, art: reg.calibration_of("m"), "could not read the calibration set of 'm'"),
-    (lambda reg, art: reg.candidate_models(), "could not list the registered models"),
-    (lambda reg, art: reg.require_candidate_model("m"), "could not list the registered models"),
-])
+@pytest.mark.parametrize(
+    "call, what",
+    [
+        (lambda reg, art: reg.version(CandidateRef("m", "1")), "could not read models:/m/1"),
+        (lambda reg, art: reg.tags(CandidateRef("m", "1")), "could not read models:/m/1"),
+        (lambda reg, art: reg.register(art, "m"), "could not read registered model 'm'"),
+        (lambda reg, art: reg.calibration_of("m"), "could not read the calibration set of 'm'"),
+        (lambda reg, art: reg.candidate_models(), "could not list the registered models"),
+        (lambda reg, art: reg.require_candidate_model("m"), "could not list the registered models"),
+    ],
+)
 def test_a_registry_on_a_closed_port_is_unavailable_not_a_missing_version(closed_registry, tiny_base, call, what):
     """Issue 17: 'not in the registry' (exit 2, bad input) only when the registry answers so; no answer decides nothing."""
     with pytest.raises(RegistryUnavailable) as e:
         call(closed_registry, tiny_base)
     message = str(e.value)
-    assert message.startswith(f"{what} from http://user:***@127.0.0.1:") or message.startswith(f"{what} in http://user:***@127.0.0.1:"), message
+    assert message.startswith(f"{what} from http://user:***@127.0.0.1:") or message.startswith(f"{what} in http://user:***@127.0.0.1:"), (
+        message
+    )
     assert message.endswith("retry when the registry answers") and "secret" not in message
 
 
-@pytest.mark.parametrize("fault, shown", [
-    (MlflowException("database is locked", error_code=INTERNAL_ERROR), "database is locked"),
-    (ConnectionError("connection refused"), "ConnectionError: connection refused"),
-])
+@pytest.mark.parametrize(
+    "fault, shown",
+    [
+        (MlflowException("database is locked", error_code=INTERNAL_ERROR), "database is locked"),
+        (ConnectionError("connection refused"), "ConnectionError: connection refused"),
+    ],
+)
 def test_only_resource_does_not_exist_means_a_version_is_missing(modelcd_env, tiny_base, monkeypatch, fault, shown):
     reg = modelcd_env.registry
     ref = reg.register(tiny_base, "m")
@@ -138,8 +146,7 @@ def test_only_resource_does_not_exist_means_a_version_is_missing(modelcd_env, ti
     monkeypatch.setattr(reg.client, "get_model_version", broken)
     with pytest.raises(RegistryUnavailable) as e:
         reg.version(ref)
-    assert str(e.value) == (f"could not read models:/m/1 from {reg.shown_uri}: {shown}; "
-                            "nothing was decided, retry when the registry answers")
+    assert str(e.value) == f"could not read models:/m/1 from {reg.shown_uri}: {shown}; nothing was decided, retry when the registry answers"
     monkeypatch.undo()
     with pytest.raises(ModelcdError, match=r"models:/m/2 is not in the registry at .*; check the name and version with 'modelcd status'"):
         reg.version(CandidateRef("m", "2"))
@@ -156,7 +163,9 @@ def test_a_registry_error_reading_the_model_never_creates_it(modelcd_env, tiny_b
 
     monkeypatch.setattr(reg.client, "get_registered_model", broken)
     monkeypatch.setattr(reg.client, "create_registered_model", lambda *a, **k: created.append(a))
-    with pytest.raises(RegistryUnavailable, match=r"^could not read registered model 'b' from .*: database is locked; nothing was registered"):
+    with pytest.raises(
+        RegistryUnavailable, match=r"^could not read registered model 'b' from .*: database is locked; nothing was registered"
+    ):
         reg.register(tiny_base, "b")
     assert created == []
     assert reg.versions("b") == [CandidateRef("b", "1")]
@@ -169,7 +178,9 @@ def test_a_registry_error_listing_models_is_not_no_models(modelcd_env, monkeypat
         raise MlflowException("database is locked", error_code=INTERNAL_ERROR)
 
     monkeypatch.setattr(reg.client, "search_registered_models", broken)
-    with pytest.raises(RegistryUnavailable, match=r"^could not list the registered models from .*: database is locked; nothing was decided"):
+    with pytest.raises(
+        RegistryUnavailable, match=r"^could not list the registered models from .*: database is locked; nothing was decided"
+    ):
         reg.candidate_models()
     with pytest.raises(RegistryUnavailable):
         reg.require_candidate_model("m")
@@ -190,8 +201,11 @@ def test_a_move_that_reads_back_as_another_is_lost_and_leaves_no_promotion_recor
         set_alias(name, alias, rogue.version)
 
     monkeypatch.setattr(reg.client, "set_registered_model_alias", and_then_another_writer)
-    with pytest.raises(AliasMoveLost, match=r"set to 2 under flock under .*, but read back it points at 3 .* another writer moved it without "
-                                            r"the lock. The promotion record on models:/m/2 was removed. Check the chain with 'modelcd audit m'"):
+    with pytest.raises(
+        AliasMoveLost,
+        match=r"set to 2 under flock under .*, but read back it points at 3 .* another writer moved it without "
+        r"the lock. The promotion record on models:/m/2 was removed. Check the chain with 'modelcd audit m'",
+    ):
         reg.move_production(v2, {"why": "judged against 1"}, expected=v1, lock=TEST_LOCK)
     assert PROMOTION not in reg.tags(v2) and PREVIOUS_PRODUCTION not in reg.tags(v2)
 

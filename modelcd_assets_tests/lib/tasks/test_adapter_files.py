@@ -26,7 +26,10 @@ from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, TASKS
 NAMES = {"LICENSE*": "LICENSE.txt", "*.onnx_adapter": "adapter.onnx_adapter"}
 # The base's copy of each compared file, and the same meaning in other bytes (None: binary, only the same bytes pass).
 BASE_FILES = {
-    "tokenizer.json": ({"model": {"vocab": {"a": 0, "b": 1}}, "added_tokens": [{"id": 2, "content": "<|im_end|>", "special": True}]}, "json"),
+    "tokenizer.json": (
+        {"model": {"vocab": {"a": 0, "b": 1}}, "added_tokens": [{"id": 2, "content": "<|im_end|>", "special": True}]},
+        "json",
+    ),
     "tokenizer_config.json": ({"eos_token": "<|im_end|>", "chat_template": "{{ messages }}", "model_max_length": 256}, "json"),
     "special_tokens_map.json": ({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, "json"),
     "added_tokens.json": ({"<|im_end|>": 2}, "json"),
@@ -75,8 +78,13 @@ def handmade_adapter(folder, task: str):
 
     folder.mkdir(parents=True)
     task_type = "SEQ_CLS" if task == CLASSIFICATION else "CAUSAL_LM"
-    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "task_type": task_type, "base_model_name_or_path": "models:/tiny-base/1"}))
-    save_file({"lora_A.weight": np.zeros((4, 32), np.float32), "lora_B.weight": np.zeros((32, 4), np.float32)}, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "r": 4, "task_type": task_type, "base_model_name_or_path": "models:/tiny-base/1"})
+    )
+    save_file(
+        {"lora_A.weight": np.zeros((4, 32), np.float32), "lora_B.weight": np.zeros((32, 4), np.float32)},
+        str(folder / "adapter_model.safetensors"),
+    )
     (folder / "README.md").write_text("# adapter\n")
     return folder
 
@@ -98,8 +106,11 @@ def test_the_handmade_adapter_holds_only_used_files_and_documentation(tmp_path, 
     for task in TASKS:
         adapter = handmade_adapter(tmp_path / task, task)
         assert findings(adapter, task, base) == {}
-        assert {f.pattern: f.treatment for f in adapter_files_of(task) if f.pattern in ("adapter_config.json", "adapter_model.safetensors", "README.md")} == {
-            "adapter_config.json": USED, "adapter_model.safetensors": USED, "README.md": DOCUMENTATION}
+        assert {
+            f.pattern: f.treatment
+            for f in adapter_files_of(task)
+            if f.pattern in ("adapter_config.json", "adapter_model.safetensors", "README.md")
+        } == {"adapter_config.json": USED, "adapter_model.safetensors": USED, "README.md": DOCUMENTATION}
 
 
 @pytest.mark.parametrize("task, entry", ENTRIES, ids=[f"{t}-{e.pattern}" for t, e in ENTRIES])
@@ -136,9 +147,13 @@ def test_the_files_of_issue_27_say_what_differs(tmp_path, base):
     (base / "added_tokens.json").unlink()
     (adapter / "added_tokens.json").write_text(json.dumps({"<|tool|>": 49152, "<|call|>": 49153, "<|result|>": 49154}))
     (adapter / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}))
-    (adapter / "tokenizer_config.json").write_text(json.dumps({**BASE_FILES["tokenizer_config.json"][0], "chat_template": "### {{ messages }}"}))
+    (adapter / "tokenizer_config.json").write_text(
+        json.dumps({**BASE_FILES["tokenizer_config.json"][0], "chat_template": "### {{ messages }}"})
+    )
     got = findings(adapter, CAUSAL_LM, base)
-    assert got["added_tokens.json"].startswith("the base has no added_tokens.json, and this one declares <|call|>, <|result|>, <|tool|>; every adapter")
+    assert got["added_tokens.json"].startswith(
+        "the base has no added_tokens.json, and this one declares <|call|>, <|result|>, <|tool|>; every adapter"
+    )
     assert got["special_tokens_map.json"].startswith("differs from the base's copy in eos_token;")
     assert got["tokenizer_config.json"].startswith("differs from the base's copy in chat_template;")
 
@@ -151,7 +166,9 @@ def test_a_file_no_task_lists_is_refused_unless_the_policy_allows_it(task, tmp_p
     (adapter / "checkpoint-10" / "adapter_config.json").write_text("{}")
     got = findings(adapter, task, base)
     assert sorted(got) == ["checkpoint-10/adapter_config.json", "notes.txt"]
-    assert got["notes.txt"].startswith(f"not a file a {task} adapter folder holds (adapter_config.json, adapter_model.safetensors, tokenizer.json")
+    assert got["notes.txt"].startswith(
+        f"not a file a {task} adapter folder holds (adapter_config.json, adapter_model.safetensors, tokenizer.json"
+    )
     assert got["notes.txt"].endswith("nothing would read it: remove it")
     assert sorted(findings(adapter, task, base, allow=("notes.txt",))) == ["checkpoint-10/adapter_config.json"]
 
@@ -172,10 +189,15 @@ def test_register_fetches_the_base_only_to_compare_and_names_every_file_refused(
     with pytest.raises(BadCandidate) as e:
         refuse_unlisted_files(adapter, CLASSIFICATION, fetch)
     message = str(e.value)
-    assert message.startswith(f"refusing to register {adapter}: 1 file(s) a classification adapter folder may not hold as they are: "
-                              "chat_template.jinja: a classifier generates no text")
+    assert message.startswith(
+        f"refusing to register {adapter}: 1 file(s) a classification adapter folder may not hold as they are: "
+        "chat_template.jinja: a classifier generates no text"
+    )
     _changed(adapter / "vocab.txt", BASE_FILES["vocab.txt"][0], "text")
-    with pytest.raises(BadCandidate, match=r"2 file\(s\).*chat_template.jinja: .*; vocab.txt: differs from the base's copy in 1 of 4 lines, first at line 4"):
+    with pytest.raises(
+        BadCandidate,
+        match=r"2 file\(s\).*chat_template.jinja: .*; vocab.txt: differs from the base's copy in 1 of 4 lines, first at line 4",
+    ):
         refuse_unlisted_files(adapter, CLASSIFICATION, fetch)
 
 
@@ -201,5 +223,7 @@ def test_modelcd_register_refuses_a_tokenizer_file_unlike_the_base_and_takes_the
     (adapter / "added_tokens.json").write_text(json.dumps({"sku1": 30522, "sku2": 30523}))
     assert main(["register", str(adapter), "--name", "tiny-intent"]) == 2
     err = capsys.readouterr().err
-    assert "added_tokens.json: the base has no added_tokens.json, and this one declares sku1, sku2; the adapter is merged into its base" in err
+    assert (
+        "added_tokens.json: the base has no added_tokens.json, and this one declares sku1, sku2; the adapter is merged into its base" in err
+    )
     assert "Traceback" not in err and [v.version for v in modelcd_env.registry.versions("tiny-intent")] == ["1"]
