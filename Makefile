@@ -6,7 +6,7 @@ export MODELCD_HOME ?= $(CURDIR)/.modelcd
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-fast mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-seeds llama-cpp docs clean
+.PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-seeds llama-cpp docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,14 +25,23 @@ install: $(VENV)/.installed .tools/prometheus/usr/bin/prometheus
 demo: install
 	$(BIN)/modelcd demo
 
-# The import rules first (the contracts in pyproject.toml, docs/architecture.md "Layers"): seconds, and a broken layer fails fast.
+# The import rules and the format first (the contracts and [tool.ruff] in pyproject.toml, docs/architecture.md "Layers"):
+# seconds, and a broken layer or an unformatted file fails fast. `make format` formats the tree and fixes what ruff can.
 test: install
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff format --check
+	$(BIN)/ruff check
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-fast: install
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff format --check
+	$(BIN)/ruff check
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+
+format: install
+	$(BIN)/ruff format
+	$(BIN)/ruff check --fix
 
 # Mutation testing of the gate code against its fast unit tests ([tool.mutmut] in pyproject.toml). A fresh run each
 # time: mutmut keeps old verdicts for unchanged functions, even after tests are added.
