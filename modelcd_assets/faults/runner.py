@@ -18,7 +18,7 @@ from modelcd_assets.faults.sandbox import Sandbox, open_sandbox
 from modelcd_assets.lib.causal_lm.training import LmTraining
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError
 from modelcd_assets.lib.model.training import Training
-from modelcd_assets.lib.release.registry import TASK, Registry
+from modelcd_assets.lib.release.registry import Registry
 from modelcd_assets.lib.splits import read_split, split_path
 from modelcd_assets.lib.tasks.names import CAUSAL_LM, DEFAULT_TASK
 
@@ -219,7 +219,7 @@ def run_selftest(
     the user's registry is only read."""
     source = Registry.from_env(source_env)
     user_prod = source.production(name)
-    prod_task = source.tags(user_prod).get(TASK, DEFAULT_TASK) if user_prod else (task or DEFAULT_TASK)
+    prod_task = source.task(user_prod) if user_prod else (task or DEFAULT_TASK)
     if task is not None and task != prod_task:
         raise ModelcdError(
             f"{name}'s production is a {prod_task} model: its faults are the {prod_task} classes, not {task}'s; pass --task {prod_task} "

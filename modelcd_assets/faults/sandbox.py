@@ -37,10 +37,10 @@ from modelcd_assets.lib.release.registry import (
     PROMOTION,
     SEMVER,
     SEMVER_DECLARED,
-    TASK,
     TOKENIZER_CHANGE,
     CandidateRef,
     Registry,
+    version_task,
 )
 from modelcd_assets.lib.release.signing import SIGNATURE_FILE, FilesChanged, Keys, init_keys, sign_folder
 from modelcd_assets.lib.splits import split_path
@@ -297,7 +297,7 @@ def open_sandbox(name: str, source_env: Mapping[str, str], root: Path, progress:
         instance = dg.DagsterInstance.get()
     try:
         ref = registry.register(prod.artifact, name, base=prod.base_uri, tags=carried, limits=_limits(env, name))
-        sandbox = Sandbox(name, root, env, registry, instance, prod, ref, progress, tags.get(TASK, DEFAULT_TASK))
+        sandbox = Sandbox(name, root, env, registry, instance, prod, ref, progress, version_task(tags))
         run = sandbox.gate(ref)
         if run.outcome != launch.PROMOTED:
             failing = "; ".join(f"{r.gate}: {r.reason or r.status}" for r in run.rows if r.status not in _PASSING) or run.error

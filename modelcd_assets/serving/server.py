@@ -18,7 +18,7 @@ from fastapi import FastAPI
 
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.judging.policy import policy_for
-from modelcd_assets.lib.release.registry import TASK, Registry
+from modelcd_assets.lib.release.registry import Registry
 from modelcd_assets.lib.tasks.names import CAUSAL_LM, DEFAULT_TASK
 from modelcd_assets.serving.app import create_app
 from modelcd_assets.serving.pool import ServingPool
@@ -67,7 +67,7 @@ def task_of_model(registry: Registry, model: str) -> str:
     if ref is None:
         versions = registry.versions(model)
         ref = max(versions, key=lambda r: int(r.version)) if versions else None
-    return registry.tags(ref).get(TASK, DEFAULT_TASK) if ref is not None else DEFAULT_TASK
+    return registry.task(ref) if ref is not None else DEFAULT_TASK
 
 
 def serve(

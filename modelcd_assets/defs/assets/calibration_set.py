@@ -8,9 +8,8 @@ from pydantic import Field
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.inference.tokens import TextEncoder
 from modelcd_assets.lib.release.calibration import read_texts, validate
-from modelcd_assets.lib.release.registry import TASK
 from modelcd_assets.lib.splits import read_split
-from modelcd_assets.lib.tasks.names import CLASSIFICATION, DEFAULT_TASK
+from modelcd_assets.lib.tasks.names import CLASSIFICATION
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
@@ -59,7 +58,7 @@ def calibration_set(
             f"{config.model} has no production version yet: a calibration set is judged against production's tokenizer and "
             "re-quantizes production; gate a first version (it is calibrated with the data folder's split), then register the set"
         )
-    if (task := reg.tags(production).get(TASK, DEFAULT_TASK)) != CLASSIFICATION:
+    if (task := reg.task(production)) != CLASSIFICATION:
         raise ModelcdError(
             f"{config.model} is a {task} model: its INT8 base is weight-only (8-bit MatMulNBits), with no activation ranges to "
             "calibrate, so it has no calibration set; its INT8 fidelity is judged by int8_agrees_with_fp32 on every version"

@@ -17,11 +17,11 @@ from modelcd_assets.lib.release.registry import (
     PREVIOUS_PRODUCTION,
     PROMOTION,
     REVISION_OF,
-    TASK,
     CandidateRef,
     Registry,
+    version_task,
 )
-from modelcd_assets.lib.tasks.names import CLASSIFICATION, DEFAULT_TASK, require_task
+from modelcd_assets.lib.tasks.names import CLASSIFICATION
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
@@ -110,8 +110,8 @@ def candidate(
             reg.fetch(base_ref, base_path)
         base_dir = str(base_path)
     content = tags[CONTENT]
-    task = require_task(tags.get(TASK, DEFAULT_TASK))
-    if baseline is not None and (baseline_task := reg.tags(baseline).get(TASK, DEFAULT_TASK)) != task:
+    task = version_task(tags)
+    if baseline is not None and (baseline_task := reg.task(baseline)) != task:
         raise ModelcdError(
             f"{ref.uri} is a {task} model but {ref.name}'s production {baseline.uri} is a {baseline_task} model: one registered "
             "model serves one task, and nothing would compare them; register it under another name"

@@ -7,8 +7,6 @@ import dagster as dg
 from modelcd_assets.defs.assets.production_rollback import rollback_run_config
 from modelcd_assets.defs.jobs import rollback_production
 from modelcd_assets.lib.judging.slo import FAIL, PASS, PrometheusUnavailable
-from modelcd_assets.lib.release.registry import TASK
-from modelcd_assets.lib.tasks.names import DEFAULT_TASK
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.prometheus import PrometheusResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
@@ -43,7 +41,7 @@ def slo_sensor(
         if state.get("version") != prod.version:
             state = {"version": prod.version, "failures": [], "rollbacks": state.get("rollbacks", 0)}
         try:
-            verdict = prometheus.evaluate(model, prod.version, slo, reg.tags(prod).get(TASK, DEFAULT_TASK))
+            verdict = prometheus.evaluate(model, prod.version, slo, reg.task(prod))
         except PrometheusUnavailable as e:
             return dg.SensorResult(skip_reason=f"{e}; SLOs not judged, nothing rolled back", cursor=context.cursor)
         record = {"outcome": verdict.outcome, "values": verdict.values, "reasons": verdict.reasons, "queries": verdict.queries}

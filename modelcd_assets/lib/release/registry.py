@@ -55,6 +55,12 @@ class NotInRegistry(ModelcdError):
     """The registry answered that what was asked for (a registered model, a version, an artifact) does not exist."""
 
 
+def version_task(tags: Mapping[str, str]) -> str:
+    """The task a version's tags declare; a version registered before tasks existed is a classifier, and an unknown task is
+    refused with the known ones."""
+    return require_task(tags.get(TASK, DEFAULT_TASK))
+
+
 @dataclass(frozen=True)
 class CandidateRef:
     """A registered model version, and its Dagster partition key NAME:VERSION."""
@@ -224,7 +230,7 @@ class Registry:
             base_ref = CandidateRef.from_uri(base_uri)
             self.version(base_ref)  # raises when the base is not registered
             version_tags[BASE] = base_ref.uri
-            base_task = self.tags(base_ref).get(TASK, DEFAULT_TASK)
+            base_task = self.task(base_ref)
             for claimed, source in ((task, "--task"), (task_of_adapter(folder), "its adapter_config.json task_type")):
                 if claimed is not None and require_task(claimed) != base_task:
                     raise BadCandidate(
@@ -352,6 +358,10 @@ class Registry:
                 return json.loads(Path(got).read_text())
             except (OSError, ValueError) as e:
                 raise BadCandidate(f"the attestation stored with {ref.uri} is not readable JSON ({e}); refusing it") from e
+
+    def task(self, ref: CandidateRef) -> str:
+        """What kind of model a version is, by its modelcd.task tag (see version_task)."""
+        return version_task(self.tags(ref))
 
     def tags(self, ref: CandidateRef) -> dict[str, str]:
         return dict(self.version(ref).tags)
