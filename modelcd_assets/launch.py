@@ -160,6 +160,21 @@ def _progress_logger(bar) -> dg.LoggerDefinition:
     return dg.LoggerDefinition(build, description="modelcd's terminal progress bar")
 
 
+def _run_for(ref: CandidateRef, job: dg.JobDefinition, instance: dg.DagsterInstance, run_config: dict, logger: dg.LoggerDefinition | None):
+    """Run job on ref's partition in this process, tagged as the CLI's; logger, when given, replaces Dagster's console log."""
+    if logger is not None:
+        job = job.with_logger_defs({"terminal": logger})
+        run_config = {**run_config, "loggers": {"terminal": {}}}
+    with preserved_stop_signals():
+        return job.execute_in_process(
+            instance=instance,
+            partition_key=ref.key,
+            run_config=run_config,
+            raise_on_error=False,
+            tags={CANDIDATE: ref.key, LAUNCHED_BY: "cli", **process_tags()},
+        )
+
+
 def run_gate(
     ref: CandidateRef, traffic_sample: str = "traffic_current", instance: dg.DagsterInstance | None = None, progress: bool = False
 ) -> GateRun:
@@ -179,22 +194,13 @@ def run_gate(
 
         steps = len(job.asset_layer.asset_graph.get_all_asset_keys()) + len(job.asset_layer.asset_graph.asset_check_keys)
         bar = tqdm(total=steps, desc=f"gating {ref.key}", unit="step")
-        job = job.with_logger_defs({"progress": _progress_logger(bar)})
-        run_config["loggers"] = {"progress": {}}
     try:
-        with preserved_stop_signals():
-            result = job.execute_in_process(
-                instance=instance,
-                partition_key=ref.key,
-                run_config=run_config,
-                raise_on_error=False,
-                tags={CANDIDATE: ref.key, LAUNCHED_BY: "cli", **process_tags()},
-            )
+        result = _run_for(ref, job, instance, run_config, _progress_logger(bar) if bar is not None else None)
     finally:
         if bar is not None:
             bar.close()
     run = _judge(ref, result, [_row(r) for r in read_gates(instance, ref.key, GateGraph.of(d)).records])
-    run.report_error = write_report(instance, ref)
+    run.report_error = write_report(instance, ref, quiet=progress)
     if run.report_error:
         logging.getLogger(__name__).warning("the gate report of %s was not written: %s", ref.uri, run.report_error)
     return run
@@ -257,22 +263,25 @@ def add_candidate(instance: dg.DagsterInstance, ref: CandidateRef) -> str:
     return ref.key
 
 
-def write_report(instance: dg.DagsterInstance, ref: CandidateRef) -> str:
-    """Materialize the candidate's gate_report page, as gate_report_sensor does after the daemon's gated runs.
+def _quiet_logger() -> dg.LoggerDefinition:
+    """A run's logger that prints nothing: its events still go to the instance's event log (the run's page in the UI)."""
+
+    def build(_init_context) -> logging.Logger:
+        log = logging.getLogger("modelcd.quiet")
+        log.propagate = False
+        log.handlers = [logging.NullHandler()]
+        return log
+
+    return dg.LoggerDefinition(build, description="nothing on the terminal; the run's log is in the Dagster UI")
+
+
+def write_report(instance: dg.DagsterInstance, ref: CandidateRef, quiet: bool = False) -> str:
+    """Materialize the candidate's gate_report page, as gate_report_sensor does after the daemon's gated runs; quiet=True
+    leaves Dagster's event lines off the terminal (they stay in the run's log in the UI).
 
     Returns why it could not be written ("" when it was); the gate decision does not depend on it.
     """
-    with preserved_stop_signals():
-        result = (
-            definitions()
-            .resolve_job_def(GATE_REPORT_JOB)
-            .execute_in_process(
-                instance=instance,
-                partition_key=ref.key,
-                raise_on_error=False,
-                tags={CANDIDATE: ref.key, LAUNCHED_BY: "cli", **process_tags()},
-            )
-        )
+    result = _run_for(ref, definitions().resolve_job_def(GATE_REPORT_JOB), instance, {}, _quiet_logger() if quiet else None)
     return "" if result.success else (_failure_message(result) or "the gate_report run failed; see it in the Dagster UI")
 
 

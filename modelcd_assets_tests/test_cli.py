@@ -107,6 +107,8 @@ def test_a_gated_run_that_loses_the_registry_is_exit_1(modelcd_env, tiny_base, m
     line = next(line for line in err.splitlines() if line.startswith("modelcd: "))
     assert line.startswith("modelcd: registry unavailable: candidate: ") and "could not read the production alias of 'm'" in line, err
     assert "database is locked" in line and "nothing was promoted" in line, err
+    # Issue 28: the terminal shows the progress bar and modelcd's lines; Dagster's event lines stay in the runs' logs.
+    assert " - dagster - " not in err, err
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,9 @@ def local_defaults(home: Path, pg_url: str = "") -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # MLflow draws a "Downloading artifacts" bar for every fetch (status, audit, each gate step): a terminal's lines are
+        # modelcd's own. Set it to true to see them.
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
     }
 
 
