@@ -56,12 +56,22 @@ def lineage_problems(latest: dict[str, int | None], parents: dict[str, list[str]
     return problems
 
 
+def _failed(r: GateRecord) -> str:
+    """A gate that judged and did not pass, in its own word, with its measured value against its threshold (or its reason)."""
+    said = f"{r.gate}: {r.verdict or 'fail'}"
+    if r.measured or r.threshold:
+        return f"{said}, measured {r.measured or 'nothing'} against {r.threshold or 'no threshold recorded'}"
+    return f"{said}: {r.reason}" if r.reason else said
+
+
 def gate_problems(records: list[GateRecord], lineage: list[str] = ()) -> list[str]:
     """Why promotion must not happen; empty when every gate passed on this candidate's current lineage."""
     problems = []
     for r in records:
         if r.status is None:
             problems.append(f"{r.gate}: no result recorded")
+        elif r.status == "FAILED":  # evaluated, and did not pass: what it measured against what it allows leads
+            problems.append(_failed(r))
         elif r.status != "SUCCEEDED" or r.passed is not True:
             problems.append(f"{r.gate}: {r.status.lower()}" + ("" if r.passed is None else f" (passed={r.passed})"))
         elif r.verdict == NOT_APPLICABLE:  # the gate says it judges another task than the one that requires it

@@ -124,6 +124,15 @@ def test_a_required_gate_that_says_it_does_not_apply_refuses():
     assert gate_problems([GateRecord("accuracy_within_tolerance", "SUCCEEDED", True, True, "pass")]) == []
 
 
+def test_a_failed_gate_leads_with_what_it_measured_against_its_threshold():
+    """Issue 28: the gate report's problems read 'perplexity_within_tolerance: failed (passed=False)'."""
+    failed = GateRecord("perplexity_within_tolerance", "FAILED", False, True, "fail", "+52.73%", "+8.00%", "worse on most replies")
+    assert gate_problems([failed]) == ["perplexity_within_tolerance: fail, measured +52.73% against +8.00%"]
+    unsure = GateRecord("throughput_within_tolerance", "FAILED", False, True, "inconclusive", reason="the CI straddles 0.88")
+    assert gate_problems([unsure]) == ["throughput_within_tolerance: inconclusive: the CI straddles 0.88"]
+    assert gate_problems([GateRecord("odd", "FAILED", False, True)]) == ["odd: fail"]
+
+
 def test_a_succeeded_check_that_did_not_pass_refuses():
     assert gate_problems([GateRecord("odd", "SUCCEEDED", False, True)]) == ["odd: succeeded (passed=False)"]
     assert gate_problems([GateRecord("odd", "SUCCEEDED", None, True)]) == ["odd: succeeded"]
