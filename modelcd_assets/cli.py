@@ -10,6 +10,7 @@ from pathlib import Path
 
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
 from modelcd_assets.lib.operations.settings import apply_local_defaults
+from modelcd_assets.lib.tasks.names import known_tasks
 
 DEMO_MODELS = ("ticket-intent", "support-reply")  # demo.MODEL_NAME and demo.LM_MODEL_NAME, without importing the demo
 
@@ -354,7 +355,7 @@ def parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--task",
-        choices=["classification", "causal-lm"],
+        choices=known_tasks(),
         help="what kind of model a base or full model is (default: from its config's architecture); an adapter carries its base's",
     )
     r.set_defaults(func=cmd_register)
@@ -459,7 +460,7 @@ def parser() -> argparse.ArgumentParser:
     fr.add_argument("--name", help="registered model whose production the faults are derived from (default: the demo's of the task)")
     fr.add_argument(
         "--task",
-        choices=["classification", "causal-lm"],
+        choices=known_tasks(),
         help="the fault classes of this task (default: the task of the model's production)",
     )
     fr.add_argument("--only", nargs="+", metavar="CLASS", help="run only these fault classes")

@@ -7,10 +7,12 @@ strings, `Md` (markdown) or `Json`, which the Dagster layer turns into its own m
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.judging.gates import Verdict
 from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.layout import CandidateFiles
@@ -18,7 +20,7 @@ from modelcd_assets.lib.release.calibration import CalibrationStore
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CandidateRef, Registry
 from modelcd_assets.lib.tasks.adapter_files import AdapterFile
-from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, require_task
+from modelcd_assets.lib.tasks.names import declaration_of
 
 
 @dataclass(frozen=True)
@@ -110,12 +112,25 @@ class Task(Protocol):
 
 
 def task_of(name: str) -> Task:
-    """The implementation of a task by its name (a version's modelcd.task tag)."""
-    if require_task(name) == CAUSAL_LM:
-        from modelcd_assets.lib.tasks.causal_lm import CausalLmTask
+    """The implementation of a declared task (lib/tasks/names.declare_task) by its name (a version's modelcd.task tag).
 
-        return CausalLmTask()
-    assert name == CLASSIFICATION
-    from modelcd_assets.lib.tasks.classification import ClassificationTask
+    An implementation that lacks a step of the Task interface, or says it is another task, is refused, naming what is wrong."""
+    declared = declaration_of(name)
+    module, _, attr = declared.implementation.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ModelcdError(f"task {name!r}: its implementation {declared.implementation} cannot be loaded ({type(e).__name__}: {e})") from e
+    task = cls()
+    missing = [step for step in TASK_STEPS if not callable(getattr(task, step, None))]
+    if missing:
+        raise ModelcdError(
+            f"task {name!r}: {declared.implementation} has no {', '.join(missing)}; a task implements every step of lib/tasks/task.Task"
+        )
+    if getattr(task, "name", None) != name:
+        raise ModelcdError(f"task {name!r}: {declared.implementation} says it is {getattr(task, 'name', None)!r}")
+    return task
 
-    return ClassificationTask()
+
+# The steps every task implements: the methods of the Task interface.
+TASK_STEPS = tuple(n for n, v in vars(Task).items() if callable(v) and not n.startswith("_"))
