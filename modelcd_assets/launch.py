@@ -149,15 +149,21 @@ class _StepProgress(logging.Handler):
             self.bar.set_postfix_str(f"{event.step_key} running")
 
 
-def _progress_logger(bar) -> dg.LoggerDefinition:
+def _terminal_logger(name: str, handler: logging.Handler, description: str) -> dg.LoggerDefinition:
+    """A run's logger that sends its records to handler alone; its events still go to the instance's event log (the UI)."""
+
     def build(_init_context) -> logging.Logger:
-        log = logging.getLogger(f"modelcd.progress.{id(bar)}")
+        log = logging.getLogger(name)
         log.setLevel(logging.DEBUG)
         log.propagate = False
-        log.handlers = [_StepProgress(bar)]
+        log.handlers = [handler]
         return log
 
-    return dg.LoggerDefinition(build, description="modelcd's terminal progress bar")
+    return dg.LoggerDefinition(build, description=description)
+
+
+def _progress_logger(bar) -> dg.LoggerDefinition:
+    return _terminal_logger(f"modelcd.progress.{id(bar)}", _StepProgress(bar), "modelcd's terminal progress bar")
 
 
 def _run_for(ref: CandidateRef, job: dg.JobDefinition, instance: dg.DagsterInstance, run_config: dict, logger: dg.LoggerDefinition | None):
@@ -264,15 +270,7 @@ def add_candidate(instance: dg.DagsterInstance, ref: CandidateRef) -> str:
 
 
 def _quiet_logger() -> dg.LoggerDefinition:
-    """A run's logger that prints nothing: its events still go to the instance's event log (the run's page in the UI)."""
-
-    def build(_init_context) -> logging.Logger:
-        log = logging.getLogger("modelcd.quiet")
-        log.propagate = False
-        log.handlers = [logging.NullHandler()]
-        return log
-
-    return dg.LoggerDefinition(build, description="nothing on the terminal; the run's log is in the Dagster UI")
+    return _terminal_logger("modelcd.quiet", logging.NullHandler(), "nothing on the terminal; the run's log is in the Dagster UI")
 
 
 def write_report(instance: dg.DagsterInstance, ref: CandidateRef, quiet: bool = False) -> str:
