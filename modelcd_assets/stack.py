@@ -107,9 +107,7 @@ def run_stack(models: list[str], serve_port: int, prometheus_port: int, ui_port:
 
 
 def _api(registry: Registry, model: str) -> str:
-    from modelcd_assets.lib.tasks.names import CAUSAL_LM
+    from modelcd_assets.lib.tasks.names import declaration_of
     from modelcd_assets.serving.server import task_of_model
 
-    return (
-        "the OpenAI API: POST /v1/chat/completions, /v1/completions" if task_of_model(registry, model) == CAUSAL_LM else "POST /v1/classify"
-    )
+    return declaration_of(task_of_model(registry, model)).server_api

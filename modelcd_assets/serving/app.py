@@ -22,6 +22,7 @@ from modelcd_assets.serving.limits import NOT_READY, REJECT_REASONS, UNKNOWN_VER
 from modelcd_assets.serving.metrics import LiveDriftCollector, ServerMetrics
 from modelcd_assets.serving.pool import ServingPool, UnknownVersion
 from modelcd_assets.serving.scaffold import scaffold
+from modelcd_assets.serving.server import ServerInputs
 
 log = logging.getLogger("modelcd.serve")
 
@@ -37,6 +38,17 @@ class FaultRequest(BaseModel):
     latency_ms: float = Field(0.0, ge=0, le=60_000)
     error_ratio: float = Field(0.0, ge=0, le=1)
     nan_ratio: float = Field(0.0, ge=0, le=1)
+
+
+def classifier_server(inputs: ServerInputs) -> FastAPI:
+    """A classifier's server (lib/tasks/names.TaskDeclaration.server): one intra-op thread per model call, and concurrency from
+    `workers` calls at once, so a swap's probe on the loader thread does not steal every core from requests in flight."""
+    pool = ServingPool(inputs.model, inputs.registry, inputs.home, inputs.policy.serving, inputs.policy.safety.limits(), threads=1)
+    if inputs.chaos:
+        log.warning("--chaos: POST /v1/admin/faults can make any loaded version slow, failing or NaN-producing")
+    return create_app(
+        pool, admin_token=inputs.admin_token, poll_seconds=inputs.policy.serving.poll_seconds, chaos=inputs.chaos, workers=inputs.workers
+    )
 
 
 def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: float, chaos: bool = False, workers: int = 2) -> FastAPI:

@@ -43,9 +43,24 @@ from modelcd_assets.serving.openai_api import (
 )
 from modelcd_assets.serving.pool import UnknownVersion
 from modelcd_assets.serving.scaffold import scaffold
+from modelcd_assets.serving.server import ServerInputs
 
 log = logging.getLogger("modelcd.serve")
 LM_REJECT_REASONS = (*REJECT_REASONS, PROMPT_TOO_LONG, MAX_TOKENS_TOO_LARGE, KV_CACHE_TOO_LARGE, TOO_MANY_GENERATIONS, UNSUPPORTED)
+
+
+def lm_server(inputs: ServerInputs) -> FastAPI:
+    """A causal LM's server (lib/tasks/names.TaskDeclaration.server): one session per base build, its intra-op threads over all
+    cores, since a decode step is one small matmul per layer."""
+    if inputs.chaos:
+        raise ModelcdError(
+            f"--chaos injects faults into classify requests; {inputs.model} is a causal LM, served through the OpenAI API without it"
+        )
+    policy = inputs.policy
+    pool = LmPool(inputs.model, inputs.registry, inputs.home, policy.serving, policy.safety.limits(), threads=None)
+    return create_lm_app(
+        pool, admin_token=inputs.admin_token, poll_seconds=policy.serving.poll_seconds, node_usd_per_hour=policy.cost.node_usd_per_hour
+    )
 
 
 def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float, node_usd_per_hour: float) -> FastAPI:

@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import FastAPI
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.judging.policy import policy_for
+from modelcd_assets.lib.judging.policy import Policy, policy_for
 from modelcd_assets.lib.release.registry import Registry
-from modelcd_assets.lib.tasks.names import CAUSAL_LM, DEFAULT_TASK
-from modelcd_assets.serving.app import create_app
-from modelcd_assets.serving.pool import ServingPool
+from modelcd_assets.lib.tasks.names import DEFAULT_TASK, declaration_of, load_declared
 
 ADMIN_TOKEN_ENV = "MODELCD_ADMIN_TOKEN"
 ADMIN_HOST, ADMIN_PORT = "127.0.0.1", 8081
@@ -35,30 +34,27 @@ def app_from_env(model: str, workers: int = 2, environ: dict | None = None, *, c
     policy = policy_for(Path(env["MODELCD_POLICY_DIR"]), model)
     registry = Registry.from_env(env)
     registry.require_candidate_model(model)
-    # One intra-op thread per model call; concurrency comes from `workers` calls at once, so a swap's probe
-    # on the loader thread does not steal every core from requests in flight.
-    if task_of_model(registry, model) == CAUSAL_LM:
-        from modelcd_assets.serving.lm_app import create_lm_app
-        from modelcd_assets.serving.lm_pool import LmPool
-
-        if chaos:
-            raise ModelcdError(
-                f"--chaos injects faults into classify requests; {model} is a causal LM, served through the OpenAI API without it"
-            )
-        # One session per base build, its intra-op threads over all cores: a decode step is one small matmul per layer.
-        lm_pool = LmPool(model, registry, Path(env["MODELCD_HOME"]), policy.serving, policy.safety.limits(), threads=None)
-        return create_lm_app(
-            lm_pool,
-            admin_token=env.get(ADMIN_TOKEN_ENV) or None,
-            poll_seconds=policy.serving.poll_seconds,
-            node_usd_per_hour=policy.cost.node_usd_per_hour,
+    task = task_of_model(registry, model)
+    build = load_declared(declaration_of(task).server, f"task {task!r}'s server")
+    if build is None:
+        raise ModelcdError(
+            f"{model} is a {task} model, and the {task} task declares no server (TaskDeclaration.server); nothing can serve it"
         )
-    pool = ServingPool(model, registry, Path(env["MODELCD_HOME"]), policy.serving, policy.safety.limits(), threads=1)
-    if chaos:
-        log.warning("--chaos: POST /v1/admin/faults can make any loaded version slow, failing or NaN-producing")
-    return create_app(
-        pool, admin_token=env.get(ADMIN_TOKEN_ENV) or None, poll_seconds=policy.serving.poll_seconds, chaos=chaos, workers=workers
-    )
+    return build(ServerInputs(model, registry, Path(env["MODELCD_HOME"]), policy, env.get(ADMIN_TOKEN_ENV) or None, workers, chaos))
+
+
+@dataclass(frozen=True)
+class ServerInputs:
+    """What a task's server (lib/tasks/names.TaskDeclaration.server) is built from: the model, its registry, the state folder, the
+    model's effective policy, the admin token (None: no admin API), the number of concurrent model calls, and --chaos."""
+
+    model: str
+    registry: Registry
+    home: Path
+    policy: Policy
+    admin_token: str | None
+    workers: int
+    chaos: bool
 
 
 def task_of_model(registry: Registry, model: str) -> str:

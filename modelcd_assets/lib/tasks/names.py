@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +22,17 @@ class TaskDeclaration:
     implementation: "package.module:Class", a class implementing lib/tasks/task.Task, built with no arguments.
     architectures: suffixes of config.json architectures that declare a folder of this task (LlamaForCausalLM: "ForCausalLM").
     peft_task_types: the peft adapter_config.json task_type values that declare an adapter of this task.
+    server: "package.module:function" building the public app for a model of this task from serving/server.ServerInputs
+        (None: `modelcd serve` refuses its models, naming the task).
+    server_api: what that app answers, as `modelcd up` prints it.
     """
 
     name: str
     implementation: str
     architectures: tuple[str, ...] = ()
     peft_task_types: tuple[str, ...] = ()
+    server: str | None = None
+    server_api: str = ""
 
 
 _DECLARED: dict[str, TaskDeclaration] = {}
@@ -43,6 +49,17 @@ def declare_task(declaration: TaskDeclaration) -> None:
     if ":" not in declaration.implementation:
         raise ModelcdError(f"task {declaration.name!r}: its implementation {declaration.implementation!r} is not 'package.module:Class'")
     _DECLARED[declaration.name] = declaration
+
+
+def load_declared(spec: str | None, what: str):
+    """The object a declaration names as "package.module:attribute" (None for None); a name that does not load is refused, naming it."""
+    if spec is None:
+        return None
+    module, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ModelcdError(f"{what} {spec} cannot be loaded ({type(e).__name__}: {e})") from e
 
 
 def known_tasks() -> tuple[str, ...]:
@@ -62,10 +79,23 @@ def require_task(task: str) -> str:
     return task
 
 
-declare_task(TaskDeclaration(CLASSIFICATION, "modelcd_assets.lib.tasks.classification:ClassificationTask", peft_task_types=("SEQ_CLS",)))
 declare_task(
     TaskDeclaration(
-        CAUSAL_LM, "modelcd_assets.lib.tasks.causal_lm:CausalLmTask", architectures=("ForCausalLM",), peft_task_types=("CAUSAL_LM",)
+        CLASSIFICATION,
+        "modelcd_assets.lib.tasks.classification:ClassificationTask",
+        peft_task_types=("SEQ_CLS",),
+        server="modelcd_assets.serving.app:classifier_server",
+        server_api="POST /v1/classify",
+    )
+)
+declare_task(
+    TaskDeclaration(
+        CAUSAL_LM,
+        "modelcd_assets.lib.tasks.causal_lm:CausalLmTask",
+        architectures=("ForCausalLM",),
+        peft_task_types=("CAUSAL_LM",),
+        server="modelcd_assets.serving.lm_app:lm_server",
+        server_api="the OpenAI API: POST /v1/chat/completions, /v1/completions",
     )
 )
 TASKS = known_tasks()  # the built-in tasks; known_tasks() also lists those declared later

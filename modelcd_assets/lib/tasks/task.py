@@ -7,7 +7,6 @@ strings, `Md` (markdown) or `Json`, which the Dagster layer turns into its own m
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,7 +19,7 @@ from modelcd_assets.lib.release.calibration import CalibrationStore
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CandidateRef, Registry
 from modelcd_assets.lib.tasks.adapter_files import AdapterFile
-from modelcd_assets.lib.tasks.names import declaration_of
+from modelcd_assets.lib.tasks.names import declaration_of, load_declared
 
 
 @dataclass(frozen=True)
@@ -116,12 +115,7 @@ def task_of(name: str) -> Task:
 
     An implementation that lacks a step of the Task interface, or says it is another task, is refused, naming what is wrong."""
     declared = declaration_of(name)
-    module, _, attr = declared.implementation.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ModelcdError(f"task {name!r}: its implementation {declared.implementation} cannot be loaded ({type(e).__name__}: {e})") from e
-    task = cls()
+    task = load_declared(declared.implementation, f"task {name!r}: its implementation")()
     missing = [step for step in TASK_STEPS if not callable(getattr(task, step, None))]
     if missing:
         raise ModelcdError(
