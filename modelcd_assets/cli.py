@@ -8,11 +8,10 @@ import os
 import sys
 from pathlib import Path
 
+from modelcd_assets.lib.demo.models import DEMO_MODELS
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
 from modelcd_assets.lib.operations.settings import apply_local_defaults
-from modelcd_assets.lib.tasks.names import known_tasks
-
-DEMO_MODELS = ("ticket-intent", "support-reply")  # demo.MODEL_NAME and demo.LM_MODEL_NAME, without importing the demo
+from modelcd_assets.lib.tasks.names import DEFAULT_TASK, known_tasks
 
 EXIT_PROMOTED, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BLOCKED = 0, 1, 2, 3
 
@@ -70,8 +69,9 @@ def cmd_register(args) -> int:
 def cmd_contract_diff(args) -> int:
     import json
 
-    from modelcd_assets.lib.judging.contract import diff_contracts, required_level
+    from modelcd_assets.lib.judging.contract import required_level
     from modelcd_assets.lib.release.registry import CONTRACT, SEMVER, CandidateRef
+    from modelcd_assets.lib.tasks.semver import contract_changes
 
     reg = _registry()
     contracts = []
@@ -83,7 +83,7 @@ def cmd_contract_diff(args) -> int:
         contracts.append((json.loads(tags[CONTRACT]), tags.get(SEMVER, "?")))
     (old, old_semver), (new, new_semver) = contracts
     ids_changed = old["tokenizer_sha256"] != new["tokenizer_sha256"]  # without probes, any tokenizer change counts as new ids
-    changes = diff_contracts(old, new, ids_changed)
+    changes = contract_changes(old, new, ids_changed)
     print(f"{args.name} {args.v1} ({old_semver}) -> {args.v2} ({new_semver}): requires a {required_level(changes)} bump")
     for c in changes:
         print(f"  {c.level.upper():5}  {c.what}")
@@ -303,7 +303,7 @@ def cmd_up(args) -> int:
     from modelcd_assets.stack import run_stack
 
     return run_stack(
-        args.names or list(DEMO_MODELS),
+        args.names or list(DEMO_MODELS.values()),
         serve_port=args.port,
         prometheus_port=args.prometheus_port,
         ui_port=args.ui_port,
@@ -317,7 +317,9 @@ def cmd_faults_run(args) -> int:
 
     if args.controls < 0:
         raise ModelcdError("--controls must be 0 or more")
-    name = args.name or ("support-reply" if args.task == "causal-lm" else "ticket-intent")
+    name = args.name or DEMO_MODELS.get(args.task or DEFAULT_TASK)
+    if name is None:
+        raise ModelcdError(f"the demo has no {args.task} model to derive faults from; name a registered one with --name")
     report = run_selftest(
         name,
         dict(os.environ),
@@ -418,7 +420,7 @@ def parser() -> argparse.ArgumentParser:
     ki.add_argument("--force", action="store_true", help="replace an existing pair: every earlier signature and verdict stops verifying")
     ki.set_defaults(func=cmd_keys_init)
     d = sub.add_parser("demo", help="train two adapters on MiniLM and two on SmolLM2-135M-Instruct, and gate all four")
-    d.add_argument("--task", choices=["all", "classification", "causal-lm"], default="all", help="which demo to run (default: both)")
+    d.add_argument("--task", choices=["all", *DEMO_MODELS], default="all", help="which demo to run (default: all)")
     d.set_defaults(func=cmd_demo)
     u = sub.add_parser("ui", help="the Dagster UI on this instance")
     u.add_argument("--port", type=int, default=3000)
@@ -443,7 +445,7 @@ def parser() -> argparse.ArgumentParser:
         "names",
         nargs="*",
         metavar="NAME",
-        help=f"registered models to serve, a server each (default: the demo's two, {' and '.join(DEMO_MODELS)}, those registered)",
+        help=f"registered models to serve, a server each (default: the demo's, {' and '.join(DEMO_MODELS.values())}, those registered)",
     )
     up.add_argument(
         "--port", type=int, default=8080, help="the first server's port; the i-th serves on PORT + 2i, its admin API on the port after"

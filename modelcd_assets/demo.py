@@ -11,6 +11,7 @@ from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun, run_gate
 from modelcd_assets.lib.causal_lm.base import prepare_causal_lm_base, smollm2_gguf
 from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
 from modelcd_assets.lib.causal_lm.training import train_lm_adapter
+from modelcd_assets.lib.demo.models import DEMO_MODELS, LM_BASE_NAME
 from modelcd_assets.lib.demo.recipes import GOOD, GOOD_LM, WORSE, WORSE_LM, WORSE_TRAIN_EXAMPLES
 from modelcd_assets.lib.demo.replies import write_chat_splits
 from modelcd_assets.lib.demo.serving_smoke import ask_server
@@ -23,9 +24,10 @@ from modelcd_assets.lib.presentation.report import table
 from modelcd_assets.lib.release.registry import CONTENT, CandidateRef, Registry
 from modelcd_assets.lib.release.signing import init_keys
 from modelcd_assets.lib.splits import read_split, split_path
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION
 
 BASE_NAME = "ticket-intent-base"
-MODEL_NAME = "ticket-intent"
+MODEL_NAME = DEMO_MODELS[CLASSIFICATION]
 POLICY = """\
 # Gate policy for ticket-intent (defaults spelled out; see modelcd_assets/lib/judging/policy.py).
 accuracy:
@@ -49,8 +51,7 @@ golden:
 """
 
 
-LM_BASE_NAME = "support-reply-base"
-LM_MODEL_NAME = "support-reply"
+LM_MODEL_NAME = DEMO_MODELS[CAUSAL_LM]
 LM_POLICY = """\
 # Gate policy for support-reply, a causal LM (defaults spelled out where the demo relies on them; see lib/judging/policy.py).
 adapter_slots:
@@ -155,7 +156,7 @@ def causal_lm_demo(reg: Registry, home: Path) -> tuple[list[tuple[str, GateRun]]
     print(f"data: {len(train)} support chats to train on (tickets and the replies a support assistant gives), in {data}")
     _write_policy(LM_MODEL_NAME, LM_POLICY)
     base_dir = prepare_causal_lm_base(smollm2_gguf(), home / "work" / "smollm2")
-    base_ref = register_once(reg, base_dir, LM_BASE_NAME, role="base", task="causal-lm")
+    base_ref = register_once(reg, base_dir, LM_BASE_NAME, role="base", task=CAUSAL_LM)
     print(f"base model: SmolLM2-135M-Instruct (GGUF, de-quantized to FP32) registered as {base_ref.uri}")
     adapters = {}
     for label, cfg in (("good", GOOD_LM), ("worse", WORSE_LM)):
@@ -187,10 +188,9 @@ def main(task: str = "all") -> int:
     print(f"modelcd demo: state in {home}")
     _ensure_keys(reg)
     results = []
-    if task in ("all", "classification"):
-        results.append((MODEL_NAME, *classifier_demo(reg, home)))
-    if task in ("all", "causal-lm"):
-        results.append((LM_MODEL_NAME, *causal_lm_demo(reg, home)))
+    for demo_task, demo in ((CLASSIFICATION, classifier_demo), (CAUSAL_LM, causal_lm_demo)):
+        if task in ("all", demo_task):
+            results.append((DEMO_MODELS[demo_task], *demo(reg, home)))
     for name, runs, _ in results:
         print()
         print_gate_table(runs)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from modelcd_assets.lib.judging.promotion import GateRecord, gate_problems, lineage_problems
-from modelcd_assets.lib.tasks.names import DEFAULT_TASK
+from modelcd_assets.lib.tasks.names import DEFAULT_TASK, declaration_of
 
 PRODUCTION_KEY = dg.AssetKey("production_model")
 CANDIDATE_KEY = dg.AssetKey("candidate")  # its materialization records the candidate's task
@@ -165,7 +165,8 @@ def read_gates(instance: dg.DagsterInstance, partition: str, graph: GateGraph) -
     """The latest result of every gate the candidate's task requires, judged exactly as promotion judges it.
 
     graph: inside a run, the `gate_graph` resource; outside one, launch.code_location_graph()."""
-    keys = required_gates(graph, candidate_task(instance, partition))
+    task = candidate_task(instance, partition)
+    keys = required_gates(graph, task)
     infos = {i.check_key: i for i in instance.event_log_storage.get_asset_check_partition_info(keys, partition_keys=[partition])}
     evaluations = _evaluations(instance, {i.latest_planned_run_id for i in infos.values() if i.latest_planned_run_id}, partition)
     records = []
@@ -191,4 +192,12 @@ def read_gates(instance: dg.DagsterInstance, partition: str, graph: GateGraph) -
                 _text(evaluation, "reason"),
             )
         )
+    # A gate its task declares that modelcd's gated graph lacks (a code location loaded before the task was declared) never
+    # ran: not a pass. (A graph without the candidate asset is not a gated graph of tasks: a test's own chain of assets.)
+    if CANDIDATE_KEY in graph.parents:
+        records += [GateRecord(name, None, None, False) for name in sorted(_declared_gates(task) - {k.name for k in keys})]
     return GateDecision(partition, records, _lineage(instance, graph, partition))
+
+
+def _declared_gates(task: str) -> set[str]:
+    return {g.name for g in declaration_of(task).gates}

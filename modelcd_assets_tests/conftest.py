@@ -261,3 +261,14 @@ def crafted(tiny_trained: Path, tiny_adapters: dict[str, Path], tmp_path_factory
     # Slow: every FFN widened 128-fold with silent neurons. Outputs are identical, compute is not.
     out["slow"] = _widen_ffn(good, root / "slow", extra=127 * 64, bias=0.0)
     return out
+
+
+def gate_report_page(instance, ref) -> dict:
+    """The latest gate_report materialization's metadata for one candidate."""
+    import dagster as dg
+
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("gate_report"), asset_partitions=[ref.key]), limit=1
+    ).records
+    assert records, f"no gate_report for {ref.key}"
+    return {k: getattr(v, "value", v) for k, v in records[0].asset_materialization.metadata.items()}

@@ -151,4 +151,4 @@ def test_calibrate_exits_2_only_when_the_set_is_refused(modelcd_env, tiny_base, 
 def test_up_serves_the_demo_models_by_default():
     from modelcd_assets import cli, demo
 
-    assert cli.DEMO_MODELS == (demo.MODEL_NAME, demo.LM_MODEL_NAME)
+    assert tuple(cli.DEMO_MODELS.values()) == (demo.MODEL_NAME, demo.LM_MODEL_NAME)

@@ -15,7 +15,7 @@ from modelcd_assets.lib.inference.quantize import artifact_id
 from modelcd_assets.lib.layout import StateLayout
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import PRODUCTION
-from modelcd_assets_tests.conftest import TEST_LOCK, TINY_GATED_POLICY, module_state_fixtures
+from modelcd_assets_tests.conftest import TEST_LOCK, TINY_GATED_POLICY, gate_report_page, module_state_fixtures
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny-intent"
@@ -223,15 +223,6 @@ def test_cli_gate_exit_codes_and_status(env, base, tiny_adapters, capsys):
     assert "accuracy_within_tolerance=fail" in worse_row and "throughput_within_tolerance" not in worse_row
     again_row = next(line for line in status.splitlines() if line.startswith(f"{again.version} "))
     assert "production" in again_row and "/" in again_row and "=fail" not in again_row
-
-
-def gate_report_page(instance, ref) -> dict:
-    """The latest gate_report materialization's metadata for one candidate."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("gate_report"), asset_partitions=[ref.key]), limit=1
-    ).records
-    assert records, f"no gate_report for {ref.key}"
-    return {k: getattr(v, "value", v) for k, v in records[0].asset_materialization.metadata.items()}
 
 
 def test_every_gated_run_leaves_a_gate_report_page_whatever_the_gates_decided(env, instance, base, tiny_adapters, capsys):

@@ -30,6 +30,7 @@ from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import PRODUCTION, CandidateRef
 from modelcd_assets.lib.release.signing import Keys, init_keys
 from modelcd_assets.lib.splits import read_split, split_path
+from modelcd_assets.lib.tasks.names import declaration_of
 
 # The server under test follows the alias every half second and samples no traffic into the sandbox's state.
 SERVER_POLICY = {"serving": {"poll_seconds": 0.5, "sample_ratio": 0.0}}
@@ -251,7 +252,7 @@ def attestation_forged_with_another_key(sb: Sandbox) -> Outcome:
     )
     with tempfile.TemporaryDirectory(dir=sb.work) as tmp:
         other = init_keys(Keys(Path(tmp) / "signing.key", Path(tmp) / "signing.pub"))
-        sb.registry.put_attestation(blocked, attestation.sign(forged, other.private))
+        sb.registry.put_attestation(blocked, attestation.sign(forged, other.private, subjects=declaration_of(record.task).subjects))
     refused, load_refused = _refusal(sb, blocked), _load_refusal(_pool(sb), blocked.version)
     if refused is None or load_refused is None:
         return Outcome(

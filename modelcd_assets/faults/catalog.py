@@ -236,10 +236,15 @@ LM_CLASSES: tuple[FaultClass, ...] = (
 BY_NAME = {fc.name: fc for fc in (*CLASSES, *LM_CLASSES)}
 
 
-def select(only: list[str] | None, task: str = CLASSIFICATION) -> list[FaultClass]:
+CATALOGS = {CLASSIFICATION: CLASSES, CAUSAL_LM: LM_CLASSES}  # each task's fault classes
+
+
+def select(only: list[str] | None, task: str) -> list[FaultClass]:
     """The classes named (in catalog order), or all of a task's; an unknown name, or one of another task, is an error that lists the known
-    ones."""
-    catalog = LM_CLASSES if task == CAUSAL_LM else CLASSES
+    ones. A task without fault classes here is refused: its gates were never shown to catch these faults."""
+    if task not in CATALOGS:
+        raise ModelcdError(f"the fault sandbox has no fault classes for {task} models; it derives faults for {', '.join(CATALOGS)} models")
+    catalog = CATALOGS[task]
     if not only:
         return list(catalog)
     unknown = [n for n in only if n not in {fc.name for fc in catalog}]

@@ -7,7 +7,6 @@ from pydantic import Field
 
 from modelcd_assets.lib.judging.policy import SloPolicy
 from modelcd_assets.lib.judging.slo import SloVerdict, evaluate_slo
-from modelcd_assets.lib.tasks.names import CLASSIFICATION
 
 
 class PrometheusResource(dg.ConfigurableResource):
@@ -15,5 +14,5 @@ class PrometheusResource(dg.ConfigurableResource):
 
     url: str = Field(description="Base URL of the Prometheus HTTP API")
 
-    def evaluate(self, model: str, version: str, policy: SloPolicy, task: str = CLASSIFICATION) -> SloVerdict:
+    def evaluate(self, model: str, version: str, policy: SloPolicy, task: str) -> SloVerdict:
         return evaluate_slo(self.url, model, version, policy, task)

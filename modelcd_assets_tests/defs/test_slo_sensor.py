@@ -18,6 +18,7 @@ from prometheus_client import start_http_server
 from modelcd_assets.defs.sensors.slo_sensor import slo_sensor
 from modelcd_assets.lib.judging.slo import PASS, evaluate_slo
 from modelcd_assets.lib.operations.prometheus_server import PrometheusServer
+from modelcd_assets.lib.tasks.names import CLASSIFICATION
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.serving.metrics import ServerMetrics
 from modelcd_assets_tests.conftest import TEST_LOCK
@@ -66,7 +67,7 @@ def test_each_model_is_judged_on_its_own_and_rolled_back_once(exporter):
     env, url = exporter
     slo = PolicyResource(policy_dir=env.env["MODELCD_POLICY_DIR"]).for_model("intent-b").slo
     deadline = time.monotonic() + 60
-    while evaluate_slo(url, "intent-b", "1", slo).outcome != PASS:
+    while evaluate_slo(url, "intent-b", "1", slo, CLASSIFICATION).outcome != PASS:
         assert time.monotonic() < deadline, "Prometheus never had enough samples for intent-b"
         time.sleep(1)
 

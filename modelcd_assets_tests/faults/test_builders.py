@@ -43,9 +43,9 @@ def test_the_catalog_covers_every_outcome_and_at_least_25_classes():
 
 
 def test_select_keeps_catalog_order_and_names_unknown_classes():
-    assert [fc.name for fc in select(["remote_code", "nan_weights"])] == ["nan_weights", "remote_code"]
+    assert [fc.name for fc in select(["remote_code", "nan_weights"], "classification")] == ["nan_weights", "remote_code"]
     with pytest.raises(ModelcdError, match="unknown fault class.*no_such_fault.*known: nan_weights"):
-        select(["no_such_fault"])
+        select(["no_such_fault"], "classification")
 
 
 @pytest.mark.parametrize("fc", BUILT, ids=[fc.name for fc in BUILT])
@@ -80,6 +80,8 @@ def test_the_causal_lm_catalog_is_its_own_and_selected_by_task():
     assert [fc.name for fc in select(None, "causal-lm")] == [fc.name for fc in LM_CLASSES] and len(LM_CLASSES) >= 10
     with pytest.raises(ModelcdError, match="nan_weights.*for a causal-lm production"):
         select(["nan_weights"], "causal-lm")
+    with pytest.raises(ModelcdError, match="no fault classes for urgency-score models; it derives faults for classification, causal-lm"):
+        select(None, "urgency-score")
 
 
 @pytest.mark.parametrize("fc", LM_BUILT, ids=[fc.name for fc in LM_BUILT])

@@ -19,6 +19,7 @@ from modelcd_assets.defs.sensors.slo_sensor import slo_sensor
 from modelcd_assets.lib.judging.slo import FAIL, evaluate_slo
 from modelcd_assets.lib.operations.prometheus_server import PrometheusServer
 from modelcd_assets.lib.release.registry import PROMOTION, ROLLED_BACK
+from modelcd_assets.lib.tasks.names import CLASSIFICATION
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets_tests.conftest import TEST_LOCK
 from modelcd_assets_tests.serving.conftest import MODEL, ServerProcess, free_port, gated_state
@@ -72,7 +73,7 @@ def wait_for(outcome: str, served, url: str, version: str, timeout: float = 60):
     verdict = None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        verdict = evaluate_slo(url, MODEL, version, slo)
+        verdict = evaluate_slo(url, MODEL, version, slo, CLASSIFICATION)
         if verdict.outcome == outcome:
             return verdict
         time.sleep(1)
@@ -154,7 +155,7 @@ def test_a_production_version_the_server_refused_is_named_not_judged(served, sta
         time.sleep(3)  # a few polls: the server refuses the version and keeps serving v1
         assert httpx.get(f"{server.url}/readyz").json()["version"] == served.v1.version
         slo = PolicyResource(policy_dir=served.env.env["MODELCD_POLICY_DIR"]).for_model(MODEL).slo
-        verdict = evaluate_slo(prometheus.url, MODEL, served.ungated.version, slo)
+        verdict = evaluate_slo(prometheus.url, MODEL, served.ungated.version, slo, CLASSIFICATION)
         assert verdict.outcome == "inconclusive"
         assert f"the servers serve version {served.v1.version}, not production {served.ungated.version}" in " ".join(verdict.reasons)
     finally:

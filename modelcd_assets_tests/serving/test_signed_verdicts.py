@@ -22,6 +22,7 @@ from modelcd_assets.lib.release import attestation, servable
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import PRODUCTION, ROLLED_BACK, CandidateRef
 from modelcd_assets.lib.release.signing import Keys, init_keys
+from modelcd_assets.lib.tasks.names import declaration_of
 from modelcd_assets.serving.pool import ServingPool
 from modelcd_assets.serving.server import app_from_env
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY, gate_blocked, gated_state, wait_for
@@ -51,7 +52,7 @@ def test_promoted_versions_hold_a_verdict_over_their_bytes_and_blocked_ones_none
     ok = check(served, served.v2)
     assert ok.verdict.version == served.v2.version and ok.verdict.judged_against["version"] == served.v1.version
     assert {g["gate"] for g in ok.verdict.gates} >= {"accuracy_within_tolerance", "int8_agrees_with_fp32", "artifact_is_safe"}
-    assert set(ok.verdict.subjects) == set(attestation.SUBJECTS)
+    assert set(ok.verdict.subjects) == set(declaration_of(ok.record.task).subjects)
     assert attestation.local_path(served.env.home, MODEL, served.v2.version).is_file()
     with pytest.raises(servable.NotServable, match="no valid verdict.*no attestation"):
         check(served, blocked)
@@ -123,7 +124,7 @@ def test_an_attestation_forged_with_another_key_is_refused(served, blocked, tmp_
         good.policy_sha256,
         "forged",
     )
-    served.env.registry.put_attestation(blocked, attestation.sign(forged, other.private))
+    served.env.registry.put_attestation(blocked, attestation.sign(forged, other.private, subjects=declaration_of(record.task).subjects))
     with pytest.raises(servable.NotServable, match="does not verify with the public key"):
         check(served, blocked)
     # Another version's genuine attestation copied over is about other bytes and another version.

@@ -7,9 +7,10 @@ from pydantic import Field
 
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.inference.tokens import TextEncoder
+from modelcd_assets.lib.release.attestation import CALIBRATION_SET
 from modelcd_assets.lib.release.calibration import read_texts, validate
 from modelcd_assets.lib.splits import read_split
-from modelcd_assets.lib.tasks.names import CLASSIFICATION
+from modelcd_assets.lib.tasks.names import declaration_of
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
@@ -58,10 +59,11 @@ def calibration_set(
             f"{config.model} has no production version yet: a calibration set is judged against production's tokenizer and "
             "re-quantizes production; gate a first version (it is calibrated with the data folder's split), then register the set"
         )
-    if (task := reg.task(production)) != CLASSIFICATION:
+    if CALIBRATION_SET not in declaration_of(task := reg.task(production)).subjects:
         raise ModelcdError(
-            f"{config.model} is a {task} model: its INT8 base is weight-only (8-bit MatMulNBits), with no activation ranges to "
-            "calibrate, so it has no calibration set; its INT8 fidelity is judged by int8_agrees_with_fp32 on every version"
+            f"{config.model} is a {task} model, whose INT8 is not calibrated on texts (a causal LM's base is weight-only, 8-bit "
+            "MatMulNBits, with no activation ranges to calibrate), so it has no calibration set; its INT8 fidelity is judged by "
+            "int8_agrees_with_fp32 on every version"
         )
     source = Path(config.source).expanduser()
     texts = read_texts(source)

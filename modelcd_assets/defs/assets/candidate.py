@@ -9,6 +9,7 @@ from modelcd_assets.lib.errors import ModelcdError, Superseded
 from modelcd_assets.lib.hashing import folder_hash
 from modelcd_assets.lib.inference.builds import Build
 from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
+from modelcd_assets.lib.release.attestation import CALIBRATION_SET
 from modelcd_assets.lib.release.candidate import CandidateRecord, policy_snapshot
 from modelcd_assets.lib.release.registry import (
     BASE,
@@ -21,7 +22,7 @@ from modelcd_assets.lib.release.registry import (
     Registry,
     version_task,
 )
-from modelcd_assets.lib.tasks.names import CLASSIFICATION
+from modelcd_assets.lib.tasks.names import declaration_of, refuse_foreign_policy
 from modelcd_assets.resources.policy import PolicyResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
@@ -119,14 +120,17 @@ def candidate(
     # A version is its files plus the calibration set its static INT8 is calibrated with: the model's current set when
     # the version is first gated (the data folder's split when it has none), pinned on the version from then on, so
     # gating it again judges the same INT8. A calibration revision is registered with its set already pinned.
-    # A causal LM's INT8 is weight-only (no activations to calibrate): it has no calibration set.
+    # A task whose INT8 is weight-only (a causal LM: no activations to calibrate) has no calibration set among its subjects.
+    model_policy = policy.for_model(ref.name)
+    source = policy.path_for(ref.name)
+    refuse_foreign_policy(task, {*model_policy.model_fields_set, *(model_policy.model_extra or {})}, f"the policy file {source}")
     calibration = tags.get(CALIBRATION)
-    if calibration is None and task == CLASSIFICATION:
+    if calibration is None and CALIBRATION_SET in declaration_of(task).subjects:  # its INT8 is calibrated (static)
         calibration = reg.calibration_of(ref.name) or state.default_calibration()
         reg.set_tags(ref, {CALIBRATION: calibration})
     if calibration is not None:
         state.calibration_sets().require(calibration)
-    effective, source = policy_snapshot(policy.for_model(ref.name), policy.path_for(ref.name))
+    effective, source = policy_snapshot(model_policy, source)
     record = CandidateRecord(
         name=ref.name,
         version=ref.version,

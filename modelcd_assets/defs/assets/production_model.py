@@ -14,6 +14,7 @@ from modelcd_assets.lib.operations.failpoints import failpoint
 from modelcd_assets.lib.operations.instance_config import PROMOTION_POOL
 from modelcd_assets.lib.release import attestation, servable
 from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.tasks.names import declaration_of
 from modelcd_assets.resources.alias_lock import AliasLockResource
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
@@ -59,7 +60,7 @@ def production_model(
         attestation.policy_sha256(record.policy),
         context.run_id,
     )
-    envelope = attestation.sign(verdict, reg.keys.require_private())
+    envelope = attestation.sign(verdict, reg.keys.require_private(), subjects=declaration_of(record.task).subjects)
     reg.put_attestation(ref, envelope)
     attestation.write_local(state.root, ref.name, ref.version, envelope)
     servable.check(reg, state.root, ref, allow_rolled_back=True)

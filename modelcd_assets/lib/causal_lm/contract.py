@@ -17,7 +17,7 @@ from modelcd_assets.lib.causal_lm.build import MODEL_FILE
 from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG
 from modelcd_assets.lib.causal_lm.slots import AdapterSlots
 from modelcd_assets.lib.hashing import file_sha256, text_hash
-from modelcd_assets.lib.judging.contract import Change
+from modelcd_assets.lib.judging.contract import Change, value_info
 from modelcd_assets.lib.tasks.names import CAUSAL_LM
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
@@ -43,8 +43,6 @@ def lm_contract(build_dir: Path, base_dir: Path, slots: AdapterSlots) -> dict:
     import onnx
     from tokenizers import Tokenizer
 
-    from modelcd_assets.lib.judging.contract import _value_info
-
     genai = json.loads((Path(build_dir) / GENAI_CONFIG).read_text())["model"]
     tokenizer_file = Path(build_dir) / "tokenizer.json"
     tok = Tokenizer.from_file(str(tokenizer_file))
@@ -56,8 +54,8 @@ def lm_contract(build_dir: Path, base_dir: Path, slots: AdapterSlots) -> dict:
     eos = genai["eos_token_id"]
     return {
         "task": CAUSAL_LM,
-        "inputs": [_value_info(v) for v in graph.graph.input if v.name not in slots.shapes],
-        "outputs": [_value_info(v) for v in graph.graph.output],
+        "inputs": [value_info(v) for v in graph.graph.input if v.name not in slots.shapes],
+        "outputs": [value_info(v) for v in graph.graph.output],
         "vocab_size": tok.get_vocab_size(with_added_tokens=True),
         "embedding_rows": int(genai["vocab_size"]),
         "special_tokens": special,
@@ -73,8 +71,10 @@ def lm_contract(build_dir: Path, base_dir: Path, slots: AdapterSlots) -> dict:
     }
 
 
-def diff_lm_contracts(old: dict, new: dict) -> list[Change]:
-    """Every difference between two causal-LM contracts with the bump it requires."""
+def diff_lm_contracts(old: dict, new: dict, token_ids_changed: bool) -> list[Change]:
+    """Every difference between two causal-LM contracts with the bump it requires. Any change of the tokenizer's files is
+    MAJOR here, whether or not the probes showed other ids (token_ids_changed): a causal LM's prompt format and stop tokens
+    live in those files too."""
     changes: list[Change] = []
     for side in ("inputs", "outputs"):
         before, after = {v["name"]: v for v in old[side]}, {v["name"]: v for v in new[side]}
@@ -104,7 +104,13 @@ def diff_lm_contracts(old: dict, new: dict) -> list[Change]:
     for key, what in major.items():
         if old.get(key) != new.get(key):
             shown = "" if key.endswith("sha256") else f": {old.get(key)} -> {new.get(key)}"
-            changes.append(Change("major", f"{what} changed{shown}"))
+            changes.append(
+                Change(
+                    "major",
+                    f"{what} changed{shown}"
+                    + (" (and maps text to different ids)" if key == "tokenizer_sha256" and token_ids_changed else ""),
+                )
+            )
     if new["context_length"] != old["context_length"]:
         longer = new["context_length"] > old["context_length"]
         changes.append(

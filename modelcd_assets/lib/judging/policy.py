@@ -375,7 +375,11 @@ class GoldenCase(_Strict):
     label: str = Field(min_length=1)
 
 
-class Policy(_Strict):
+class Policy(BaseModel):
+    """Every section modelcd reads, and those the declared tasks add (lib/tasks/names.TaskDeclaration.policy_models), each validated
+    by its task's model; any other section is refused by name."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
     accuracy: AccuracyPolicy = AccuracyPolicy()
     int8_fidelity: FidelityPolicy = FidelityPolicy()
     health: HealthPolicy = HealthPolicy()
@@ -397,6 +401,23 @@ class Policy(_Strict):
     adapter_slots: AdapterSlotsPolicy = AdapterSlotsPolicy()
 
     @model_validator(mode="after")
+    def _task_sections(self) -> "Policy":
+        added = task_policy_models()
+        for name, value in (self.model_extra or {}).items():
+            if name not in added:
+                known = ", ".join([*type(self).model_fields, *added])
+                raise ValueError(f"unknown section {name!r}; the policy's sections are {known}")
+            self.model_extra[name] = added[name].model_validate(value if not isinstance(value, BaseModel) else value.model_dump())
+        return self
+
+    def section(self, name: str) -> BaseModel:
+        """A section a task added (TaskDeclaration.policy_models), validated; its defaults when the file does not set it."""
+        added = task_policy_models()
+        if name not in added:
+            raise ModelcdError(f"no declared task adds a policy section {name!r}; the tasks add {', '.join(added) or 'none'}")
+        return (self.model_extra or {}).get(name) or added[name]()
+
+    @model_validator(mode="after")
     def _traffic_log_fits_window(self) -> "Policy":
         # Rotation is by halves: right after one, the log holds only sample_max // 2 texts.
         kept = self.serving.sample_max // 2
@@ -407,6 +428,15 @@ class Policy(_Strict):
                 f" {2 * self.drift.live_min_records}"
             )
         return self
+
+
+def task_policy_models() -> dict[str, type[BaseModel]]:
+    """The policy sections the declared tasks add, by name: their pydantic models."""
+    from modelcd_assets.lib.tasks.names import declarations, load_declared
+
+    return {
+        name: load_declared(spec, f"task {d.name!r}'s policy section {name!r}") for d in declarations() for name, spec in d.policy_models
+    }
 
 
 def policy_path(policy_dir: Path, model_name: str) -> Path:

@@ -9,7 +9,7 @@ import httpx
 
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.judging.policy import SloPolicy
-from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION
+from modelcd_assets.lib.tasks.names import declaration_of
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 
@@ -18,23 +18,17 @@ class PrometheusUnavailable(ModelcdError):
     """Prometheus could not be queried; no decision may be taken on what it would have said."""
 
 
-def slo_queries(model: str, version: str, window: str, task: str = CLASSIFICATION) -> dict[str, str]:
-    """The PromQL the SLO is judged on, for one production version: a classifier's request latency, or a causal LM's
-    time to first token and time per output token; errors and NaN outputs for both."""
+def slo_queries(model: str, version: str, window: str, task: str) -> dict[str, str]:
+    """The PromQL the SLO is judged on, for one production version: the p99 of each latency histogram its task declares
+    (TaskDeclaration.slo_latency: a classifier's request latency, a causal LM's time to first token and per output token),
+    and errors and NaN outputs for every task."""
     sel = f'model="{model}",version="{version}"'
     requests = f"sum(increase(modelcd_requests_total{{{sel}}}[{window}]))"
 
     def p99_ms(histogram: str) -> str:
         return f"1000 * histogram_quantile(0.99, sum by (le) (rate({histogram}_bucket{{{sel}}}[{window}])))"
 
-    latency = (
-        {
-            "p99_ttft_ms": p99_ms("modelcd_llm_time_to_first_token_seconds"),
-            "p99_tpot_ms": p99_ms("modelcd_llm_time_per_output_token_seconds"),
-        }
-        if task == CAUSAL_LM
-        else {"p99_latency_ms": p99_ms("modelcd_request_duration_seconds")}
-    )
+    latency = {name: p99_ms(histogram) for name, histogram in declaration_of(task).slo_latency}
     return {
         "samples": requests,
         **latency,
@@ -108,7 +102,7 @@ def judge_slo(values: dict[str, float | None], policy: SloPolicy) -> SloVerdict:
     return SloVerdict(PASS, values, [])
 
 
-def evaluate_slo(url: str, model: str, version: str, policy: SloPolicy, task: str = CLASSIFICATION) -> SloVerdict:
+def evaluate_slo(url: str, model: str, version: str, policy: SloPolicy, task: str) -> SloVerdict:
     """Query and judge one production version; raises PrometheusUnavailable when Prometheus cannot answer."""
     queries = slo_queries(model, version, policy.window, task)
     values = {name: query(url, promql) for name, promql in queries.items()}

@@ -24,10 +24,10 @@ PREDICATE_TYPE = "https://modelcd.dev/attestation/verdict/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 # Subject names, each a sha256: what a reader hashes itself and compares.
 REGISTERED_FILES, INT8_MODEL, TOKENIZER, CALIBRATION_SET = "registered-files", "int8-model", "tokenizer", "calibration-set"
-ADAPTER_FILE = "adapter-file"  # a causal LM's own build, served on the INT8 base (int8-model)
-SUBJECTS = (REGISTERED_FILES, INT8_MODEL, TOKENIZER, CALIBRATION_SET)  # a classifier's
-CAUSAL_LM_SUBJECTS = (REGISTERED_FILES, INT8_MODEL, ADAPTER_FILE, TOKENIZER)  # a causal LM's: weight-only INT8 has no calibration set
-_ORDER = (*SUBJECTS, ADAPTER_FILE)  # the order a statement lists them in
+ADAPTER_FILE = "adapter-file"  # an adapter's own file, served on the INT8 model (int8-model) it was judged on
+# Every subject a task may declare (lib/tasks/names.TaskDeclaration.subjects), in the order a statement lists them.
+SUBJECT_NAMES = (REGISTERED_FILES, INT8_MODEL, TOKENIZER, CALIBRATION_SET, ADAPTER_FILE)
+ALWAYS = (REGISTERED_FILES, INT8_MODEL)  # what every verdict is over, whatever its task
 
 
 @dataclass(frozen=True)
@@ -61,19 +61,23 @@ def policy_sha256(policy: Mapping) -> str:
     return hashlib.sha256(json.dumps(policy, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def statement(verdict: Verdict) -> dict:
-    """The in-toto v1 Statement for a verdict, validated by the in-toto attestation library."""
+def statement(verdict: Verdict, subjects: tuple[str, ...]) -> dict:
+    """The in-toto v1 Statement for a verdict over exactly `subjects` (its task's), validated by the in-toto attestation library."""
     from google.protobuf import json_format
     from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
     from in_toto_attestation.v1.statement import Statement
 
-    required = CAUSAL_LM_SUBJECTS if ADAPTER_FILE in verdict.subjects else SUBJECTS
+    if bad := [s for s in (*ALWAYS, *subjects) if s not in SUBJECT_NAMES or s not in subjects]:
+        raise ValueError(f"a verdict is over {', '.join(SUBJECT_NAMES)}, always {' and '.join(ALWAYS)}; not over {subjects} ({bad})")
+    required = subjects
     missing = [s for s in required if not verdict.subjects.get(s)]
     if missing:
         raise ValueError(f"a verdict on {verdict.model}/{verdict.version} needs every subject's digest; missing: {', '.join(missing)}")
     if unknown := sorted(set(verdict.subjects) - set(required)):
         raise ValueError(f"a verdict on {verdict.model}/{verdict.version} names subjects no reader hashes: {', '.join(unknown)}")
-    subjects = [ResourceDescriptor(name=name, digest={"sha256": verdict.subjects[name]}).pb for name in _ORDER if name in verdict.subjects]
+    subjects = [
+        ResourceDescriptor(name=name, digest={"sha256": verdict.subjects[name]}).pb for name in SUBJECT_NAMES if name in verdict.subjects
+    ]
     stmt = Statement(subjects, PREDICATE_TYPE, verdict.predicate())
     stmt.validate()
     return json_format.MessageToDict(stmt.pb)
@@ -93,11 +97,11 @@ def _key(public_key: Path):
     return SSlibKey.from_crypto(load_pem_public_key(Path(public_key).read_bytes()))
 
 
-def sign(verdict: Verdict, private_key: Path) -> dict:
-    """The verdict as a signed DSSE envelope (JSON-ready)."""
+def sign(verdict: Verdict, private_key: Path, *, subjects: tuple[str, ...]) -> dict:
+    """The verdict as a signed DSSE envelope (JSON-ready), over exactly `subjects` (its task's declared ones)."""
     from securesystemslib.dsse import Envelope
 
-    payload = json.dumps(statement(verdict), sort_keys=True, separators=(",", ":")).encode()
+    payload = json.dumps(statement(verdict, subjects), sort_keys=True, separators=(",", ":")).encode()
     envelope = Envelope(payload=payload, payload_type=PAYLOAD_TYPE, signatures={})
     envelope.sign(_signer(private_key))
     return envelope.to_dict()

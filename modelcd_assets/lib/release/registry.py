@@ -31,7 +31,7 @@ EXPERIMENT = "modelcd-registrations"
 # Tag names on registered models and versions.
 ROLE = "modelcd.role"  # "base" or "candidate" on a registered model
 KIND = "modelcd.kind"  # "adapter", "full" or "base" on a version
-TASK = "modelcd.task"  # "classification" or "causal-lm" on a version: a base declares it, its adapters carry the base's
+TASK = "modelcd.task"  # the task of a version (lib/tasks/names): a base or full model declares it, its adapters carry the base's
 BASE = "modelcd.base"  # models:/NAME/VERSION of an adapter's base
 CONTENT = "modelcd.content_sha256"
 TOKENIZER_CHANGE = "modelcd.tokenizer_change"  # "true" when a version declares that its tokenizer maps text to new ids

@@ -13,12 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError, RegistryUnavailable
-from modelcd_assets.lib.hashing import file_sha256, folder_hash
-from modelcd_assets.lib.inference.tokens import tokenizer_hash
 from modelcd_assets.lib.release import attestation
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import ROLLED_BACK, CandidateRef, Registry
-from modelcd_assets.lib.tasks.names import CAUSAL_LM
+from modelcd_assets.lib.tasks.names import declaration_of, load_declared
 
 NO_VERDICT = "not servable: no valid verdict"
 
@@ -37,24 +35,39 @@ class Servable:
     int8: Path  # the INT8 model its gates judged, whose sha256 the attestation holds
 
 
+@dataclass(frozen=True)
+class ServedFiles:
+    """What a version serves, as its task's `served` function (lib/tasks/names.TaskDeclaration.served) finds it: the path of each
+    subject that is a file or folder on disk (always the INT8 model), and the digest of every subject of its attestation
+    but the registered files (which the registry's signature covers)."""
+
+    paths: dict[str, Path]
+    digests: dict[str, str]
+
+    @property
+    def int8(self) -> Path:
+        return self.paths[attestation.INT8_MODEL]
+
+
+def served_files(record: CandidateRecord, int8_sha256: str | None = None) -> ServedFiles:
+    """What record's version serves, by its task's declaration. int8_sha256: the INT8 bytes' hash when the caller already holds them."""
+    declared = declaration_of(record.task)
+    found = load_declared(declared.served, f"task {record.task!r}'s served files")(record, int8_sha256)
+    expected = set(declared.subjects) - {attestation.REGISTERED_FILES}
+    if set(found.digests) != expected or attestation.INT8_MODEL not in found.paths:
+        raise ModelcdError(
+            f"task {record.task!r}'s {declared.served} gave {sorted(found.digests)} and paths {sorted(found.paths)}, not the subjects it "
+            f"declares ({sorted(expected)}, with the INT8 model's path)"
+        )
+    return found
+
+
 def subjects(registry: Registry, ref: CandidateRef, record: CandidateRecord, int8_sha256: str | None = None) -> dict[str, str]:
-    """The digests of what would be used for ref, hashed here: registered files (verified against the registry's signature for ref),
-    the INT8 model, its tokenizer and the calibration set. int8_sha256: the INT8 bytes' hash when the caller already holds them."""
-    if record.task == CAUSAL_LM:  # the INT8 base build's files, and the candidate's adapter file on it
-        q = record.quantization()
-        base = Path(q["base_build"]) / "int8"
-        return {
-            attestation.REGISTERED_FILES: registry.verify_local(ref, Path(record.artifact_dir)),
-            attestation.INT8_MODEL: int8_sha256 or folder_hash(base),
-            attestation.ADAPTER_FILE: file_sha256(record.build.dir / q["artifact"]),
-            attestation.TOKENIZER: tokenizer_hash(base),
-        }
-    int8 = record.chosen_int8()
+    """The digests of what would be used for ref, hashed here: registered files (verified against the registry's signature for
+    ref), and what its task serves (served_files). int8_sha256: the INT8 bytes' hash when the caller already holds them."""
     return {
         attestation.REGISTERED_FILES: registry.verify_local(ref, Path(record.artifact_dir)),
-        attestation.INT8_MODEL: int8_sha256 or file_sha256(int8),
-        attestation.TOKENIZER: tokenizer_hash(record.build.merged),
-        attestation.CALIBRATION_SET: record.calibration_sha256 or "",
+        **served_files(record, int8_sha256).digests,
     }
 
 
@@ -89,9 +102,7 @@ def check(
     found = attestation.problems(verdict, ref.name, ref.version, actual)
     if found:
         raise NotServable(f"{NO_VERDICT} for {what}: " + "; ".join(found))
-    return Servable(
-        ref, record, verdict, Path(record.quantization()["base_build"]) / "int8" if record.task == CAUSAL_LM else record.chosen_int8()
-    )
+    return Servable(ref, record, verdict, served_files(record, int8_sha256).int8)
 
 
 def reason(registry: Registry, state_root: Path, ref: CandidateRef) -> str:

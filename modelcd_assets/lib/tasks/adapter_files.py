@@ -22,7 +22,7 @@ from pathlib import Path
 
 from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.judging.safety import Finding
-from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, require_task
+from modelcd_assets.lib.tasks.names import declaration_of
 
 USED = "used"
 COMPARED = "compared with the base's copy"
@@ -70,50 +70,46 @@ _LM_SERVES_ITS_BASE = (
     "its own with it ('modelcd register PATH --name NAME-base --task causal-lm') and train the adapter on that"
 )
 
-ADAPTER_FILES: dict[str, tuple[AdapterFile, ...]] = {
-    CLASSIFICATION: (
-        AdapterFile(
-            "adapter_config.json", USED, "peft merges the adapter into its base by it; adapter_fits_base and model_loads_cleanly judge it"
-        ),
-        AdapterFile(
-            "adapter_model.safetensors",
-            USED,
-            "the LoRA weights (and any saved head) merged into the base; every gate judges the merged model",
-        ),
-        *(AdapterFile(name, COMPARED, _CLASSIFIER_SERVES_ITS_BASE) for name in (*TOKENIZER_FILES, "config.json")),
-        *(
-            AdapterFile(name, REFUSED, "a classifier generates no text, so nothing would read it: remove it from the adapter folder")
-            for name in ("generation_config.json", "chat_template.jinja")
-        ),
-        *_DOCS,
+CLASSIFIER_ADAPTER_FILES = (
+    AdapterFile(
+        "adapter_config.json", USED, "peft merges the adapter into its base by it; adapter_fits_base and model_loads_cleanly judge it"
     ),
-    CAUSAL_LM: (
-        AdapterFile(
-            "adapter_config.json",
-            USED,
-            "its rank, alpha and targets lay the weights out in the base build's LoRA slots; adapter_fits_base judges it",
-        ),
-        AdapterFile(
-            "adapter_model.safetensors", USED, "the LoRA weights, served as an adapter file on the base build; every gate judges them"
-        ),
-        *(
-            AdapterFile(name, COMPARED, _LM_SERVES_ITS_BASE)
-            for name in (*TOKENIZER_FILES, "chat_template.jinja", "generation_config.json", "config.json")
-        ),
-        AdapterFile(
-            "*.onnx_adapter",
-            REFUSED,
-            "modelcd makes the adapter file from adapter_model.safetensors itself and would not read "
-            "this one: remove it from the adapter folder",
-        ),
-        *_DOCS,
+    AdapterFile(
+        "adapter_model.safetensors",
+        USED,
+        "the LoRA weights (and any saved head) merged into the base; every gate judges the merged model",
     ),
-}
+    *(AdapterFile(name, COMPARED, _CLASSIFIER_SERVES_ITS_BASE) for name in (*TOKENIZER_FILES, "config.json")),
+    *(
+        AdapterFile(name, REFUSED, "a classifier generates no text, so nothing would read it: remove it from the adapter folder")
+        for name in ("generation_config.json", "chat_template.jinja")
+    ),
+    *_DOCS,
+)
+LM_ADAPTER_FILES = (
+    AdapterFile(
+        "adapter_config.json",
+        USED,
+        "its rank, alpha and targets lay the weights out in the base build's LoRA slots; adapter_fits_base judges it",
+    ),
+    AdapterFile("adapter_model.safetensors", USED, "the LoRA weights, served as an adapter file on the base build; every gate judges them"),
+    *(
+        AdapterFile(name, COMPARED, _LM_SERVES_ITS_BASE)
+        for name in (*TOKENIZER_FILES, "chat_template.jinja", "generation_config.json", "config.json")
+    ),
+    AdapterFile(
+        "*.onnx_adapter",
+        REFUSED,
+        "modelcd makes the adapter file from adapter_model.safetensors itself and would not read "
+        "this one: remove it from the adapter folder",
+    ),
+    *_DOCS,
+)
 
 
 def adapter_files_of(task: str) -> tuple[AdapterFile, ...]:
     """The files an adapter of task may hold (the task's `adapter_files`)."""
-    return ADAPTER_FILES[require_task(task)]
+    return declaration_of(task).adapter_files
 
 
 def entry_for(path: str, files: tuple[AdapterFile, ...]) -> AdapterFile | None:

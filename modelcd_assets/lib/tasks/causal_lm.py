@@ -38,7 +38,6 @@ from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.model.artifact import ADAPTER
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CONTRACT, SEMVER, Registry
-from modelcd_assets.lib.tasks.adapter_files import adapter_files_of
 from modelcd_assets.lib.tasks.names import CAUSAL_LM
 from modelcd_assets.lib.tasks.semver import semver_report
 from modelcd_assets.lib.tasks.task import Json, Md, State, StepResult
@@ -162,7 +161,6 @@ def _prompt_drift(decoder: Decoder, reference: list[str], texts: list[str]) -> d
 
 class CausalLmTask:
     name = CAUSAL_LM
-    adapter_files = adapter_files_of(CAUSAL_LM)
 
     def prepare(self, record: CandidateRecord, state: State, registry: Registry) -> StepResult:
         """The base build (made once per base and slot layout), the adapter file, and the health report."""

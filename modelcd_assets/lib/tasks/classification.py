@@ -23,7 +23,6 @@ from modelcd_assets.lib.inference.quantize import (
 )
 from modelcd_assets.lib.inference.runtime import OnnxModel, logits, session
 from modelcd_assets.lib.inference.tokens import BATCH, encode, tokenizer_hash
-from modelcd_assets.lib.judging.contract import extract_contract
 from modelcd_assets.lib.judging.drift import describe, input_drift, prediction_drift
 from modelcd_assets.lib.judging.gates import (
     Verdict,
@@ -37,6 +36,7 @@ from modelcd_assets.lib.judging.gates import (
 from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.model.artifact import ADAPTER
 from modelcd_assets.lib.model.config import labels_of
+from modelcd_assets.lib.model.contract import extract_contract
 from modelcd_assets.lib.model.export import OPSET, check_parity, export_onnx, torch_logits
 from modelcd_assets.lib.model.health import measure
 from modelcd_assets.lib.model.model_io import merge_adapter
@@ -46,7 +46,6 @@ from modelcd_assets.lib.release.calibration import read_texts
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CONTRACT, SEMVER, TOKENIZER_CHANGE, Registry
 from modelcd_assets.lib.splits import read_split
-from modelcd_assets.lib.tasks.adapter_files import adapter_files_of
 from modelcd_assets.lib.tasks.names import CLASSIFICATION
 from modelcd_assets.lib.tasks.semver import semver_report
 from modelcd_assets.lib.tasks.task import Json, Md, State, StepResult
@@ -159,7 +158,6 @@ def served_labels(record: CandidateRecord, split_sha256: str, texts: list[str], 
 
 class ClassificationTask:
     name = CLASSIFICATION
-    adapter_files = adapter_files_of(CLASSIFICATION)
 
     def prepare(self, record: CandidateRecord, state: State, registry: Registry) -> StepResult:
         """One deployable model folder (reused when the same base and adapter were merged before), and its health report."""
@@ -230,7 +228,7 @@ class ClassificationTask:
         reg = registry
         prod = record.baseline_ref
         health = read_json(state.files(ref).health)
-        contract = extract_contract(build.onnx, build.merged)
+        contract = extract_contract(build.onnx, build.merged, self.name)
         semver = semver_report(
             contract,
             reg.tags(ref),

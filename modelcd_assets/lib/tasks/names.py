@@ -1,9 +1,16 @@
-"""The tasks modelcd knows, and how a registered folder declares its own: torch-free, the registry and the server read it."""
+"""The tasks modelcd knows, and how a registered folder declares its own: torch-free, the registry and the server read it.
+
+A task is declared once (declare_task) with everything that differs between kinds of model and can be said without its
+implementation: its gates, the policy sections it reads, how a folder or adapter declares it, and its server. Tasks
+beyond the built-in two are found where Python plugins are: the `modelcd.tasks` entry points of installed packages, and
+the modules named in MODELCD_TASK_MODULES (comma-separated), each of which declares its task when imported.
+"""
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +22,39 @@ CAUSAL_LM = "causal-lm"
 DEFAULT_TASK = CLASSIFICATION
 
 
+BUILTIN = "modelcd_assets.lib.tasks.builtin"  # declares the two tasks modelcd ships; imported by name, as a plugin is
+TASK_MODULES_ENV = "MODELCD_TASK_MODULES"
+ENTRY_POINT_GROUP = "modelcd.tasks"
+# The assets of the gated graph a task's gate may sit on (defs/assets), in pipeline order.
+GATE_ASSETS = ("candidate", "merged_model", "onnx_model", "quantized_model", "evaluation", "drift_report", "benchmark_results")
+# What every task's gates must judge, by role: a task without one of these does not load.
+REQUIRED_ROLES = {
+    "quality": "candidate against production on the evaluation split",
+    "int8_fidelity": "the INT8 artifact that would serve against its FP32 reference",
+    "speed": "how fast the artifact that would serve runs",
+    "cost": "what a unit of work costs",
+}
+# Policy sections every task reads: the gates every task has (health, safety, drift), serving and the live SLOs.
+COMMON_POLICY = ("health", "safety", "drift", "serving", "slo")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One blocking gate of a task: a check named `name` on the gated graph's asset `asset`, judged by the task's method
+    `verdict` (record, state) -> lib/judging/gates.Verdict.
+
+    judges: what it judges, one line (the check's description). role: one of REQUIRED_ROLES, or None for a gate of the
+    task's own. policy: the policy sections it reads. Tasks may declare a gate of the same name (the built-in two share
+    their fidelity, golden, speed and cost gates): the check is then one, required of each of them, on one asset."""
+
+    name: str
+    asset: str
+    verdict: str
+    judges: str
+    role: str | None = None
+    policy: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class TaskDeclaration:
     """A task as the registry of tasks knows it, before its implementation is imported (lib/tasks/task.py's task_of does that).
@@ -22,6 +62,19 @@ class TaskDeclaration:
     implementation: "package.module:Class", a class implementing lib/tasks/task.Task, built with no arguments.
     architectures: suffixes of config.json architectures that declare a folder of this task (LlamaForCausalLM: "ForCausalLM").
     peft_task_types: the peft adapter_config.json task_type values that declare an adapter of this task.
+    gates: the task's own gates (lib/tasks/names.Gate); those every task has (artifact safety, health, contract, drift) are
+        defs/checks' and judge every task. Each role of REQUIRED_ROLES must be among them.
+    adapter_files: what an adapter folder of this task may hold and what happens to each file (lib/tasks/adapter_files.AdapterFile),
+        read at register and by artifact_is_safe.
+    policy_sections: the policy sections the task reads besides its gates' and COMMON_POLICY.
+    policy_models: sections the task adds to the policy file, by name: "package.module:Class", a pydantic model of them.
+    served: "package.module:function" (record, int8_sha256) -> lib/release/servable.ServedFiles: what a version of this task
+        serves, read without torch by the server, promotion, rollback and the benches.
+    subjects: the subjects of its attestation (lib/release/attestation.SUBJECT_NAMES), always the registered files and the INT8 model.
+    contract: "package.module:function" (old, new, token_ids_changed) -> list of judging/contract.Change: what a change of
+        this task's I/O contract (the `contract` tag its export step records) requires of the version number.
+    slo_latency: (name, Prometheus histogram) pairs: the p99 of each, in ms, is an SLO of this task's production (SloPolicy's
+        field of that name is its limit), beside the error and NaN ratios every task's SLO judges.
     server: "package.module:function" building the public app for a model of this task from serving/server.ServerInputs
         (None: `modelcd serve` refuses its models, naming the task).
     server_api: what that app answers, as `modelcd up` prints it.
@@ -31,8 +84,23 @@ class TaskDeclaration:
     implementation: str
     architectures: tuple[str, ...] = ()
     peft_task_types: tuple[str, ...] = ()
+    gates: tuple[Gate, ...] = ()
+    adapter_files: tuple = ()
+    policy_sections: tuple[str, ...] = ()
+    policy_models: tuple[tuple[str, str], ...] = ()
+    contract: str = ""
+    served: str = ""
+    slo_latency: tuple[tuple[str, str], ...] = ()
+    subjects: tuple[str, ...] = ()
     server: str | None = None
     server_api: str = ""
+
+    def gate(self, name: str) -> Gate | None:
+        return next((g for g in self.gates if g.name == name), None)
+
+    def reads_policy(self) -> set[str]:
+        """Every policy section this task reads."""
+        return {*COMMON_POLICY, *self.policy_sections, *(dict(self.policy_models)), *(p for g in self.gates for p in g.policy)}
 
 
 _DECLARED: dict[str, TaskDeclaration] = {}
@@ -46,9 +114,46 @@ def declare_task(declaration: TaskDeclaration) -> None:
             f"task {declaration.name!r} is declared twice ({known.implementation} and {declaration.implementation}); "
             "give the new one another name"
         )
-    if ":" not in declaration.implementation:
-        raise ModelcdError(f"task {declaration.name!r}: its implementation {declaration.implementation!r} is not 'package.module:Class'")
-    _DECLARED[declaration.name] = declaration
+    name = declaration.name
+    for what, spec in (
+        ("implementation", declaration.implementation),
+        ("contract diff", declaration.contract),
+        ("served files", declaration.served),
+    ):
+        if ":" not in spec:
+            raise ModelcdError(
+                f"task {name!r} declares no {what} ({spec!r} is not 'package.module:name'); a task declares its implementation, "
+                "its contract diff and its served files"
+            )
+    if missing := [s for s in ("registered-files", "int8-model") if s not in declaration.subjects]:
+        raise ModelcdError(
+            f"task {name!r}: its attestation subjects {declaration.subjects} lack {', '.join(missing)}, which every verdict covers"
+        )
+    roles = [g.role for g in declaration.gates]
+    if missing := [r for r in REQUIRED_ROLES if r not in roles]:
+        raise ModelcdError(
+            f"task {name!r} declares no {' and no '.join(f'{r} gate (one that judges {REQUIRED_ROLES[r]})' for r in missing)}; "
+            "give it a Gate with that role"
+        )
+    for gate in declaration.gates:
+        if gate.asset not in GATE_ASSETS:
+            raise ModelcdError(
+                f"task {name!r}: gate {gate.name} sits on {gate.asset!r}, which is not an asset of the gated graph {GATE_ASSETS}"
+            )
+        if gate.role is not None and gate.role not in REQUIRED_ROLES:
+            raise ModelcdError(f"task {name!r}: gate {gate.name}'s role {gate.role!r} is none of {', '.join(REQUIRED_ROLES)}")
+        if roles.count(gate.role) > 1 and gate.role is not None:
+            raise ModelcdError(f"task {name!r} declares {roles.count(gate.role)} {gate.role} gates; one gate has each role")
+        for other in _DECLARED.values():
+            theirs = other.gate(gate.name)
+            if other.name != name and theirs is not None and theirs.asset != gate.asset:
+                raise ModelcdError(
+                    f"task {name!r}: gate {gate.name} sits on {gate.asset}, but task {other.name!r}'s gate of that name sits on "
+                    f"{theirs.asset}; one check sits on one asset, so give the gate another name"
+                )
+    if len({g.name for g in declaration.gates}) != len(declaration.gates):
+        raise ModelcdError(f"task {name!r} declares two gates of one name")
+    _DECLARED[name] = declaration
 
 
 def load_declared(spec: str | None, what: str):
@@ -62,9 +167,39 @@ def load_declared(spec: str | None, what: str):
         raise ModelcdError(f"{what} {spec} cannot be loaded ({type(e).__name__}: {e})") from e
 
 
+_LOADED_PLUGINS: set[str] = set()
+
+
+def _load_plugins() -> None:
+    """Import what declares the tasks beyond the built-in ones (entry points, then MODELCD_TASK_MODULES), each once."""
+    from importlib.metadata import entry_points
+
+    specs = [BUILTIN, *(ep.value for ep in entry_points(group=ENTRY_POINT_GROUP))]
+    specs += [m.strip() for m in os.environ.get(TASK_MODULES_ENV, "").split(",") if m.strip()]
+    for spec in specs:
+        if spec in _LOADED_PLUGINS:
+            continue
+        _LOADED_PLUGINS.add(spec)
+        try:
+            importlib.import_module(spec.partition(":")[0])
+        except ImportError as e:
+            _LOADED_PLUGINS.discard(spec)
+            raise ModelcdError(
+                f"the task module {spec!r} (named by {TASK_MODULES_ENV} or a {ENTRY_POINT_GROUP} entry point) cannot be imported "
+                f"({type(e).__name__}: {e}); install it or remove it"
+            ) from e
+
+
 def known_tasks() -> tuple[str, ...]:
-    """Every declared task's name, in the order they were declared."""
+    """Every declared task's name, in the order they were declared (the built-in ones, then the plugins')."""
+    _load_plugins()
     return tuple(_DECLARED)
+
+
+def declarations() -> tuple[TaskDeclaration, ...]:
+    """Every declared task, in the order they were declared."""
+    _load_plugins()
+    return tuple(_DECLARED.values())
 
 
 def declaration_of(task: str) -> TaskDeclaration:
@@ -73,39 +208,30 @@ def declaration_of(task: str) -> TaskDeclaration:
 
 def require_task(task: str) -> str:
     if task not in _DECLARED:
+        _load_plugins()
+    if task not in _DECLARED:
         known = known_tasks()
         listed = " and ".join([", ".join(known[:-1]), known[-1]] if len(known) > 1 else known)
         raise ModelcdError(f"unknown task {task!r}; modelcd gates {listed} models (register with --task and one of them)")
     return task
 
 
-declare_task(
-    TaskDeclaration(
-        CLASSIFICATION,
-        "modelcd_assets.lib.tasks.classification:ClassificationTask",
-        peft_task_types=("SEQ_CLS",),
-        server="modelcd_assets.serving.app:classifier_server",
-        server_api="POST /v1/classify",
-    )
-)
-declare_task(
-    TaskDeclaration(
-        CAUSAL_LM,
-        "modelcd_assets.lib.tasks.causal_lm:CausalLmTask",
-        architectures=("ForCausalLM",),
-        peft_task_types=("CAUSAL_LM",),
-        server="modelcd_assets.serving.lm_app:lm_server",
-        server_api="the OpenAI API: POST /v1/chat/completions, /v1/completions",
-    )
-)
-TASKS = known_tasks()  # the built-in tasks; known_tasks() also lists those declared later
+def refuse_foreign_policy(task: str, sections, source: str) -> None:
+    """A policy that sets a section its model's task does not read (a gate it does not have) is refused, naming the gate."""
+    reads = declaration_of(task).reads_policy()
+    for section in sorted(set(sections) - reads):
+        gates = [f"{g.name} (of {d.name} models)" for d in declarations() for g in d.gates if section in g.policy]
+        what = f"configures {', '.join(gates)}, a gate {task} models do not have" if gates else f"is not read by {task} models"
+        raise ModelcdError(
+            f"{source} sets {section!r}, which {what}; remove {section!r} from it, or register the model with the task that has the gate"
+        )
 
 
 def task_of_folder(folder: Path) -> str:
     """The task a model folder's config declares by its architecture (a *ForCausalLM is a causal LM); any other, a classifier."""
     config = Path(folder) / "config.json"
     architectures = json.loads(config.read_text()).get("architectures") or [] if config.is_file() else []
-    for declared in _DECLARED.values():
+    for declared in declarations():
         if any(str(a).endswith(suffix) for a in architectures for suffix in declared.architectures):
             return declared.name
     return DEFAULT_TASK
@@ -118,4 +244,4 @@ def task_of_adapter(folder: Path) -> str | None:
     task_type = json.loads(config.read_text()).get("task_type") if config.is_file() else None
     if not task_type:
         return None
-    return next((d.name for d in _DECLARED.values() if str(task_type) in d.peft_task_types), None)
+    return next((d.name for d in declarations() if str(task_type) in d.peft_task_types), None)

@@ -3,10 +3,21 @@ bump the version declared (what semver_covers_contract_change judges), for every
 
 import json
 
-from modelcd_assets.lib.judging.contract import bump, changes_to_dicts, diff_contracts, level_between, required_level
+from modelcd_assets.lib.judging.contract import Change, bump, changes_to_dicts, level_between, required_level
 from modelcd_assets.lib.release.registry import BUMP_DECLARED, CONTRACT, SEMVER, SEMVER_DECLARED
+from modelcd_assets.lib.tasks.names import DEFAULT_TASK, declaration_of, load_declared
 
 FIRST_SEMVER = "1.0.0"
+
+
+def contract_changes(old: dict, new: dict, token_ids_changed: bool) -> list[Change]:
+    """Every difference between two versions' contracts with the bump it requires, by the contract's task (the declaration's
+    `contract`); a contract of another task is a MAJOR change. A contract without a task is a classifier's: modelcd recorded
+    no task before it gated causal LMs."""
+    before, after = old.get("task", DEFAULT_TASK), new.get("task", DEFAULT_TASK)
+    if before != after:
+        return [Change("major", f"the task changed: {before} -> {after}")]
+    return load_declared(declaration_of(after).contract, f"task {after!r}'s contract diff")(old, new, token_ids_changed)
 
 
 def semver_report(contract: dict, tags: dict, prod_tags: dict | None, token_ids_changed: bool, regating_production: bool = False) -> dict:
@@ -34,7 +45,7 @@ def semver_report(contract: dict, tags: dict, prod_tags: dict | None, token_ids_
             "production_semver": None,
         }
     prod_semver = prod_tags.get(SEMVER, FIRST_SEMVER)
-    changes = diff_contracts(json.loads(prod_tags[CONTRACT]), contract, token_ids_changed)
+    changes = contract_changes(json.loads(prod_tags[CONTRACT]), contract, token_ids_changed)
     if declared_semver:
         level, semver = level_between(prod_semver, declared_semver), declared_semver
     else:

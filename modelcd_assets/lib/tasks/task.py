@@ -18,7 +18,6 @@ from modelcd_assets.lib.layout import CandidateFiles
 from modelcd_assets.lib.release.calibration import CalibrationStore
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CandidateRef, Registry
-from modelcd_assets.lib.tasks.adapter_files import AdapterFile
 from modelcd_assets.lib.tasks.names import declaration_of, load_declared
 
 
@@ -63,10 +62,12 @@ class State(Protocol):
 
 class Task(Protocol):
     """One kind of model. Every method takes the candidate's record (what it is, its files and build, what it is judged
-    against, its effective policy) and the state folder; each writes the report its gates judge where lib/layout.py says."""
+    against, its effective policy) and the state folder; each writes the report its gates judge where lib/layout.py says.
+
+    Its gates are declared with the task (lib/tasks/names.TaskDeclaration.gates): each names the method here that judges
+    it, (record, state) -> Verdict, which the implementation must have."""
 
     name: str
-    adapter_files: tuple[AdapterFile, ...]  # what an adapter folder may hold and what happens to each file (lib/tasks/adapter_files.py)
 
     def prepare(self, record: CandidateRecord, state: State, registry: Registry) -> StepResult:
         """merged_model: the deployable model (a classifier's merged folder; a causal LM's base build and adapter slots), and the health
@@ -91,21 +92,6 @@ class Task(Protocol):
         """benchmark_results: what decides the speed (a classifier: its graph against production's, interleaved; a causal LM: its
         base build's), and what a unit of work costs."""
 
-    def throughput_verdict(self, record: CandidateRecord, state: State) -> Verdict:
-        """The speed, by what decides it for this task."""
-
-    def cost_verdict(self, record: CandidateRecord, state: State) -> Verdict:
-        """What a unit of work costs (a request, an answer), under the policy's ceilings and against production's."""
-
-    def fidelity_verdict(self, record: CandidateRecord, state: State) -> Verdict:
-        """INT8 against FP32, by this task's measure."""
-
-    def quality_verdict(self, record: CandidateRecord, state: State) -> Verdict:
-        """Candidate against production on the evaluation split, by this task's measure."""
-
-    def golden_verdict(self, record: CandidateRecord, state: State) -> Verdict:
-        """The policy's golden cases."""
-
     def recheck(self, record: CandidateRecord, state: State, policy: Policy) -> Verdict:
         """production_recheck: production's speed timed again, against what its throughput gate recorded."""
 
@@ -121,6 +107,8 @@ def task_of(name: str) -> Task:
         raise ModelcdError(
             f"task {name!r}: {declared.implementation} has no {', '.join(missing)}; a task implements every step of lib/tasks/task.Task"
         )
+    if unjudged := [f"{g.verdict} (gate {g.name})" for g in declared.gates if not callable(getattr(task, g.verdict, None))]:
+        raise ModelcdError(f"task {name!r}: {declared.implementation} has no {', '.join(unjudged)}, which its declared gates name")
     if getattr(task, "name", None) != name:
         raise ModelcdError(f"task {name!r}: {declared.implementation} says it is {getattr(task, 'name', None)!r}")
     return task

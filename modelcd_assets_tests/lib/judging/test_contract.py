@@ -5,14 +5,16 @@ import copy
 import pytest
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.judging.contract import bump, diff_contracts, extract_contract, level_between, parse_semver, required_level
+from modelcd_assets.lib.judging.contract import bump, level_between, parse_semver, required_level
 from modelcd_assets.lib.judging.gates import judge_semver
+from modelcd_assets.lib.model.contract import extract_contract
 from modelcd_assets.lib.model.export import export_onnx
+from modelcd_assets.lib.tasks.semver import contract_changes
 
 
 @pytest.fixture(scope="module")
 def contract(tiny_trained, tmp_path_factory):
-    return extract_contract(export_onnx(tiny_trained, tmp_path_factory.mktemp("c") / "m.onnx"), tiny_trained)
+    return extract_contract(export_onnx(tiny_trained, tmp_path_factory.mktemp("c") / "m.onnx"), tiny_trained, "classification")
 
 
 def test_extracted_contract(contract):
@@ -45,7 +47,7 @@ def _edit(contract, fn):
     ],
 )
 def test_required_bump(contract, edit, ids_changed, level):
-    assert required_level(diff_contracts(contract, _edit(contract, edit), ids_changed)) == level
+    assert required_level(contract_changes(contract, _edit(contract, edit), ids_changed)) == level
 
 
 def test_semver_arithmetic():

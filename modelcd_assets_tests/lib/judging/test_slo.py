@@ -56,7 +56,7 @@ def test_a_causal_lm_queries_its_token_histograms_and_no_request_latency():
 
 
 def test_queries_select_the_production_version_over_the_window():
-    q = slo_queries("ticket-intent", "7", "5m")
+    q = slo_queries("ticket-intent", "7", "5m", "classification")
     assert q["p99_latency_ms"].startswith("1000 * histogram_quantile(0.99, sum by (le) (rate(modelcd_request_duration_seconds_bucket{")
     assert all('model="ticket-intent",version="7"' in v and "[5m]" in v for v in q.values())
 

@@ -14,7 +14,9 @@ from modelcd_assets.lib.layout import StateLayout
 from modelcd_assets.lib.release import attestation
 from modelcd_assets.lib.release.signing import BadSignature, Keys, MissingKey, init_keys, sign_folder, verify_folder
 
-DIGESTS = {name: f"{i:x}" * 64 for i, name in enumerate(attestation.SUBJECTS, start=1)}
+CLASSIFIER = ("registered-files", "int8-model", "tokenizer", "calibration-set")  # the classifier task's subjects
+LM = ("registered-files", "int8-model", "adapter-file", "tokenizer")  # the causal LM's
+DIGESTS = {name: f"{i:x}" * 64 for i, name in enumerate(CLASSIFIER, start=1)}
 GATES = [{"gate": "accuracy_within_tolerance", "verdict": "pass", "measured": "0.91", "threshold": "0.90", "reason": ""}]
 
 
@@ -43,12 +45,12 @@ def verdict(**kw) -> attestation.Verdict:
 
 
 def test_a_signed_verdict_round_trips_as_an_in_toto_statement_in_a_dsse_envelope(keys):
-    envelope = attestation.sign(verdict(), keys.private)
+    envelope = attestation.sign(verdict(), keys.private, subjects=CLASSIFIER)
     assert envelope["payloadType"] == "application/vnd.in-toto+json" and len(envelope["signatures"]) == 1
     stmt = json.loads(base64.b64decode(envelope["payload"]))
     assert stmt["_type"] == "https://in-toto.io/Statement/v1"
     assert stmt["predicateType"] == attestation.PREDICATE_TYPE
-    assert [s["name"] for s in stmt["subject"]] == list(attestation.SUBJECTS)
+    assert [s["name"] for s in stmt["subject"]] == list(CLASSIFIER)
     assert {s["name"]: s["digest"]["sha256"] for s in stmt["subject"]} == DIGESTS
     assert stmt["predicate"]["promotable"] is True and stmt["predicate"]["gates"] == GATES
     assert stmt["predicate"]["judgedAgainst"] == {"version": "2", "registered-files": "ab" * 32}
@@ -57,7 +59,9 @@ def test_a_signed_verdict_round_trips_as_an_in_toto_statement_in_a_dsse_envelope
 
 def test_a_verdict_needs_every_subject(keys):
     with pytest.raises(ValueError, match="missing: tokenizer"):
-        attestation.sign(verdict(subjects={k: v for k, v in DIGESTS.items() if k != attestation.TOKENIZER}), keys.private)
+        attestation.sign(
+            verdict(subjects={k: v for k, v in DIGESTS.items() if k != attestation.TOKENIZER}), keys.private, subjects=CLASSIFIER
+        )
 
 
 LM_DIGESTS = {
@@ -69,25 +73,25 @@ LM_DIGESTS = {
 
 
 def test_a_causal_lm_verdict_is_over_the_int8_base_and_the_adapter_file_without_a_calibration_set(keys):
-    envelope = attestation.sign(verdict(subjects=dict(LM_DIGESTS)), keys.private)
+    envelope = attestation.sign(verdict(subjects=dict(LM_DIGESTS)), keys.private, subjects=LM)
     stmt = json.loads(base64.b64decode(envelope["payload"]))
     assert [s["name"] for s in stmt["subject"]] == ["registered-files", "int8-model", "tokenizer", "adapter-file"]
     assert attestation.verify(envelope, keys.public, "m/3").subjects == LM_DIGESTS
     with pytest.raises(ValueError, match="missing: tokenizer"):
-        attestation.sign(verdict(subjects={k: v for k, v in LM_DIGESTS.items() if k != attestation.TOKENIZER}), keys.private)
+        attestation.sign(verdict(subjects={k: v for k, v in LM_DIGESTS.items() if k != attestation.TOKENIZER}), keys.private, subjects=LM)
     with pytest.raises(ValueError, match="missing: int8-model"):
-        attestation.sign(verdict(subjects={**LM_DIGESTS, attestation.INT8_MODEL: ""}), keys.private)
+        attestation.sign(verdict(subjects={**LM_DIGESTS, attestation.INT8_MODEL: ""}), keys.private, subjects=LM)
     with pytest.raises(ValueError, match="names subjects no reader hashes: calibration-set"):
-        attestation.sign(verdict(subjects={**LM_DIGESTS, attestation.CALIBRATION_SET: "55" * 32}), keys.private)
+        attestation.sign(verdict(subjects={**LM_DIGESTS, attestation.CALIBRATION_SET: "55" * 32}), keys.private, subjects=LM)
     with pytest.raises(ValueError, match="names subjects no reader hashes: extra"):
-        attestation.sign(verdict(subjects={**DIGESTS, "extra": "66" * 32}), keys.private)
+        attestation.sign(verdict(subjects={**DIGESTS, "extra": "66" * 32}), keys.private, subjects=CLASSIFIER)
 
 
 def test_an_envelope_signed_with_another_key_or_altered_is_refused(keys, other):
-    forged = attestation.sign(verdict(), other.private)
+    forged = attestation.sign(verdict(), other.private, subjects=CLASSIFIER)
     with pytest.raises(BadSignature, match="does not verify with the public key"):
         attestation.verify(forged, keys.public, "m/3")
-    genuine = attestation.sign(verdict(), keys.private)
+    genuine = attestation.sign(verdict(), keys.private, subjects=CLASSIFIER)
     stmt = json.loads(base64.b64decode(genuine["payload"]))
     stmt["subject"][1]["digest"]["sha256"] = "00" * 32  # point the verdict at other INT8 bytes
     altered = {**genuine, "payload": base64.b64encode(json.dumps(stmt).encode()).decode()}
@@ -106,7 +110,7 @@ def test_a_signed_statement_that_is_not_a_passing_modelcd_verdict_is_refused(key
         env.sign(attestation._signer(keys.private))
         return env.to_dict()
 
-    good = attestation.statement(verdict())
+    good = attestation.statement(verdict(), CLASSIFIER)
     with pytest.raises(BadSignature, match="not a modelcd verdict"):
         attestation.verify(signed({**good, "predicateType": "https://slsa.dev/provenance/v1"}), keys.public, "m/3")
     with pytest.raises(BadSignature, match="not a modelcd verdict"):
@@ -135,7 +139,7 @@ def test_policy_hash_ignores_key_order_and_sees_values():
 
 
 def test_local_copies_live_under_the_state_folder(tmp_path, keys):
-    envelope = attestation.sign(verdict(), keys.private)
+    envelope = attestation.sign(verdict(), keys.private, subjects=CLASSIFIER)
     path = attestation.write_local(tmp_path, "m", "3", envelope)
     assert path == StateLayout(tmp_path).attestation("m", "3") and path.is_relative_to(tmp_path)
     assert attestation.verify(json.loads(path.read_text()), keys.public, "m/3") == verdict()

@@ -13,7 +13,8 @@ from modelcd_assets.lib.release.registry import PREVIOUS_PRODUCTION, PROMOTION, 
 from modelcd_assets.lib.release.rollback import roll_back
 from modelcd_assets_tests.conftest import TEST_LOCK
 
-DIGESTS = {name: "ab" * 32 for name in attestation.SUBJECTS}
+SUBJECTS = ("registered-files", "int8-model", "tokenizer", "calibration-set")  # the classifier task's
+DIGESTS = {name: "ab" * 32 for name in SUBJECTS}
 
 
 def promote(reg, ref: CandidateRef, run_id: str = "", attest: bool = True, judged_against: str | None = "same") -> None:
@@ -31,7 +32,7 @@ def promote(reg, ref: CandidateRef, run_id: str = "", attest: bool = True, judge
             "ef" * 32,
             run_id,
         )
-        reg.put_attestation(ref, attestation.sign(verdict, reg.keys.require_private()))
+        reg.put_attestation(ref, attestation.sign(verdict, reg.keys.require_private(), subjects=SUBJECTS))
     recorded = against if judged_against == "same" else judged_against
     reg.move_production(ref, {"run_id": run_id, "judged_against": recorded}, expected=current, lock=TEST_LOCK)
 

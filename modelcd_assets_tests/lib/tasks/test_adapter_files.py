@@ -11,7 +11,6 @@ import pytest
 
 from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.tasks.adapter_files import (
-    ADAPTER_FILES,
     COMPARED,
     DOCUMENTATION,
     REFUSED,
@@ -20,7 +19,9 @@ from modelcd_assets.lib.tasks.adapter_files import (
     adapter_files_of,
     refuse_unlisted_files,
 )
-from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, TASKS
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION
+
+TASKS = (CLASSIFICATION, CAUSAL_LM)
 
 # A concrete name for each pattern that is a glob.
 NAMES = {"LICENSE*": "LICENSE.txt", "*.onnx_adapter": "adapter.onnx_adapter"}
@@ -43,7 +44,7 @@ BASE_FILES = {
     "spiece.model": (b"\x0a\x0b\x0a\x05<unk>\x15\x00\x00\x00\x00", "binary"),
     "sentencepiece.bpe.model": (b"\x0a\x0b\x0a\x05<unk>\x15\x00\x00\x00\x00", "binary"),
 }
-ENTRIES = [(task, entry) for task in TASKS for entry in ADAPTER_FILES[task]]
+ENTRIES = [(task, entry) for task in TASKS for entry in adapter_files_of(task)]
 
 
 def _write(path, value, kind) -> None:
@@ -202,10 +203,10 @@ def test_register_fetches_the_base_only_to_compare_and_names_every_file_refused(
 
 
 def test_each_task_declares_its_adapter_files():
-    from modelcd_assets.lib.tasks.task import task_of
+    from modelcd_assets.lib.tasks.names import declaration_of
 
     for task in TASKS:
-        assert task_of(task).adapter_files == adapter_files_of(task)
+        assert declaration_of(task).adapter_files == adapter_files_of(task) and adapter_files_of(task)
         patterns = [f.pattern for f in adapter_files_of(task)]
         assert len(patterns) == len(set(patterns))
 

@@ -37,10 +37,11 @@ def test_an_unknown_task_is_refused_with_the_known_ones():
 def test_a_declared_task_is_known_everywhere_and_an_incomplete_one_is_refused_by_name(tmp_path, monkeypatch):
     """Issue 28: a task is one registered object; task_of looks it up, and what it loads must implement every step."""
     from modelcd_assets.lib.tasks import names
-    from modelcd_assets.lib.tasks.names import TaskDeclaration, declare_task, known_tasks
+    from modelcd_assets.lib.tasks.names import declare_task, known_tasks
 
+    known_tasks()  # the built-in ones first
     monkeypatch.setattr(names, "_DECLARED", dict(names._DECLARED))
-    declare_task(TaskDeclaration("toy", f"{__name__}:_HalfTask", architectures=("ForToy",), peft_task_types=("TOY",)))
+    declare_task(_toy(f"{__name__}:_HalfTask", architectures=("ForToy",), peft_task_types=("TOY",)))
     assert known_tasks()[-1] == "toy" and require_task("toy") == "toy"
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["TinyForToy"]}))
     (tmp_path / "adapter_config.json").write_text(json.dumps({"task_type": "TOY"}))
@@ -50,9 +51,55 @@ def test_a_declared_task_is_known_everywhere_and_an_incomplete_one_is_refused_by
     with pytest.raises(ModelcdError, match=r"task 'toy': .*:_HalfTask has no export, quantize, .*recheck; a task implements every step"):
         task_of("toy")
     with pytest.raises(ModelcdError, match="task 'toy' is declared twice"):
-        declare_task(TaskDeclaration("toy", "somewhere.else:Toy"))
+        declare_task(_toy("somewhere.else:Toy"))
     with pytest.raises(ModelcdError, match="cannot be loaded"):
-        declare_task(TaskDeclaration("ghost", "modelcd_assets.no_such_module:Ghost")) or task_of("ghost")
+        declare_task(_toy("modelcd_assets.no_such_module:Ghost", name="ghost")) or task_of("ghost")
+
+
+def _toy(implementation: str, name: str = "toy", gates=None, **kw):
+    from modelcd_assets.lib.tasks.names import Gate, TaskDeclaration
+
+    roles = ("quality", "int8_fidelity", "speed", "cost")
+    return TaskDeclaration(
+        name,
+        implementation,
+        gates=tuple(Gate(f"toy_{r}", "evaluation", f"{r}_verdict", r, r) for r in roles) if gates is None else gates,
+        contract="somewhere:diff",
+        served="somewhere:served",
+        subjects=("registered-files", "int8-model"),
+        **kw,
+    )
+
+
+@pytest.mark.parametrize(
+    "change, refusal",
+    [
+        ({"gates": ()}, r"task 'toy' declares no quality gate .* and no int8_fidelity gate .* and no speed gate .* and no cost gate"),
+        ({"contract": ""}, r"task 'toy' declares no contract diff"),
+        ({"served": ""}, r"task 'toy' declares no served files"),
+        ({"subjects": ("registered-files",)}, r"lack int8-model, which every verdict covers"),
+    ],
+)
+def test_a_task_without_a_quality_gate_a_contract_or_served_files_does_not_load(change, refusal, monkeypatch):
+    """Issue 28: fail closed at the seam, with a message that says what the task lacks."""
+    import dataclasses
+
+    from modelcd_assets.lib.tasks import names
+
+    monkeypatch.setattr(names, "_DECLARED", dict(names._DECLARED))
+    with pytest.raises(ModelcdError, match=refusal):
+        names.declare_task(dataclasses.replace(_toy("somewhere:Toy"), **change))
+    assert "toy" not in names._DECLARED
+
+
+def test_a_policy_section_the_task_does_not_read_is_refused_naming_the_gate():
+    from modelcd_assets.lib.tasks.names import refuse_foreign_policy
+
+    refuse_foreign_policy(CLASSIFICATION, {"accuracy", "drift", "serving"}, "policy.yaml")
+    with pytest.raises(ModelcdError, match=r"policy.yaml sets 'perplexity', which configures perplexity_within_tolerance \(of causal-lm"):
+        refuse_foreign_policy(CLASSIFICATION, {"accuracy", "perplexity"}, "policy.yaml")
+    with pytest.raises(ModelcdError, match=r"sets 'accuracy', which configures accuracy_within_tolerance \(of classification models\)"):
+        refuse_foreign_policy(CAUSAL_LM, {"accuracy"}, "policy.yaml")
 
 
 class _HalfTask:

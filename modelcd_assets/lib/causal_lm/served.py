@@ -1,0 +1,27 @@
+"""What a causal-LM adapter version serves (lib/tasks/names.TaskDeclaration.served): the INT8 base build its gates judged (a
+folder), the adapter file built for it, and the build's tokenizer. Weight-only INT8 has no calibration set. Torch-free: the
+server reads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from modelcd_assets.lib.hashing import file_sha256, folder_hash
+from modelcd_assets.lib.inference.tokens import tokenizer_hash
+from modelcd_assets.lib.release import attestation
+from modelcd_assets.lib.release.candidate import CandidateRecord
+from modelcd_assets.lib.release.servable import ServedFiles
+
+
+def lm_served(record: CandidateRecord, int8_sha256: str | None = None) -> ServedFiles:
+    gated = record.quantization()
+    base = Path(gated["base_build"]) / "int8"
+    adapter = record.build.dir / gated["artifact"]
+    return ServedFiles(
+        {attestation.INT8_MODEL: base, attestation.ADAPTER_FILE: adapter},
+        {
+            attestation.INT8_MODEL: int8_sha256 or folder_hash(base),
+            attestation.ADAPTER_FILE: file_sha256(adapter),
+            attestation.TOKENIZER: tokenizer_hash(base),
+        },
+    )

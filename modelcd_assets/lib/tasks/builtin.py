@@ -1,0 +1,87 @@
+"""The two tasks modelcd ships, declared as any other task is (lib/tasks/names.declare_task): a classifier and a causal LM.
+
+lib/tasks/names imports this module by name when the tasks are first asked for, as it imports a plugin's."""
+
+from modelcd_assets.lib.tasks.adapter_files import CLASSIFIER_ADAPTER_FILES, LM_ADAPTER_FILES
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, Gate, TaskDeclaration, declare_task
+
+# The gates both built-in tasks have, each judged by its own measure.
+_FIDELITY = "INT8 agrees with FP32 by the task's measure (a classifier: top-1 agreement; a causal LM: tokens, KL and perplexity)."
+_GOLDEN = "Every golden case declared in the policy gives its expected answer (a label; a causal LM's greedy completion)."
+_SPEED = (
+    "A classifier: the paired ratio at batch 1 and 32 and the p99 SLO. A causal LM: the served graph is the base build's by hash, the "
+    "adapter's values hold nothing that slows a CPU on it, and the build's own timing meets the TTFT SLO."
+)
+_COST = "What a unit of work costs (a request, an answer), under the policy's ceilings and against production's."
+
+declare_task(
+    TaskDeclaration(
+        CLASSIFICATION,
+        "modelcd_assets.lib.tasks.classification:ClassificationTask",
+        peft_task_types=("SEQ_CLS",),
+        adapter_files=CLASSIFIER_ADAPTER_FILES,
+        gates=(
+            Gate("int8_agrees_with_fp32", "quantized_model", "fidelity_verdict", _FIDELITY, "int8_fidelity", ("int8_fidelity",)),
+            Gate(
+                "accuracy_within_tolerance",
+                "evaluation",
+                "quality_verdict",
+                "INT8 accuracy >= production's - tolerance, not significantly worse, and above the floor.",
+                "quality",
+                ("accuracy",),
+            ),
+            Gate("golden_cases_pass", "evaluation", "golden_verdict", _GOLDEN, None, ("golden",)),
+            Gate("throughput_within_tolerance", "benchmark_results", "throughput_verdict", _SPEED, "speed", ("throughput",)),
+            Gate("cost_within_budget", "benchmark_results", "cost_verdict", _COST, "cost", ("cost",)),
+        ),
+        policy_sections=("quantization", "calibration"),
+        contract="modelcd_assets.lib.model.contract:diff_classifier_contracts",
+        served="modelcd_assets.lib.inference.served:classifier_served",
+        subjects=("registered-files", "int8-model", "tokenizer", "calibration-set"),
+        slo_latency=(("p99_latency_ms", "modelcd_request_duration_seconds"),),
+        server="modelcd_assets.serving.app:classifier_server",
+        server_api="POST /v1/classify",
+    )
+)
+declare_task(
+    TaskDeclaration(
+        CAUSAL_LM,
+        "modelcd_assets.lib.tasks.causal_lm:CausalLmTask",
+        architectures=("ForCausalLM",),
+        peft_task_types=("CAUSAL_LM",),
+        adapter_files=LM_ADAPTER_FILES,
+        gates=(
+            Gate("int8_agrees_with_fp32", "quantized_model", "fidelity_verdict", _FIDELITY, "int8_fidelity", ("token_fidelity",)),
+            Gate(
+                "perplexity_within_tolerance",
+                "evaluation",
+                "quality_verdict",
+                "Perplexity on the evaluation replies within tolerance of production's, paired per reply, and under the ceiling.",
+                "quality",
+                ("perplexity",),
+            ),
+            Gate("golden_cases_pass", "evaluation", "golden_verdict", _GOLDEN, None, ("golden_prompts",)),
+            Gate(
+                "generation_is_healthy",
+                "evaluation",
+                "generation_verdict",
+                "Greedy generation on the golden and probe prompts: finite logits, EOS within max_new_tokens, repeated n-grams bounded.",
+                None,
+                ("generation",),
+            ),
+            Gate(
+                "throughput_within_tolerance", "benchmark_results", "throughput_verdict", _SPEED, "speed", ("throughput", "adapter_slots")
+            ),
+            Gate("cost_within_budget", "benchmark_results", "cost_verdict", _COST, "cost", ("cost",)),
+        ),
+        contract="modelcd_assets.lib.causal_lm.contract:diff_lm_contracts",
+        served="modelcd_assets.lib.causal_lm.served:lm_served",
+        subjects=("registered-files", "int8-model", "adapter-file", "tokenizer"),
+        slo_latency=(
+            ("p99_ttft_ms", "modelcd_llm_time_to_first_token_seconds"),
+            ("p99_tpot_ms", "modelcd_llm_time_per_output_token_seconds"),
+        ),
+        server="modelcd_assets.serving.lm_app:lm_server",
+        server_api="the OpenAI API: POST /v1/chat/completions, /v1/completions",
+    )
+)
