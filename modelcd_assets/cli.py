@@ -94,8 +94,7 @@ def cmd_contract_diff(args) -> int:
 
 def _gated(run, label: str) -> int:
     """Print a gated run's table as `modelcd gate` does; its exit code: 0 promoted, 3 blocked or superseded, 2 bad input, 1 error."""
-    from modelcd_assets.demo import print_gate_table
-    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, REGISTRY_UNAVAILABLE, SUPERSEDED
+    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, REGISTRY_UNAVAILABLE, SUPERSEDED, print_gate_table
 
     print_gate_table([(label, run)])
     print(f"run {run.run_id}")

@@ -4,23 +4,27 @@ two ticket classifiers, and SmolLM2-135M-Instruct with two support-reply adapter
 from __future__ import annotations
 
 import os
+import socket
+import sys
 import time
 from pathlib import Path
 
-from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun, run_gate
+import httpx
+
+from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun, print_gate_table, run_gate
 from modelcd_assets.lib.causal_lm.base import prepare_causal_lm_base, smollm2_gguf
 from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
 from modelcd_assets.lib.causal_lm.training import train_lm_adapter
 from modelcd_assets.lib.demo.models import DEMO_MODELS, LM_BASE_NAME
 from modelcd_assets.lib.demo.recipes import GOOD, GOOD_LM, WORSE, WORSE_LM, WORSE_TRAIN_EXAMPLES
 from modelcd_assets.lib.demo.replies import write_chat_splits
-from modelcd_assets.lib.demo.serving_smoke import ask_server
 from modelcd_assets.lib.demo.tickets import LABELS, write_splits
+from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.judging.policy import policy_for, policy_path
 from modelcd_assets.lib.model.base_model import prepare_minilm_base
 from modelcd_assets.lib.model.training import train_adapter
-from modelcd_assets.lib.presentation.report import table
+from modelcd_assets.lib.operations.processes import start_process, stop_process
 from modelcd_assets.lib.release.registry import CONTENT, CandidateRef, Registry
 from modelcd_assets.lib.release.signing import init_keys
 from modelcd_assets.lib.splits import read_split, split_path
@@ -98,18 +102,6 @@ def register_once(reg: Registry, folder: Path, name: str, **kw) -> CandidateRef:
         if reg.tags(ref).get(CONTENT) == content:
             return ref
     return reg.register(folder, name, **kw)
-
-
-def print_gate_table(runs: list[tuple[str, GateRun]]) -> None:
-    rows = []
-    for label, run in runs:
-        for r in run.rows:
-            rows.append([f"{label} ({run.ref.key})", r.gate, r.status.upper(), r.measured, r.threshold])
-    print(table(["candidate", "gate", "result", "measured", "threshold"], rows))
-    print()
-    for label, run in runs:
-        verdict = {PROMOTED: "PROMOTED to production", BLOCKED: "BLOCKED"}.get(run.outcome, run.outcome.upper())
-        print(f"{label} {run.ref.key}: {verdict}" + (f": {run.error}" if run.error else ""))
 
 
 def _write_policy(name: str, text: str) -> None:
@@ -198,3 +190,51 @@ def main(task: str = "all") -> int:
         print(f"\nproduction alias of {name}: version {prod.version if prod else 'none'}")
     print(f"demo finished in {time.perf_counter() - started:.0f} s; see it all with 'make ui'")
     return 0 if all(ok for _, _, ok in results) else 1
+
+
+# The demo's closing call to a causal LM's server: `modelcd serve NAME` started on a free loopback port, asked one chat
+# completion through the OpenAI API, and stopped.
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ask_server(model: str, system: str, prompt: str, log: Path, max_tokens: int = 64, timeout: float = 180) -> dict:
+    """The server's answer (its chat completion body) and the seconds it took to become ready and to answer."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(log, "wb") as out:
+        proc = start_process(
+            [sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port), "--admin-port", "0"], stdout=out, stderr=out
+        )
+        try:
+            start, deadline = time.perf_counter(), time.monotonic() + timeout
+            while True:
+                if proc.poll() is not None:
+                    raise ModelcdError(f"'modelcd serve {model}' exited with code {proc.returncode}; see {log}")
+                if time.monotonic() > deadline:
+                    raise ModelcdError(f"'modelcd serve {model}' was not ready within {timeout:.0f} s; see {log}")
+                try:
+                    if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
+            ready = time.perf_counter() - start
+            start = time.perf_counter()
+            r = httpx.post(
+                f"{url}/v1/chat/completions",
+                timeout=timeout,
+                json={
+                    "model": model,
+                    "max_tokens": max_tokens,
+                    "temperature": 0,
+                    "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+                },
+            )
+            if r.status_code != 200:
+                raise ModelcdError(f"the server answered {r.status_code}: {r.text[:300]}; see {log}")
+            return {"answer": r.json(), "ready_seconds": ready, "answer_seconds": time.perf_counter() - start}
+        finally:
+            stop_process(proc)

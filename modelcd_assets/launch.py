@@ -16,6 +16,7 @@ from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.gate_results import GateGraph, read_gates
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable, Superseded
 from modelcd_assets.lib.operations.processes import preserved_stop_signals
+from modelcd_assets.lib.presentation.report import table
 from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.run_recovery import CANDIDATE, LAUNCHED_BY, ROLLBACK, process_tags, recover_dead_runs
 
@@ -336,3 +337,16 @@ def run_rollback(name: str, from_version: str, reason: dict, instance: dg.Dagste
         raise ModelcdError((error.message if error else "") or "the rollback run failed; see it in the Dagster UI")
     mats = result.asset_materializations_for_node(production_rollback.op.name)
     return {k: getattr(v, "value", v) for k, v in mats[0].metadata.items()}
+
+
+def print_gate_table(runs: list[tuple[str, GateRun]]) -> None:
+    """The table `modelcd gate` and `modelcd demo` print: every gate of each labelled run, then each run's outcome."""
+    rows = []
+    for label, run in runs:
+        for r in run.rows:
+            rows.append([f"{label} ({run.ref.key})", r.gate, r.status.upper(), r.measured, r.threshold])
+    print(table(["candidate", "gate", "result", "measured", "threshold"], rows))
+    print()
+    for label, run in runs:
+        verdict = {PROMOTED: "PROMOTED to production", BLOCKED: "BLOCKED"}.get(run.outcome, run.outcome.upper())
+        print(f"{label} {run.ref.key}: {verdict}" + (f": {run.error}" if run.error else ""))

@@ -51,6 +51,10 @@ def test_the_copy_keeps_them_too(copy):
         # the Dagster layer calling up into the face
         ("defs/assets/gate_selftest.py", "from modelcd_assets.faults.runner import run_selftest", "never imports the face"),
         ("defs/assets/gate_report.py", "from modelcd_assets.demo import main", "never imports the face"),
+        # lib/'s own layers: the registry climbing to a task's implementation, a shared leaf to the registry (issue 28)
+        ("lib/release/registry.py", "from modelcd_assets.lib.tasks.causal_lm import CausalLmTask", "lib/ is layered too"),
+        ("lib/tasks/names.py", "from modelcd_assets.lib.release.registry import Registry", "lib/ is layered too"),
+        ("lib/judging/contract.py", "from modelcd_assets.lib.causal_lm.contract import diff_lm_contracts", "lib/ is layered too"),
         # the serving process pulling in torch through lib
         ("lib/inference/tokens.py", "import torch", "The serving process imports neither torch nor Dagster BROKEN"),
     ],

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.model.artifact import ADAPTER
+from modelcd_assets.lib.release.artifact import ADAPTER
 from modelcd_assets.lib.release.registry import BUMP_DECLARED
 
 ADAPTER_WEIGHTS, FULL_WEIGHTS = "adapter_model.safetensors", "model.safetensors"

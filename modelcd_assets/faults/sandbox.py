@@ -26,9 +26,9 @@ from modelcd_assets.faults.outcomes import BAD_INPUT, ERROR, MANIFEST, PROMOTED,
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.judging.policy import policy_for, policy_path
-from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.operations.settings import apply_local_defaults, local_defaults
 from modelcd_assets.lib.release.alias_lock import AliasLock
+from modelcd_assets.lib.release.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.release.registry import (
     BASE,
     CONTENT,

@@ -9,7 +9,7 @@ from modelcd_assets.faults.outcomes import REFUSED, blocked
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest
 from modelcd_assets.lib.judging.safety import scan_artifact
-from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
+from modelcd_assets.lib.release.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.tasks.adapter_files import adapter_file_findings
 from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION
 

@@ -213,7 +213,7 @@ declare_task(
         policy_sections=("quantization", "calibration"),
         policy_models=((POLICY_SECTION, f"{__name__}:UrgencyPolicy"),),
         contract="modelcd_assets.lib.model.contract:diff_classifier_contracts",
-        served="modelcd_assets.lib.inference.served:classifier_served",
+        served="modelcd_assets.lib.model.served:classifier_served",
         subjects=("registered-files", "int8-model", "tokenizer", "calibration-set"),
     )
 )

@@ -8,7 +8,7 @@ from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.errors import ModelcdError, Superseded
 from modelcd_assets.lib.hashing import folder_hash
 from modelcd_assets.lib.inference.builds import Build
-from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
+from modelcd_assets.lib.release.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.release.attestation import CALIBRATION_SET
 from modelcd_assets.lib.release.candidate import CandidateRecord, policy_snapshot
 from modelcd_assets.lib.release.registry import (

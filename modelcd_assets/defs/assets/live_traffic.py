@@ -7,8 +7,8 @@ import dagster as dg
 
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
 from modelcd_assets.lib.judging.gates import FAIL, INCONCLUSIVE, Verdict, judge_live_drift
-from modelcd_assets.lib.judging.monitoring import judge_each, recorded
 from modelcd_assets.lib.operations import traffic_log
+from modelcd_assets.lib.release.monitoring import judge_each, recorded
 from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.lib.tasks.task import task_of
 from modelcd_assets.resources.policy import PolicyResource

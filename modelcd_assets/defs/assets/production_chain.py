@@ -3,8 +3,8 @@
 import dagster as dg
 
 from modelcd_assets.lib.judging.gates import FAIL, PASS, Verdict
-from modelcd_assets.lib.judging.monitoring import recorded
 from modelcd_assets.lib.release.chain_audit import audit
+from modelcd_assets.lib.release.monitoring import recorded
 from modelcd_assets.resources.registry import MlflowRegistryResource
 
 METHOD = (

@@ -7,7 +7,7 @@ import dagster as dg
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.inference.benchmark import SAMPLE_TEXTS
 from modelcd_assets.lib.judging.gates import Verdict
-from modelcd_assets.lib.judging.monitoring import judge_each, recorded
+from modelcd_assets.lib.release.monitoring import judge_each, recorded
 from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.lib.tasks.task import task_of
 from modelcd_assets.resources.policy import PolicyResource

@@ -9,7 +9,7 @@ from modelcd_assets.defs.checks.verdict import check_result
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.lib.judging.gates import judge_safety
 from modelcd_assets.lib.judging.safety import scan_artifact
-from modelcd_assets.lib.model.artifact import ADAPTER
+from modelcd_assets.lib.release.artifact import ADAPTER
 from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.lib.tasks.adapter_files import adapter_file_findings
 from modelcd_assets.resources.state import LocalStateResource

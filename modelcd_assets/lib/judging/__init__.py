@@ -1,2 +1,2 @@
-"""Judgement: gate verdicts, the statistics behind them, drift, the I/O contract, SLOs, artifact safety, promotion's second lock, and the
+"""Judgement: gate verdicts, the statistics behind them, drift, Model SemVer, SLOs, artifact safety, promotion's second lock, and the
 policy that sets their thresholds."""

@@ -1,1 +1,2 @@
-"""Torch-side model code: loading, merging LoRA adapters, training, FP32 export and the health probe."""
+"""The classifier's model code: loading, merging LoRA adapters, training, FP32 export, the health probe, its I/O contract, and
+what a classifier version serves."""

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from modelcd_assets.lib.inference.tokens import TextEncoder
-from modelcd_assets.lib.model.artifact import ADAPTER
 from modelcd_assets.lib.model.model_io import load_tokenizer, quiet_transformers
+from modelcd_assets.lib.release.artifact import ADAPTER
 
 PROBE_TEXTS = (
     "i was charged twice for my invoice.",

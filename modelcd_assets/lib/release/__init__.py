@@ -1,2 +1,2 @@
-"""Release: the registry, candidate records, calibration sets and revisions, rollback, signatures, attestations, and the one reader of
-servability."""
+"""Release: what a registered folder is, the registry, candidate records, calibration sets and revisions, rollback, signatures,
+attestations, the one reader of servability, and the monitoring loop over production models."""

@@ -19,9 +19,9 @@ from mlflow.exceptions import MlflowException
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError, RegistryUnavailable, Superseded
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.judging.safety import SafetyLimits, scan_artifact
-from modelcd_assets.lib.model.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.operations.failpoints import failpoint
 from modelcd_assets.lib.release.alias_lock import AliasLock, AliasMoveLost
+from modelcd_assets.lib.release.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.release.signing import SIGNATURE_FILE, Keys, sign_folder, verify_folder
 from modelcd_assets.lib.tasks.adapter_files import refuse_unlisted_files
 from modelcd_assets.lib.tasks.names import DEFAULT_TASK, require_task, task_of_adapter, task_of_folder

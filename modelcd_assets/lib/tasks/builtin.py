@@ -36,7 +36,7 @@ declare_task(
         ),
         policy_sections=("quantization", "calibration"),
         contract="modelcd_assets.lib.model.contract:diff_classifier_contracts",
-        served="modelcd_assets.lib.inference.served:classifier_served",
+        served="modelcd_assets.lib.model.served:classifier_served",
         subjects=("registered-files", "int8-model", "tokenizer", "calibration-set"),
         slo_latency=(("p99_latency_ms", "modelcd_request_duration_seconds"),),
         server="modelcd_assets.serving.app:classifier_server",

@@ -35,7 +35,7 @@ from modelcd_assets.lib.judging.gates import (
     judge_token_fidelity,
 )
 from modelcd_assets.lib.judging.policy import Policy
-from modelcd_assets.lib.model.artifact import ADAPTER
+from modelcd_assets.lib.release.artifact import ADAPTER
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CONTRACT, SEMVER, Registry
 from modelcd_assets.lib.tasks.names import CAUSAL_LM

@@ -34,7 +34,6 @@ from modelcd_assets.lib.judging.gates import (
     judge_production_recheck,
 )
 from modelcd_assets.lib.judging.policy import Policy
-from modelcd_assets.lib.model.artifact import ADAPTER
 from modelcd_assets.lib.model.config import labels_of
 from modelcd_assets.lib.model.contract import extract_contract
 from modelcd_assets.lib.model.export import OPSET, check_parity, export_onnx, torch_logits
@@ -42,6 +41,7 @@ from modelcd_assets.lib.model.health import measure
 from modelcd_assets.lib.model.model_io import merge_adapter
 from modelcd_assets.lib.operations.failpoints import failpoint
 from modelcd_assets.lib.presentation.plots import latency_plot_md
+from modelcd_assets.lib.release.artifact import ADAPTER
 from modelcd_assets.lib.release.calibration import read_texts
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CONTRACT, SEMVER, TOKENIZER_CHANGE, Registry

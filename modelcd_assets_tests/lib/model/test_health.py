@@ -8,10 +8,10 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from modelcd_assets.lib.judging import gates
-from modelcd_assets.lib.model.artifact import ADAPTER, FULL
 from modelcd_assets.lib.model.health import measure
 from modelcd_assets.lib.model.model_io import merge_adapter
 from modelcd_assets.lib.model.training import Training, train_adapter
+from modelcd_assets.lib.release.artifact import ADAPTER, FULL
 
 HEALTH_GATES = (
     gates.judge_weights_finite,

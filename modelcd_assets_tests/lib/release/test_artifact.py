@@ -1,7 +1,7 @@
 import pytest
 
 from modelcd_assets.lib.errors import BadCandidate
-from modelcd_assets.lib.model.artifact import ADAPTER, FULL, inspect_artifact
+from modelcd_assets.lib.release.artifact import ADAPTER, FULL, inspect_artifact
 
 
 def test_kinds(tiny_base, tiny_adapters):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from modelcd_assets.lib.judging.gates import INCONCLUSIVE, PASS, Verdict
-from modelcd_assets.lib.judging.monitoring import judge_each, recorded
+from modelcd_assets.lib.release.monitoring import judge_each, recorded
 from modelcd_assets.lib.release.registry import CandidateRef
 
 PRODUCTIONS = {"a": CandidateRef("a", "3"), "b": CandidateRef("b", "1")}
