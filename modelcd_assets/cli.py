@@ -262,7 +262,7 @@ def cmd_keys_init(args) -> int:
 def cmd_demo(args) -> int:
     from modelcd_assets.demo import main as demo_main
 
-    return demo_main(args.task)
+    return demo_main(args.task, Path(args.timings) if args.timings else None)
 
 
 def cmd_ui(args) -> int:
@@ -420,6 +420,7 @@ def parser() -> argparse.ArgumentParser:
     ki.set_defaults(func=cmd_keys_init)
     d = sub.add_parser("demo", help="train two adapters on MiniLM and two on SmolLM2-135M-Instruct, and gate all four")
     d.add_argument("--task", choices=["all", *DEMO_MODELS], default="all", help="which demo to run (default: all)")
+    d.add_argument("--timings", metavar="FILE", help="write each phase's seconds (trainings, gates and their steps) as JSON to FILE")
     d.set_defaults(func=cmd_demo)
     u = sub.add_parser("ui", help="the Dagster UI on this instance")
     u.add_argument("--port", type=int, default=3000)

@@ -3,6 +3,8 @@ two ticket classifiers, and SmolLM2-135M-Instruct with two support-reply adapter
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import sys
@@ -104,6 +106,37 @@ def register_once(reg: Registry, folder: Path, name: str, **kw) -> CandidateRef:
     return reg.register(folder, name, **kw)
 
 
+class Phases:
+    """How long each phase of the demo took, wall seconds, in order; a gated run's phase also holds each of its steps' seconds
+    (Dagster's step stats), so a slow gate shows which asset made it slow. `modelcd demo --timings FILE` writes them."""
+
+    def __init__(self) -> None:
+        self.phases: list[dict] = []
+
+    @contextlib.contextmanager
+    def timed(self, task: str, name: str):
+        start = time.perf_counter()
+        entry = {"task": task, "phase": name}
+        try:
+            yield entry
+        finally:
+            entry["seconds"] = round(time.perf_counter() - start, 2)
+            self.phases.append(entry)
+
+    def gate(self, task: str, name: str, ref: CandidateRef, **kw) -> GateRun:
+        with self.timed(task, name) as entry:
+            run = run_gate(ref, progress=True, **kw)
+            entry["steps"] = _step_seconds(run.run_id)
+        return run
+
+
+def _step_seconds(run_id: str) -> dict[str, float]:
+    import dagster as dg
+
+    stats = dg.DagsterInstance.get().get_run_step_stats(run_id) if run_id else []
+    return {s.step_key: round(s.end_time - s.start_time, 2) for s in stats if s.start_time and s.end_time}
+
+
 def _write_policy(name: str, text: str) -> None:
     path = policy_path(Path(os.environ["MODELCD_POLICY_DIR"]), name)
     if not path.exists():
@@ -116,54 +149,67 @@ def _ensure_keys(reg: Registry) -> None:
         print(f"signing key pair created: {reg.keys.private}, {reg.keys.public}")
 
 
-def classifier_demo(reg: Registry, home: Path) -> tuple[list[tuple[str, GateRun]], bool]:
+def classifier_demo(reg: Registry, home: Path, phases: Phases) -> tuple[list[tuple[str, GateRun]], bool]:
     splits = write_splits(Path(os.environ["MODELCD_DATA"]))
     print(f"data: synthetic support tickets, {', '.join(f'{k} {len(read_split(v))}' for k, v in splits.items())}")
     _write_policy(MODEL_NAME, POLICY)
-    base_dir = prepare_minilm_base(home / "work" / "base", list(LABELS))
-    base_ref = register_once(reg, base_dir, BASE_NAME, role="base")
+    with phases.timed(CLASSIFICATION, "base"):
+        base_dir = prepare_minilm_base(home / "work" / "base", list(LABELS))
+        base_ref = register_once(reg, base_dir, BASE_NAME, role="base")
     print(f"base model: all-MiniLM-L6-v2 registered as {base_ref.uri}")
     train = read_split(splits["train"])
     adapters = {}
     for label, cfg, examples in (("good", GOOD, train), ("worse", WORSE, train[:WORSE_TRAIN_EXAMPLES])):
         folder = home / "work" / "adapters" / label
-        if not (folder / "adapter_model.safetensors").is_file():
-            train_adapter(base_dir, examples, folder, cfg, base_ref.uri, desc=f"training {label} adapter")
+        with phases.timed(CLASSIFICATION, f"training {label}") as entry:
+            entry["reused"] = (folder / "adapter_model.safetensors").is_file()
+            if not entry["reused"]:
+                train_adapter(base_dir, examples, folder, cfg, base_ref.uri, desc=f"training {label} adapter")
         adapters[label] = register_once(reg, folder, MODEL_NAME)
         print(f"{label} adapter registered as {adapters[label].uri}")
     runs = [
-        ("good", run_gate(adapters["good"], progress=True)),
-        ("worse", run_gate(adapters["worse"], progress=True)),
-        ("good on shifted traffic", run_gate(adapters["good"], traffic_sample="traffic_shifted", progress=True)),
+        ("good", phases.gate(CLASSIFICATION, "gate good", adapters["good"])),
+        ("worse", phases.gate(CLASSIFICATION, "gate worse", adapters["worse"])),
+        (
+            "good on shifted traffic",
+            phases.gate(CLASSIFICATION, "gate good on shifted traffic", adapters["good"], traffic_sample="traffic_shifted"),
+        ),
     ]
     prod = reg.production(MODEL_NAME)
     ok = runs[0][1].outcome == PROMOTED and runs[1][1].outcome == BLOCKED and runs[2][1].outcome == BLOCKED
     return runs, ok and prod is not None and reg.tags(prod)[CONTENT] == reg.tags(adapters["good"])[CONTENT]
 
 
-def causal_lm_demo(reg: Registry, home: Path) -> tuple[list[tuple[str, GateRun]], bool]:
+def causal_lm_demo(reg: Registry, home: Path, phases: Phases) -> tuple[list[tuple[str, GateRun]], bool]:
     data = Path(os.environ["MODELCD_DATA"])
     write_chat_splits(data)
     train = read_chats(split_path(data, chat_split("train")))
     print(f"data: {len(train)} support chats to train on (tickets and the replies a support assistant gives), in {data}")
     _write_policy(LM_MODEL_NAME, LM_POLICY)
-    base_dir = prepare_causal_lm_base(smollm2_gguf(), home / "work" / "smollm2")
-    base_ref = register_once(reg, base_dir, LM_BASE_NAME, role="base", task=CAUSAL_LM)
+    with phases.timed(CAUSAL_LM, "base"):
+        base_dir = prepare_causal_lm_base(smollm2_gguf(), home / "work" / "smollm2")
+        base_ref = register_once(reg, base_dir, LM_BASE_NAME, role="base", task=CAUSAL_LM)
     print(f"base model: SmolLM2-135M-Instruct (GGUF, de-quantized to FP32) registered as {base_ref.uri}")
     adapters = {}
     for label, cfg in (("good", GOOD_LM), ("worse", WORSE_LM)):
         folder = home / "work" / "lm_adapters" / label
-        if not (folder / "adapter_model.safetensors").is_file():
-            train_lm_adapter(base_dir, train, folder, cfg, base_ref.uri, desc=f"training {label} reply adapter")
+        with phases.timed(CAUSAL_LM, f"training {label}") as entry:
+            entry["reused"] = (folder / "adapter_model.safetensors").is_file()
+            if not entry["reused"]:
+                train_lm_adapter(base_dir, train, folder, cfg, base_ref.uri, desc=f"training {label} reply adapter")
         adapters[label] = register_once(reg, folder, LM_MODEL_NAME)
         print(f"{label} reply adapter registered as {adapters[label].uri}")
-    runs = [("good replies", run_gate(adapters["good"], progress=True)), ("worse replies", run_gate(adapters["worse"], progress=True))]
+    runs = [
+        ("good replies", phases.gate(CAUSAL_LM, "gate good", adapters["good"])),
+        ("worse replies", phases.gate(CAUSAL_LM, "gate worse", adapters["worse"])),
+    ]
     prod = reg.production(LM_MODEL_NAME)
     ok = runs[0][1].outcome == PROMOTED and runs[1][1].outcome == BLOCKED
     ok = ok and prod is not None and reg.tags(prod)[CONTENT] == reg.tags(adapters["good"])[CONTENT]
     if prod is not None:  # the closing smoke call: production answers through the OpenAI API, from the bytes that hold its verdict
         prompt = policy_for(Path(os.environ["MODELCD_POLICY_DIR"]), LM_MODEL_NAME).golden_prompts[0].prompt
-        got = ask_server(LM_MODEL_NAME, train[0].system, prompt, home / "serve-smoke.log")
+        with phases.timed(CAUSAL_LM, "serve and answer"):
+            got = ask_server(LM_MODEL_NAME, train[0].system, prompt, home / "serve-smoke.log")
         body = got["answer"]
         print(
             f"\nmodelcd serve {LM_MODEL_NAME}: ready in {got['ready_seconds']:.1f} s; POST /v1/chat/completions answered by {body['model']}"
@@ -173,8 +219,11 @@ def causal_lm_demo(reg: Registry, home: Path) -> tuple[list[tuple[str, GateRun]]
     return runs, ok
 
 
-def main(task: str = "all") -> int:
+def main(task: str = "all", timings: Path | None = None) -> int:
+    """Both tasks' demos (or one), then their gate tables; exit 0 when each showed what it must. timings: a JSON file for the
+    phases' seconds (Phases), which bench/bench_demo.py reads."""
     started = time.perf_counter()
+    phases = Phases()
     home = Path(os.environ["MODELCD_HOME"])
     reg = Registry.from_env()
     print(f"modelcd demo: state in {home}")
@@ -182,13 +231,17 @@ def main(task: str = "all") -> int:
     results = []
     for demo_task, demo in ((CLASSIFICATION, classifier_demo), (CAUSAL_LM, causal_lm_demo)):
         if task in ("all", demo_task):
-            results.append((DEMO_MODELS[demo_task], *demo(reg, home)))
+            results.append((DEMO_MODELS[demo_task], *demo(reg, home, phases)))
     for name, runs, _ in results:
         print()
         print_gate_table(runs)
         prod = reg.production(name)
         print(f"\nproduction alias of {name}: version {prod.version if prod else 'none'}")
-    print(f"demo finished in {time.perf_counter() - started:.0f} s; see it all with 'make ui'")
+    total = time.perf_counter() - started
+    if timings is not None:
+        outcomes = {name: {label: run.outcome for label, run in runs} for name, runs, _ in results}
+        Path(timings).write_text(json.dumps({"seconds": round(total, 2), "phases": phases.phases, "outcomes": outcomes}, indent=1))
+    print(f"demo finished in {total:.0f} s; see it all with 'make ui'")
     return 0 if all(ok for _, _, ok in results) else 1
 
 
