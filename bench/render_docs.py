@@ -416,6 +416,23 @@ def llm_serving(d: dict) -> str:
     )
 
 
+def demo(d: dict) -> str:
+    t = d["targets"]
+    total, outcomes = t["make demo on a fresh clone, install included (s)"], t["the demo's outcomes"]
+    rows = "\n".join(
+        f"| {p['task']} | {p['phase']}{' (reused)' if p.get('reused') else ''} | {p['seconds']:.0f} | "
+        + (", ".join(f"{k} {v:.0f}" for k, v in sorted(p.get("steps", {}).items(), key=lambda kv: -kv[1]) if v >= 1) or "")
+        + " |"
+        for p in d["phases"]
+    )
+    return (
+        f"{_machine(d['machine'])}, at {d['commit'][:7]}; load averages before {', '.join(f'{x:.2f}' for x in d['load_before'])}.\n\n"
+        f"`make install` {d['install_seconds']:.0f} s, then `modelcd demo` {d['demo_seconds']:.0f} s: **{total['measured']:.0f} s** "
+        f"against {total['target']:.0f} s ({_met(total)}); the demo's outcomes as expected: {_met(outcomes)}.\n\n"
+        "| task | phase | s | its steps, s (1 s or more, longest first) |\n|---|---|---|---|\n" + rows
+    )
+
+
 def mutation(d: dict) -> str:
     return (
         f"Measured {d['when'][:10]}.\n\n| mutants | killed | survived | timed out | no tests | score (killed / all)"
@@ -439,6 +456,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "llm": ("benchmarks.md", "llm.json", llm, "make bench-llm"),
     "llm_serving": ("benchmarks.md", "llm_serving.json", llm_serving, "make bench-llm-serving"),
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
+    "demo": ("benchmarks.md", "demo.json", demo, "python bench/bench_demo.py"),
     "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
     "faults_llm": (
         "reliability.md",
