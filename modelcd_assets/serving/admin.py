@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.release.servable import NotServable
+from modelcd_assets.serving.classifier.pool import LoadReport, ServingPool, UnknownVersion
 from modelcd_assets.serving.metrics import ServerMetrics
-from modelcd_assets.serving.pool import LoadReport, ServingPool, UnknownVersion
 
 log = logging.getLogger("modelcd.serve")
 

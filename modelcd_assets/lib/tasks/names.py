@@ -84,7 +84,7 @@ declare_task(
         CLASSIFICATION,
         "modelcd_assets.lib.tasks.classification:ClassificationTask",
         peft_task_types=("SEQ_CLS",),
-        server="modelcd_assets.serving.app:classifier_server",
+        server="modelcd_assets.serving.classifier.router:classifier_server",
         server_api="POST /v1/classify",
     )
 )
@@ -94,7 +94,7 @@ declare_task(
         "modelcd_assets.lib.tasks.causal_lm:CausalLmTask",
         architectures=("ForCausalLM",),
         peft_task_types=("CAUSAL_LM",),
-        server="modelcd_assets.serving.lm_app:lm_server",
+        server="modelcd_assets.serving.lm.router:lm_server",
         server_api="the OpenAI API: POST /v1/chat/completions, /v1/completions",
     )
 )

@@ -16,12 +16,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
-from modelcd_assets.serving.batcher import MicroBatcher
-from modelcd_assets.serving.engine import Served
+from modelcd_assets.serving.base_app import base_app
+from modelcd_assets.serving.classifier.batcher import MicroBatcher
+from modelcd_assets.serving.classifier.engine import Served
+from modelcd_assets.serving.classifier.pool import ServingPool, UnknownVersion
 from modelcd_assets.serving.limits import NOT_READY, REJECT_REASONS, UNKNOWN_VERSION, ClassifyRequest, Rejected, read_classify
 from modelcd_assets.serving.metrics import LiveDriftCollector, ServerMetrics
-from modelcd_assets.serving.pool import ServingPool, UnknownVersion
-from modelcd_assets.serving.scaffold import scaffold
 from modelcd_assets.serving.server import ServerInputs
 
 log = logging.getLogger("modelcd.serve")
@@ -66,7 +66,7 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
     metrics = ServerMetrics(live_drift=LiveDriftCollector(pool.state_root, pool.model))
     policy = pool.policy
     inference = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inference")
-    sc = scaffold(
+    sc = base_app(
         pool,
         metrics,
         REJECT_REASONS,

@@ -18,9 +18,9 @@ from modelcd_assets.lib.causal_lm.decoder import Sampling
 from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.inference.tokens import check_generation_length
 from modelcd_assets.lib.judging.policy import ServingPolicy
-from modelcd_assets.serving.lm_pool import LmServed
+from modelcd_assets.serving.lm.openai_api import KV_CACHE_TOO_LARGE, MAX_TOKENS_TOO_LARGE, PROMPT_TOO_LONG, TOO_MANY_GENERATIONS, ApiError
+from modelcd_assets.serving.lm.pool import LmServed
 from modelcd_assets.serving.metrics import LmServerMetrics
-from modelcd_assets.serving.openai_api import KV_CACHE_TOO_LARGE, MAX_TOKENS_TOO_LARGE, PROMPT_TOO_LONG, TOO_MANY_GENERATIONS, ApiError
 
 MIB = 2**20
 AHEAD = 16  # tokens a generation may run ahead of what its client has been sent

@@ -30,8 +30,8 @@ from modelcd_assets.lib.release import attestation
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.lib.tasks.names import CAUSAL_LM
+from modelcd_assets.serving.classifier.pool import ServingPool, Steps, _scan
 from modelcd_assets.serving.consistency import Consistency, SwapRefused
-from modelcd_assets.serving.pool import ServingPool, Steps, _scan
 
 
 @dataclass(eq=False)

@@ -20,7 +20,7 @@ from modelcd_assets.serving.sampler import Sampler
 
 
 @dataclass
-class Scaffold:
+class BaseApp:
     pool: object  # a ServingPool or an LmPool
     metrics: object
     traffic: TrafficLog
@@ -32,7 +32,7 @@ class Scaffold:
     require_admin: object
 
 
-def scaffold(
+def base_app(
     pool,
     metrics,
     reasons: tuple[str, ...],
@@ -41,7 +41,7 @@ def scaffold(
     poll_seconds: float,
     description: str,
     closers: tuple[Callable[[], None], ...] = (),
-) -> Scaffold:
+) -> BaseApp:
     for reason in reasons:
         metrics.rejected.labels(pool.model, reason)  # zeros from the start
     policy = pool.policy
@@ -100,4 +100,4 @@ def scaffold(
     async def metrics_endpoint():
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    return Scaffold(pool, metrics, traffic, sampler, swapper, follower, app, admin, require_admin)
+    return BaseApp(pool, metrics, traffic, sampler, swapper, follower, app, admin, require_admin)

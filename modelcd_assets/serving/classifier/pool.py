@@ -28,8 +28,8 @@ from modelcd_assets.lib.release import attestation, servable
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import ROLLED_BACK, CandidateRef, Registry
 from modelcd_assets.lib.tasks.names import CLASSIFICATION
+from modelcd_assets.serving.classifier.engine import Engine, Served
 from modelcd_assets.serving.consistency import Consistency, SwapRefused, compare
-from modelcd_assets.serving.engine import Engine, Served
 
 
 class UnknownVersion(ModelcdError):

@@ -23,11 +23,11 @@ from modelcd_assets.lib.causal_lm.decoder import NonFinite, Sampling
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.release.servable import NotServable
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
-from modelcd_assets.serving.generation import Generations
+from modelcd_assets.serving.base_app import base_app
+from modelcd_assets.serving.classifier.pool import UnknownVersion
 from modelcd_assets.serving.limits import NOT_READY, REJECT_REASONS, UNKNOWN_VERSION, Rejected, read_json
-from modelcd_assets.serving.lm_pool import LmPool, LmServed
-from modelcd_assets.serving.metrics import LiveDriftCollector, LmServerMetrics
-from modelcd_assets.serving.openai_api import (
+from modelcd_assets.serving.lm.generation import Generations
+from modelcd_assets.serving.lm.openai_api import (
     KV_CACHE_TOO_LARGE,
     MAX_TOKENS_TOO_LARGE,
     PROMPT_TOO_LONG,
@@ -41,8 +41,8 @@ from modelcd_assets.serving.openai_api import (
     parse,
     usage,
 )
-from modelcd_assets.serving.pool import UnknownVersion
-from modelcd_assets.serving.scaffold import scaffold
+from modelcd_assets.serving.lm.pool import LmPool, LmServed
+from modelcd_assets.serving.metrics import LiveDriftCollector, LmServerMetrics
 from modelcd_assets.serving.server import ServerInputs
 
 log = logging.getLogger("modelcd.serve")
@@ -67,7 +67,7 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
     metrics = LmServerMetrics(live_drift=LiveDriftCollector(pool.state_root, pool.model))
     policy = pool.policy
     generations = Generations(pool.model, policy, metrics, node_usd_per_hour)
-    sc = scaffold(
+    sc = base_app(
         pool,
         metrics,
         LM_REJECT_REASONS,
