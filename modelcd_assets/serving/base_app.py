@@ -16,13 +16,15 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from modelcd_assets.lib.operations.traffic_log import TrafficLog, record_bytes_bound
 from modelcd_assets.serving.admin import Swapper, admin_app, loader_executor
 from modelcd_assets.serving.follower import AliasFollower
+from modelcd_assets.serving.metrics import Metrics
 from modelcd_assets.serving.sampler import Sampler
+from modelcd_assets.serving.versions import VersionPool
 
 
 @dataclass
 class BaseApp:
-    pool: object  # a ServingPool or an LmPool
-    metrics: object
+    pool: VersionPool
+    metrics: Metrics
     traffic: TrafficLog
     sampler: Sampler
     swapper: Swapper
@@ -33,8 +35,8 @@ class BaseApp:
 
 
 def base_app(
-    pool,
-    metrics,
+    pool: VersionPool,
+    metrics: Metrics,
     reasons: tuple[str, ...],
     *,
     admin_token: str | None,

@@ -1,6 +1,6 @@
 """A causal LM's loaded versions: one INT8 base session per base build, each version an adapter file loaded into it.
 
-A version gets in as a classifier's does (serving/pool.py: a valid verdict over its registered files, the INT8 base
+A version gets in as every version does (serving/versions.py: a valid verdict over its registered files, the INT8 base
 build and its adapter file, which is read once, hashed, and loaded from a private copy of exactly those bytes), then
 its probe prompts (serving.probe_prompts) are regenerated greedily for serving.probe_tokens tokens: they must equal
 the first ones recorded at gating, and the logits the first token was chosen from must be within
@@ -30,8 +30,8 @@ from modelcd_assets.lib.release import attestation
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.lib.tasks.names import CAUSAL_LM
-from modelcd_assets.serving.classifier.pool import ServingPool, Steps, _scan
 from modelcd_assets.serving.consistency import Consistency, SwapRefused
+from modelcd_assets.serving.versions import Steps, VersionPool, scan
 
 
 @dataclass(eq=False)
@@ -95,7 +95,7 @@ class LmServed:
         self.adapter_file.unlink(missing_ok=True)
 
 
-class LmPool(ServingPool):
+class LmPool(VersionPool):
     """Loaded versions of one registered causal LM, on a session per base build."""
 
     task = CAUSAL_LM
@@ -145,7 +145,7 @@ class LmPool(ServingPool):
                 f"{checked.verdict.subjects[attestation.ADAPTER_FILE][:12]}); not loaded"
             )
         step("verdict verified over the registered files, INT8 base build, adapter file and tokenizer")
-        _scan(Path(record.artifact_dir), what, self.limits)
+        scan(Path(record.artifact_dir), what, self.limits)
         step("registered files scanned")
         name = f"v{ref.version}-{next(self._names)}"
         private = self._private / f"{name}.onnx_adapter"
