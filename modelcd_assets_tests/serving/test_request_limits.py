@@ -9,7 +9,7 @@ import pytest
 from starlette.requests import Request
 
 from modelcd_assets.lib.judging.policy import ServingPolicy
-from modelcd_assets.serving.limits import (
+from modelcd_assets.serving.rejections import (
     BAD_REQUEST,
     BODY_TOO_LARGE,
     TEXT_TOO_LONG,

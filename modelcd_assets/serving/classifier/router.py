@@ -20,8 +20,8 @@ from modelcd_assets.serving.base_app import base_app
 from modelcd_assets.serving.classifier.batcher import MicroBatcher
 from modelcd_assets.serving.classifier.engine import Served
 from modelcd_assets.serving.classifier.pool import ServingPool
-from modelcd_assets.serving.limits import NOT_READY, REJECT_REASONS, UNKNOWN_VERSION, ClassifyRequest, Rejected, read_classify
 from modelcd_assets.serving.metrics import LiveDriftCollector, ServerMetrics
+from modelcd_assets.serving.rejections import NOT_READY, REJECT_REASONS, UNKNOWN_VERSION, ClassifyRequest, Rejected, read_classify
 from modelcd_assets.serving.server import ServerInputs
 from modelcd_assets.serving.versions import UnknownVersion
 

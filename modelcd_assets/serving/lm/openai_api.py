@@ -10,7 +10,7 @@ from typing import Literal
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-# Why a request was answered before it reached a model (modelcd_requests_rejected_total's reason label, with serving/limits.py's).
+# Why a request was answered before it reached a model (modelcd_requests_rejected_total's reason label, with serving/rejections.py's).
 PROMPT_TOO_LONG, MAX_TOKENS_TOO_LARGE, KV_CACHE_TOO_LARGE, TOO_MANY_GENERATIONS = (
     "prompt_too_long",
     "max_tokens_too_large",

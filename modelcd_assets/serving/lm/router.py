@@ -24,7 +24,6 @@ from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.release.servable import NotServable
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.base_app import base_app
-from modelcd_assets.serving.limits import NOT_READY, REJECT_REASONS, UNKNOWN_VERSION, Rejected, read_json
 from modelcd_assets.serving.lm.generation import Generations
 from modelcd_assets.serving.lm.openai_api import (
     KV_CACHE_TOO_LARGE,
@@ -42,6 +41,7 @@ from modelcd_assets.serving.lm.openai_api import (
 )
 from modelcd_assets.serving.lm.pool import LmPool, LmServed
 from modelcd_assets.serving.metrics import LiveDriftCollector, LmServerMetrics
+from modelcd_assets.serving.rejections import NOT_READY, REJECT_REASONS, UNKNOWN_VERSION, Rejected, read_json
 from modelcd_assets.serving.server import ServerInputs
 from modelcd_assets.serving.versions import UnknownVersion
 
