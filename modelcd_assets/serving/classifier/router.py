@@ -13,32 +13,19 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.base_app import base_app
 from modelcd_assets.serving.classifier.batcher import MicroBatcher
+from modelcd_assets.serving.classifier.classify_api import CLASSIFY_BODY, FaultRequest, read_classify
 from modelcd_assets.serving.classifier.engine import Served
 from modelcd_assets.serving.classifier.pool import ServingPool
 from modelcd_assets.serving.metrics import LiveDriftCollector, ServerMetrics
-from modelcd_assets.serving.rejections import NOT_READY, REJECT_REASONS, UNKNOWN_VERSION, ClassifyRequest, Rejected, read_classify
+from modelcd_assets.serving.rejections import REJECT_REASONS, Rejected, not_ready, unknown_version
 from modelcd_assets.serving.server import ServerInputs
 from modelcd_assets.serving.versions import UnknownVersion
 
 log = logging.getLogger("modelcd.serve")
-
-
-CLASSIFY_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": ClassifyRequest.model_json_schema()}}}}
-
-
-class FaultRequest(BaseModel):
-    """Chaos testing: make a version slow, failing or NaN-producing, as a real regression would."""
-
-    model_config = ConfigDict(extra="forbid")
-    version: str = Field(pattern=r"^[0-9]+$")
-    latency_ms: float = Field(0.0, ge=0, le=60_000)
-    error_ratio: float = Field(0.0, ge=0, le=1)
-    nan_ratio: float = Field(0.0, ge=0, le=1)
 
 
 def classifier_server(inputs: ServerInputs) -> FastAPI:
@@ -100,10 +87,9 @@ def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: floa
         try:
             served = pool.resolve(body.adapter)  # the one snapshot this request is served by
         except UnknownVersion:
-            # Only the version asked for is named: which versions are loaded is the admin API's to say.
             if pool.active is None:
-                return rejected(Rejected(503, NOT_READY, f"no version of {pool.model} is being served yet; the server is not ready"))
-            return rejected(Rejected(404, UNKNOWN_VERSION, f"version {body.adapter} of {pool.model} is not served here"))
+                return rejected(not_ready(pool.model))
+            return rejected(unknown_version(pool.model, body.adapter))
         labels = (served.model, served.version, served.adapter_label)
         start = time.perf_counter()
         status, payload = 200, None

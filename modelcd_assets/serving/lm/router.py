@@ -25,28 +25,25 @@ from modelcd_assets.lib.release.servable import NotServable
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER, VERSION_HEADER
 from modelcd_assets.serving.base_app import base_app
 from modelcd_assets.serving.lm.generation import Generations
-from modelcd_assets.serving.lm.openai_api import (
-    KV_CACHE_TOO_LARGE,
-    MAX_TOKENS_TOO_LARGE,
-    PROMPT_TOO_LONG,
-    TOO_MANY_GENERATIONS,
-    UNSUPPORTED,
-    Answer,
-    ApiError,
-    ChatRequest,
-    CompletionRequest,
-    StopCut,
-    parse,
-    usage,
-)
+from modelcd_assets.serving.lm.openai_api import Answer, ApiError, ChatRequest, CompletionRequest, StopCut, error_body, parse, usage
 from modelcd_assets.serving.lm.pool import LmPool, LmServed
 from modelcd_assets.serving.metrics import LiveDriftCollector, LmServerMetrics
-from modelcd_assets.serving.rejections import NOT_READY, REJECT_REASONS, UNKNOWN_VERSION, Rejected, read_json
+from modelcd_assets.serving.rejections import (
+    GENERATION_REASONS,
+    REJECT_REASONS,
+    Rejected,
+    bad_request,
+    check_prompt,
+    may_not_be_served,
+    no_such_model,
+    not_ready,
+    read_json,
+)
 from modelcd_assets.serving.server import ServerInputs
 from modelcd_assets.serving.versions import UnknownVersion
 
 log = logging.getLogger("modelcd.serve")
-LM_REJECT_REASONS = (*REJECT_REASONS, PROMPT_TOO_LONG, MAX_TOKENS_TOO_LARGE, KV_CACHE_TOO_LARGE, TOO_MANY_GENERATIONS, UNSUPPORTED)
+LM_REJECT_REASONS = (*REJECT_REASONS, *GENERATION_REASONS)
 
 
 def lm_server(inputs: ServerInputs) -> FastAPI:
@@ -96,18 +93,10 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
     async def resolve(name: str) -> LmServed:
         model, _, version = name.partition(":")
         if model != pool.model or (version and not version.isdigit()):
-            raise ApiError(
-                404,
-                f"The model `{name}` does not exist: this server serves {pool.model} (production) and {pool.model}:VERSION",
-                param="model",
-                code="model_not_found",
-                reason=UNKNOWN_VERSION,
-            )
+            raise no_such_model(name, pool.model)
         if not version:
             if pool.active is None:
-                raise ApiError(
-                    503, f"no version of {pool.model} is being served yet; the server is not ready", type="server_error", reason=NOT_READY
-                )
+                raise not_ready(pool.model)
             return pool.active
         try:
             return pool.resolve(version)
@@ -117,30 +106,24 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
             await swapper.swap_async(version, activate=False)
             return pool.resolve(version)
         except (NotServable, ModelcdError) as e:
-            raise ApiError(
-                404, f"The model `{name}` may not be served: {e}", param="model", code="model_not_found", reason=UNKNOWN_VERSION
-            ) from None
+            raise may_not_be_served(name, e) from None
 
     async def complete(request: Request, chat: bool):
         started = time.perf_counter()
         try:
-            try:
-                raw = await read_json(request, policy.max_body_bytes)
-            except Rejected as r:
-                raise ApiError(r.status, str(r), reason=r.reason) from None
+            raw = await read_json(request, policy.max_body_bytes)
             body = parse(ChatRequest if chat else CompletionRequest, raw)
             served = await resolve(body.model)
             decoder = served.decoder
             try:
                 prompt = decoder.encode_chat(body.chat()) if chat else decoder.encode(body.text())
             except ValueError as e:
-                raise ApiError(400, str(e), param="messages" if chat else "prompt", reason="bad_request") from None
-            if not prompt:
-                raise ApiError(400, "the prompt is empty", param="prompt", reason="bad_request")
+                raise bad_request(str(e), "messages" if chat else "prompt") from None
+            check_prompt(prompt)
             admitted = generations.admit(len(prompt), body.limit, decoder.context_length, decoder.kv_bytes_per_token)
-        except ApiError as e:
-            metrics.rejected.labels(pool.model, e.reason).inc()
-            return e.response()
+        except Rejected as r:
+            metrics.rejected.labels(pool.model, r.reason).inc()
+            return ApiError.of(r).response()
         if traffic.chosen():
             sampler.submit(served.version, [body.sampled_text()])
         labels = (served.model, served.version, served.adapter_label)
@@ -172,10 +155,10 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
                     yield rest
             except NonFinite as e:
                 metrics.nan_outputs.labels(*labels).inc()
-                state["error"] = ApiError(500, f"generation stopped: {e}", type="server_error", code="non_finite_logits")
+                state["error"] = error_body(f"generation stopped: {e}", code="non_finite_logits")
             except Exception as e:  # a failed generation is counted and answered, never dropped
                 log.exception("generation failed on %s version %s", served.model, served.version)
-                state["error"] = ApiError(500, f"generation failed: {e}", type="server_error")
+                state["error"] = error_body(f"generation failed: {e}")
             finally:
                 await tokens.aclose()
 
@@ -191,7 +174,7 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
             text = "".join([p async for p in pieces()])
             finish()
             if state["error"] is not None:
-                return JSONResponse(state["error"].body(), status_code=500, headers=headers)
+                return JSONResponse(state["error"], status_code=500, headers=headers)
             return JSONResponse(answer.whole(text, state["finish"], usage(len(prompt), state["made"] + state["eos"])), headers=headers)
 
         async def events():
@@ -200,7 +183,7 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
                 async for text in pieces():
                     yield {"data": json.dumps(answer.chunk(text))}
                 if state["error"] is not None:
-                    yield {"data": json.dumps(state["error"].body())}
+                    yield {"data": json.dumps(state["error"])}
                 else:
                     yield {"data": json.dumps(answer.chunk(None, state["finish"], usage(len(prompt), state["made"] + state["eos"])))}
                     yield {"data": "[DONE]"}
