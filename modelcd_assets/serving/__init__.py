@@ -4,3 +4,8 @@
 HASH_HEADER = "X-Modelcd-Adapter-Sha256"  # the registered version's files
 VERSION_HEADER = "X-Modelcd-Version"
 ARTIFACT_HEADER = "X-Modelcd-Artifact-Sha256"  # the INT8 model that served it: the one quantized_model recorded and the gates judged
+
+
+def served_headers(served) -> dict[str, str]:
+    """The headers naming what served a request: its version, that version's registered files and the INT8 model."""
+    return {HASH_HEADER: served.content_hash, VERSION_HEADER: served.version, ARTIFACT_HEADER: served.artifact_sha256}

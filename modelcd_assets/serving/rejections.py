@@ -251,3 +251,8 @@ def check_generations(running: int, policy: ServingPolicy) -> None:
             type="rate_limit_error",
             headers={"Retry-After": str(policy.retry_after_s)},
         )
+
+
+def not_served(model: str, version: str | None, ready: bool) -> Rejected:
+    """A version asked for (None: the default) that the pool does not answer: not ready while none is served yet."""
+    return unknown_version(model, version) if ready else not_ready(model)
