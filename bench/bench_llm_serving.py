@@ -597,6 +597,7 @@ def main() -> int:
     from modelcd_assets.lib.causal_lm.base import smollm2_gguf
     from modelcd_assets.lib.causal_lm.build import BaseBuild
     from modelcd_assets.lib.judging.policy import policy_path
+    from modelcd_assets.lib.release import attestation, servable
     from modelcd_assets.lib.release.candidate import CandidateRecord
     from modelcd_assets.lib.release.registry import Registry
 
@@ -614,8 +615,8 @@ def main() -> int:
         reg = Registry.from_env()
         prod = reg.production(LM_MODEL_NAME)
         record = CandidateRecord.of(Path(env["MODELCD_HOME"]), prod)
-        gated = record.quantization()
-        build, adapter_file = BaseBuild(Path(gated["base_build"])), record.build.dir / gated["artifact"]
+        served_files = servable.served_files(record)  # what the verdict is over: the INT8 base build's folder and the adapter file
+        build, adapter_file = BaseBuild(served_files.int8.parent), served_files.paths[attestation.ADAPTER_FILE]
         lora, lora_note = llama_cpp_lora(base_dir, adapter, tmp)
         print(f"llama.cpp's LoRA: {lora_note}", flush=True)
         served = servers(dict(os.environ), base_dir, adapter, LM_MODEL_NAME, chats, tmp, smollm2_gguf(), lora)

@@ -192,7 +192,7 @@ def swaps(name: str, prod: str, other: str, texts: list[str], tmp: Path, rounds:
 MEMORY_SCRIPT = """
 import json, sys
 from pathlib import Path
-from modelcd_assets.serving.engine import Engine
+from modelcd_assets.serving.classifier.engine import Engine
 def rss_mb():
     return next(int(l.split()[1]) for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS")) / 1024
 artifact, merged, counts = Path(sys.argv[1]), Path(sys.argv[2]), [int(c) for c in sys.argv[3].split(",")]

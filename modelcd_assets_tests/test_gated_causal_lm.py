@@ -160,7 +160,7 @@ def test_a_calibration_set_for_a_causal_lm_is_refused_with_the_reason(env, insta
 
 def test_the_classifier_server_refuses_a_causal_lm_version_with_the_reason(env, instance, base):
     from modelcd_assets.lib.judging.policy import ServingPolicy
-    from modelcd_assets.serving.pool import ServingPool, SwapRefused
+    from modelcd_assets.serving.classifier.pool import ServingPool, SwapRefused
 
     pool = ServingPool(MODEL, env.registry, env.home, ServingPolicy())
     with pytest.raises(

@@ -21,7 +21,7 @@ from modelcd_assets.lib.judging.policy import ServingPolicy
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CALIBRATION, REVISION_OF, WEIGHTS_VERSION, CandidateRef
 from modelcd_assets.lib.splits import read_split
-from modelcd_assets.serving.pool import ServingPool
+from modelcd_assets.serving.classifier.pool import ServingPool
 from modelcd_assets_tests.conftest import module_state_fixtures
 
 pytestmark = pytest.mark.slow

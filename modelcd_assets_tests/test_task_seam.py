@@ -20,8 +20,6 @@ TASK_OWNED = (
     "faults/catalog.py",
     "faults/runner.py",
     "faults/llm_builders.py",
-    "serving/pool.py",
-    "serving/lm_pool.py",
     "serving/classifier/",
     "serving/lm/",
 )

@@ -51,7 +51,7 @@ def _refusal(sb: Sandbox, ref: CandidateRef) -> str | None:
 
 
 def _pool(sb: Sandbox):
-    from modelcd_assets.serving.pool import ServingPool
+    from modelcd_assets.serving.classifier.pool import ServingPool
 
     policy = _policy(sb)
     return ServingPool(sb.name, sb.registry, sb.home, policy.serving, policy.safety.limits())

@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.release.servable import NotServable
-from modelcd_assets.serving.metrics import ServerMetrics
-from modelcd_assets.serving.pool import LoadReport, ServingPool, UnknownVersion
+from modelcd_assets.serving.metrics import Metrics
+from modelcd_assets.serving.versions import LoadReport, UnknownVersion, VersionPool
 
 log = logging.getLogger("modelcd.serve")
 
@@ -41,8 +41,8 @@ def _background_priority() -> None:
 class Swapper:
     """Load-then-switch, shared by the alias follower and the admin API, with metrics."""
 
-    pool: ServingPool
-    metrics: ServerMetrics
+    pool: VersionPool
+    metrics: Metrics
     executor: ThreadPoolExecutor
 
     def swap(self, version: str, activate: bool = True) -> LoadReport:
@@ -79,7 +79,7 @@ def loader_executor() -> ThreadPoolExecutor:
 
 
 def admin_app(pool, swapper: Swapper, admin_token: str | None) -> tuple[FastAPI, object]:
-    """The admin app over pool (a ServingPool or an LmPool), and the dependency that checks its bearer token."""
+    """The admin app over pool (any task's VersionPool), and the dependency that checks its bearer token."""
     admin = FastAPI(title="modelcd serve: admin API", description=f"Loads, switches and unloads versions of {pool.model}; bearer token.")
 
     def require_admin(request: Request) -> None:

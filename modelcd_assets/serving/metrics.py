@@ -62,7 +62,7 @@ class LiveDriftCollector:
         return [share, detected]
 
 
-class _Metrics:
+class Metrics:
     """What every server exports: its versions' requests, errors and NaN outputs (what slo_sensor judges), swaps, and
     requests answered before they reached a model."""
 
@@ -118,7 +118,7 @@ class _Metrics:
         return generate_latest(self.registry)
 
 
-class ServerMetrics(_Metrics):
+class ServerMetrics(Metrics):
     """A classifier's server."""
 
     def __init__(self, live_drift: Collector | None = None) -> None:
@@ -133,7 +133,7 @@ class ServerMetrics(_Metrics):
         self.texts = Counter("modelcd_classified_texts", "Texts classified.", LABELS, registry=self.registry)
 
 
-class LmServerMetrics(_Metrics):
+class LmServerMetrics(Metrics):
     """A causal LM's server: per version, time to first token and per output token, tokens in and out; per model, the KV
     cache held by generations in flight and the cost per 1M generated tokens the server achieves while it is busy."""
 

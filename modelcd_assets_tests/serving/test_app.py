@@ -266,7 +266,7 @@ def test_a_swap_is_refused_unless_the_artifact_and_its_outputs_are_the_gated_one
 def test_the_session_runs_the_bytes_that_were_hashed_even_if_the_file_changes_after_the_check(served, monkeypatch):
     """The server used to hash the artifact file, then open the file again by path: a file replaced in between served unchecked bytes."""
     from modelcd_assets.lib.hashing import bytes_sha256
-    from modelcd_assets.serving import pool as pool_module
+    from modelcd_assets.serving.classifier import pool as pool_module
 
     record = record_of(served, served.v1)
     artifact = record.chosen_int8()
@@ -337,7 +337,7 @@ def test_the_serving_process_imports_neither_torch_nor_dagster(served):
 def test_loaded_versions_are_bounded_least_recently_used_first(served):
     from modelcd_assets.lib.judging.policy import ServingPolicy
     from modelcd_assets.lib.release.registry import ROLLED_BACK
-    from modelcd_assets.serving.pool import ServingPool
+    from modelcd_assets.serving.classifier.pool import ServingPool
 
     reg = served.env.registry
     withdrawn = ROLLED_BACK in reg.tags(served.v2)  # an earlier test may have rolled production back from v2

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from modelcd_assets.serving.batcher import MicroBatcher
+from modelcd_assets.serving.classifier.batcher import MicroBatcher
 
 
 class Model:

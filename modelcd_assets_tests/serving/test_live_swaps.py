@@ -17,7 +17,7 @@ import pytest
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CONTENT, CandidateRef
 from modelcd_assets.lib.splits import read_split
-from modelcd_assets.serving.engine import Engine
+from modelcd_assets.serving.classifier.engine import Engine
 from modelcd_assets_tests.serving.conftest import MODEL, ServerProcess, gated_state
 
 pytestmark = pytest.mark.slow

@@ -353,9 +353,9 @@ def test_a_rolled_back_version_is_answered_from_no_more(server, client, env, ver
 
 def test_admission_is_bounded_and_answers_429_with_retry_after():
     from modelcd_assets.lib.judging.policy import ServingPolicy
-    from modelcd_assets.serving.generation import Generations
+    from modelcd_assets.serving.lm.generation import Generations
+    from modelcd_assets.serving.lm.openai_api import ApiError
     from modelcd_assets.serving.metrics import LmServerMetrics
-    from modelcd_assets.serving.openai_api import ApiError
 
     gen = Generations("m", ServingPolicy(max_generations=2, retry_after_s=3), LmServerMetrics(), 0.1)
     try:
@@ -371,7 +371,7 @@ def test_admission_is_bounded_and_answers_429_with_retry_after():
 
 
 def test_stop_sequences_split_across_tokens_are_cut():
-    from modelcd_assets.serving.openai_api import StopCut
+    from modelcd_assets.serving.lm.openai_api import StopCut
 
     cut = StopCut(["END"])
     sent = [cut.feed(p) for p in ["hel", "lo E", "N", "D and more"]]
@@ -389,8 +389,8 @@ def test_a_stream_dropped_unread_gives_its_admission_and_cache_back(tiny_lm, tmp
     from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
     from modelcd_assets.lib.causal_lm.decoder import Sampling
     from modelcd_assets.lib.judging.policy import ServingPolicy
-    from modelcd_assets.serving.generation import Generations
-    from modelcd_assets.serving.lm_pool import Base, LmServed
+    from modelcd_assets.serving.lm.generation import Generations
+    from modelcd_assets.serving.lm.pool import Base, LmServed
     from modelcd_assets.serving.metrics import LmServerMetrics
 
     decoder = Decoder(tiny_lm.build.int8)

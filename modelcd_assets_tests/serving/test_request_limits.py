@@ -9,15 +9,8 @@ import pytest
 from starlette.requests import Request
 
 from modelcd_assets.lib.judging.policy import ServingPolicy
-from modelcd_assets.serving.limits import (
-    BAD_REQUEST,
-    BODY_TOO_LARGE,
-    TEXT_TOO_LONG,
-    TOO_MANY_TEXTS,
-    ClassifyRequest,
-    Rejected,
-    read_classify,
-)
+from modelcd_assets.serving.classifier.classify_api import ClassifyRequest, read_classify
+from modelcd_assets.serving.rejections import BAD_REQUEST, BODY_TOO_LARGE, TEXT_TOO_LONG, TOO_MANY_TEXTS, Rejected
 
 # Small limits, below what the policy file allows, so every edge fits in a few bytes.
 POLICY = ServingPolicy.model_construct(**{**ServingPolicy().model_dump(), "max_body_bytes": 200, "max_texts": 3, "max_text_chars": 10})

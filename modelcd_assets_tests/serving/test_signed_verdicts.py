@@ -23,7 +23,7 @@ from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import PRODUCTION, ROLLED_BACK, CandidateRef
 from modelcd_assets.lib.release.signing import Keys, init_keys
 from modelcd_assets.lib.tasks.names import declaration_of
-from modelcd_assets.serving.pool import ServingPool
+from modelcd_assets.serving.classifier.pool import ServingPool
 from modelcd_assets.serving.server import app_from_env
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY, gate_blocked, gated_state, wait_for
 

@@ -13,15 +13,15 @@ from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.servable import ServedFiles
 
 
-def lm_served(record: CandidateRecord, int8_sha256: str | None = None) -> ServedFiles:
+def lm_served(record: CandidateRecord) -> ServedFiles:
     gated = record.quantization()
     base = Path(gated["base_build"]) / "int8"
     adapter = record.build.dir / gated["artifact"]
     return ServedFiles(
         {attestation.INT8_MODEL: base, attestation.ADAPTER_FILE: adapter},
         {
-            attestation.INT8_MODEL: int8_sha256 or folder_hash(base),
-            attestation.ADAPTER_FILE: file_sha256(adapter),
-            attestation.TOKENIZER: tokenizer_hash(base),
+            attestation.INT8_MODEL: lambda: folder_hash(base),
+            attestation.ADAPTER_FILE: lambda: file_sha256(adapter),
+            attestation.TOKENIZER: lambda: tokenizer_hash(base),
         },
     )

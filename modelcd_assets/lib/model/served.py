@@ -10,13 +10,13 @@ from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.servable import ServedFiles
 
 
-def classifier_served(record: CandidateRecord, int8_sha256: str | None = None) -> ServedFiles:
+def classifier_served(record: CandidateRecord) -> ServedFiles:
     int8 = record.chosen_int8()
     return ServedFiles(
         {attestation.INT8_MODEL: int8},
         {
-            attestation.INT8_MODEL: int8_sha256 or file_sha256(int8),
-            attestation.TOKENIZER: tokenizer_hash(record.build.merged),
-            attestation.CALIBRATION_SET: record.calibration_sha256 or "",
+            attestation.INT8_MODEL: lambda: file_sha256(int8),
+            attestation.TOKENIZER: lambda: tokenizer_hash(record.build.merged),
+            attestation.CALIBRATION_SET: lambda: record.calibration_sha256 or "",
         },
     )

@@ -1,7 +1,7 @@
 """The traffic log: a bounded, rotating sample of the texts production served, and the live drift verdict judged on it.
 
-The one owner of its format, paths and reading: the server appends (serving/app.py) and exports the verdict
-(serving/metrics.py), the live_traffic asset reads a window and writes the verdict. Plain Python only: the
+The one owner of its format, paths and reading: the server appends (serving/sampler.py, off the request path) and exports the
+verdict (serving/metrics.py), the live_traffic asset reads a window and writes the verdict. Plain Python only: the
 serving process imports it, so no Dagster, torch or pandas here.
 
 Layout, under the state folder: traffic/<model>/current.jsonl and previous.jsonl, each at most max_records // 2

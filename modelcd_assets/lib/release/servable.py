@@ -9,6 +9,7 @@ back from. Anything it cannot check is a refusal, with the reason. No Dagster an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,26 +39,30 @@ class Servable:
 @dataclass(frozen=True)
 class ServedFiles:
     """What a version serves, as its task's `served` function (lib/tasks/names.TaskDeclaration.served) finds it: the path of each
-    subject that is a file or folder on disk (always the INT8 model), and the digest of every subject of its attestation
-    but the registered files (which the registry's signature covers)."""
+    subject that is a file or folder on disk (always the INT8 model), and how to hash every subject of its attestation but the
+    registered files (which the registry's signature covers). Nothing is hashed until digests() is asked."""
 
     paths: dict[str, Path]
-    digests: dict[str, str]
+    hashers: dict[str, Callable[[], str]]
 
     @property
     def int8(self) -> Path:
         return self.paths[attestation.INT8_MODEL]
 
+    def digests(self, int8_sha256: str | None = None) -> dict[str, str]:
+        """Each subject's sha256; int8_sha256: the INT8 model's, when the caller already hashed the bytes it opened."""
+        return {name: int8_sha256 if name == attestation.INT8_MODEL and int8_sha256 else h() for name, h in self.hashers.items()}
 
-def served_files(record: CandidateRecord, int8_sha256: str | None = None) -> ServedFiles:
-    """What record's version serves, by its task's declaration. int8_sha256: the INT8 bytes' hash when the caller already holds them."""
+
+def served_files(record: CandidateRecord) -> ServedFiles:
+    """What record's version serves, by its task's declaration."""
     declared = declaration_of(record.task)
-    found = load_declared(declared.served, f"task {record.task!r}'s served files")(record, int8_sha256)
+    found = load_declared(declared.served, f"task {record.task!r}'s served files")(record)
     expected = set(declared.subjects) - {attestation.REGISTERED_FILES}
-    if set(found.digests) != expected or attestation.INT8_MODEL not in found.paths:
+    if set(found.hashers) != expected or attestation.INT8_MODEL not in found.paths:
         raise ModelcdError(
-            f"task {record.task!r}'s {declared.served} gave {sorted(found.digests)} and paths {sorted(found.paths)}, not the subjects it "
-            f"declares ({sorted(expected)}, with the INT8 model's path)"
+            f"task {record.task!r}'s {declared.served} gave {sorted(found.hashers)} and paths {sorted(found.paths)}, not the subjects "
+            f"it declares ({sorted(expected)}, with the INT8 model's path)"
         )
     return found
 
@@ -67,7 +72,7 @@ def subjects(registry: Registry, ref: CandidateRef, record: CandidateRecord, int
     ref), and what its task serves (served_files). int8_sha256: the INT8 bytes' hash when the caller already holds them."""
     return {
         attestation.REGISTERED_FILES: registry.verify_local(ref, Path(record.artifact_dir)),
-        **served_files(record, int8_sha256).digests,
+        **served_files(record).digests(int8_sha256),
     }
 
 
@@ -102,7 +107,7 @@ def check(
     found = attestation.problems(verdict, ref.name, ref.version, actual)
     if found:
         raise NotServable(f"{NO_VERDICT} for {what}: " + "; ".join(found))
-    return Servable(ref, record, verdict, served_files(record, int8_sha256).int8)
+    return Servable(ref, record, verdict, served_files(record).int8)
 
 
 def reason(registry: Registry, state_root: Path, ref: CandidateRef) -> str:

@@ -39,7 +39,7 @@ declare_task(
         served="modelcd_assets.lib.model.served:classifier_served",
         subjects=("registered-files", "int8-model", "tokenizer", "calibration-set"),
         slo_latency=(("p99_latency_ms", "modelcd_request_duration_seconds"),),
-        server="modelcd_assets.serving.app:classifier_server",
+        server="modelcd_assets.serving.classifier.router:classifier_server",
         server_api="POST /v1/classify",
     )
 )
@@ -81,7 +81,7 @@ declare_task(
             ("p99_ttft_ms", "modelcd_llm_time_to_first_token_seconds"),
             ("p99_tpot_ms", "modelcd_llm_time_per_output_token_seconds"),
         ),
-        server="modelcd_assets.serving.lm_app:lm_server",
+        server="modelcd_assets.serving.lm.router:lm_server",
         server_api="the OpenAI API: POST /v1/chat/completions, /v1/completions",
     )
 )

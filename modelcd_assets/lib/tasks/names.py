@@ -68,8 +68,8 @@ class TaskDeclaration:
         read at register and by artifact_is_safe.
     policy_sections: the policy sections the task reads besides its gates' and COMMON_POLICY.
     policy_models: sections the task adds to the policy file, by name: "package.module:Class", a pydantic model of them.
-    served: "package.module:function" (record, int8_sha256) -> lib/release/servable.ServedFiles: what a version of this task
-        serves, read without torch by the server, promotion, rollback and the benches.
+    served: "package.module:function" (record) -> lib/release/servable.ServedFiles: what a version of this task serves (its
+        paths, and how to hash each attestation subject), read without torch by the server, promotion, rollback and the benches.
     subjects: the subjects of its attestation (lib/release/attestation.SUBJECT_NAMES), always the registered files and the INT8 model.
     contract: "package.module:function" (old, new, token_ids_changed) -> list of judging/contract.Change: what a change of
         this task's I/O contract (the `contract` tag its export step records) requires of the version number.

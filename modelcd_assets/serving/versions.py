@@ -1,35 +1,45 @@
-"""The versions a server has loaded, which one serves by default, and how a version gets in.
+"""The versions a server has loaded, which one serves by default, and how a version gets in; each task's pool says how
+its artifact is opened and probed (serving/classifier/pool.py, serving/lm/pool.py).
 
 A version is loaded off the request path, and only with a valid verdict over the bytes it would serve
 (lib/release/servable.py: its registered files verified against the signature the registry holds for it, its signed
-attestation, and the INT8 model, tokenizer and files hashed against the attested digests); its files are
-scanned, the INT8 model is opened in ONNX Runtime from the very bytes that were hashed, and its outputs on the
-probe texts are compared with the gated outputs recorded at gating. Only then is it published, by one reference assignment; a request takes
-its
-snapshot of that reference once, so it is served entirely by one version. At most
-serving.max_loaded_versions stay loaded: the least recently used one that is not the default goes first.
+attestation, and the served files hashed against the attested digests); its files are scanned, its artifact is opened
+from the very bytes that were hashed, and its outputs on the probe inputs are compared with those recorded at gating.
+Only then is it published, by one reference assignment; a request takes its snapshot of that reference once, so it is
+served entirely by one version. At most serving.max_loaded_versions stay loaded: the least recently used one that is not
+the default goes first.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import Protocol
 
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
-from modelcd_assets.lib.hashing import bytes_sha256
 from modelcd_assets.lib.judging.policy import ServingPolicy
 from modelcd_assets.lib.judging.safety import SafetyLimits, scan_artifact
-from modelcd_assets.lib.release import attestation, servable
+from modelcd_assets.lib.release import servable
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import ROLLED_BACK, CandidateRef, Registry
-from modelcd_assets.lib.tasks.names import CLASSIFICATION
-from modelcd_assets.serving.consistency import Consistency, SwapRefused, compare
-from modelcd_assets.serving.engine import Engine, Served
+from modelcd_assets.serving.consistency import Consistency, SwapRefused
+
+
+class ServedVersion(Protocol):
+    """What a request is served by, whatever the task: a registry version and the gated artifact of it that is loaded."""
+
+    model: str
+    version: str
+    content_hash: str  # the registered version's files
+    artifact_sha256: str  # the INT8 model (or base build) the gates judged, verified at load
+    variant: str
+
+    @property
+    def adapter_label(self) -> str: ...
 
 
 class UnknownVersion(ModelcdError):
@@ -73,16 +83,17 @@ class Steps:
         self._last = now
 
 
-def _scan(folder: Path, what: str, limits: SafetyLimits) -> None:
+def scan(folder: Path, what: str, limits: SafetyLimits) -> None:
+    """Refuse (SwapRefused) a version whose registered files the safety scan finds anything in."""
     findings = scan_artifact(folder, limits)
     if findings:
         raise SwapRefused(f"{what}: {findings[0]}; refusing to load it")
 
 
-class ServingPool:
-    """Loaded versions of one registered model, keyed by registry version."""
+class VersionPool(ABC):
+    """Loaded versions of one registered model, keyed by registry version; a subclass serves one task's versions."""
 
-    task = CLASSIFICATION
+    task: str
 
     def __init__(
         self,
@@ -95,14 +106,14 @@ class ServingPool:
     ):
         self.model, self.registry, self.state_root, self.policy, self.limits = model, registry, Path(state_root), policy, limits
         self.threads = threads  # ORT intra-op threads per model call
-        self._loaded: OrderedDict[str, Served] = OrderedDict()  # least recently used first
+        self._loaded: OrderedDict[str, ServedVersion] = OrderedDict()  # least recently used first
         self.reports: dict[str, LoadReport] = {}  # the last load of each loaded version
         self._withdrawn: set[str] = set()  # versions production was rolled back from: never answered from again
-        self._active: Served | None = None
+        self._active: ServedVersion | None = None
         self._load_lock = threading.Lock()
 
     @property
-    def active(self) -> Served | None:
+    def active(self) -> ServedVersion | None:
         return self._active
 
     @property
@@ -110,10 +121,10 @@ class ServingPool:
         """Versions production was rolled back from, as last read from the registry: never answered from again."""
         return frozenset(self._withdrawn)
 
-    def loaded(self) -> list[Served]:
+    def loaded(self) -> list[ServedVersion]:
         return sorted(self._loaded.values(), key=lambda s: int(s.version))
 
-    def resolve(self, version: str | None) -> Served:
+    def resolve(self, version: str | None) -> ServedVersion:
         """The version a request asked for, or the default; one snapshot per request."""
         if version is None:
             served = self._active
@@ -187,46 +198,9 @@ class ServingPool:
         self._withdrawn.discard(ref.version)
         return checked
 
-    def _open(self, ref: CandidateRef, record: CandidateRecord, gated: dict, step: Steps) -> tuple[Served, Consistency]:
-        """The classifier's INT8 artifact, verified, opened from the bytes that were hashed, and probed."""
-        what = ref.uri
-        artifact = record.build.int8(gated.get("artifact_id", gated["chosen"]))
-        if not artifact.is_file():
-            raise SwapRefused(
-                f"{what}: the INT8 model its gates judged is missing ({artifact}); run 'modelcd gate {ref.name} {ref.version}'"
-            )
-        # Hashed and opened from the same bytes: a file replaced after the check is never what serves.
-        artifact_bytes = artifact.read_bytes()
-        checked = self._check(ref, bytes_sha256(artifact_bytes))
-        step("verdict verified over the registered files, INT8 model and tokenizer")
-        _scan(Path(record.artifact_dir), what, self.limits)
-        step("registered files scanned")
-        try:
-            # Gated builds record whether the graph is batch-dependent; older records make the engine read the graph.
-            engine = Engine(
-                artifact,
-                record.build.merged,
-                threads=self.threads,
-                batch_dependent=gated.get("batch_dependent"),
-                artifact_bytes=artifact_bytes,
-            )
-        except ModelcdError as e:
-            raise SwapRefused(f"{what}: {e}") from e
-        attested = checked.verdict.subjects
-        served = Served(
-            self.model, ref.version, attested[attestation.REGISTERED_FILES], attested[attestation.INT8_MODEL], gated["chosen"], engine
-        )
-        step("session opened")
-        probe = gated["probe"]
-        consistency = compare(
-            served.logits(probe["texts"], int(probe["batch"])),
-            np.asarray(probe["logits"], dtype=np.float32),
-            self.policy.max_abs_logit_diff,
-            self.policy.min_top1_agreement,
-            what,
-        )
-        step("probed against the gated outputs")
-        return served, consistency
+    @abstractmethod
+    def _open(self, ref: CandidateRef, record: CandidateRecord, gated: dict, step: Steps) -> tuple[ServedVersion, Consistency]:
+        """The version's served artifact, verified against its verdict (_check), opened from the bytes that were hashed, and probed."""
 
     def refresh_withdrawn(self) -> set[str]:
         """Ask the registry which loaded versions production was rolled back from; they are answered from no more."""
@@ -248,10 +222,10 @@ class ServingPool:
             evicted.append(version)
         return tuple(evicted)
 
-    def _forget(self, served: Served) -> None:
+    def _forget(self, served: ServedVersion) -> None:
         """A version no longer loaded: its session goes with the last request holding it."""
 
-    def activate(self, version: str) -> Served:
+    def activate(self, version: str) -> ServedVersion:
         """Make a loaded version the default; one reference assignment, so no request sees a mix."""
         served = self.resolve(str(version))
         self._active = served

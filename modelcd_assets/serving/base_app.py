@@ -16,13 +16,15 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from modelcd_assets.lib.operations.traffic_log import TrafficLog, record_bytes_bound
 from modelcd_assets.serving.admin import Swapper, admin_app, loader_executor
 from modelcd_assets.serving.follower import AliasFollower
+from modelcd_assets.serving.metrics import Metrics
 from modelcd_assets.serving.sampler import Sampler
+from modelcd_assets.serving.versions import VersionPool
 
 
 @dataclass
-class Scaffold:
-    pool: object  # a ServingPool or an LmPool
-    metrics: object
+class BaseApp:
+    pool: VersionPool
+    metrics: Metrics
     traffic: TrafficLog
     sampler: Sampler
     swapper: Swapper
@@ -32,16 +34,16 @@ class Scaffold:
     require_admin: object
 
 
-def scaffold(
-    pool,
-    metrics,
+def base_app(
+    pool: VersionPool,
+    metrics: Metrics,
     reasons: tuple[str, ...],
     *,
     admin_token: str | None,
     poll_seconds: float,
     description: str,
     closers: tuple[Callable[[], None], ...] = (),
-) -> Scaffold:
+) -> BaseApp:
     for reason in reasons:
         metrics.rejected.labels(pool.model, reason)  # zeros from the start
     policy = pool.policy
@@ -100,4 +102,4 @@ def scaffold(
     async def metrics_endpoint():
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    return Scaffold(pool, metrics, traffic, sampler, swapper, follower, app, admin, require_admin)
+    return BaseApp(pool, metrics, traffic, sampler, swapper, follower, app, admin, require_admin)

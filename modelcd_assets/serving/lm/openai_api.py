@@ -7,42 +7,33 @@ import time
 import uuid
 from typing import Literal
 
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-# Why a request was answered before it reached a model (modelcd_requests_rejected_total's reason label, with serving/limits.py's).
-PROMPT_TOO_LONG, MAX_TOKENS_TOO_LARGE, KV_CACHE_TOO_LARGE, TOO_MANY_GENERATIONS = (
-    "prompt_too_long",
-    "max_tokens_too_large",
-    "kv_cache_too_large",
-    "too_many_generations",
+from modelcd_assets.serving.rejections import (
+    Rejected,
+    bad_request,
+    check_one_choice,
+    check_one_prompt,
+    not_a_completion_request,
 )
-UNSUPPORTED = "unsupported"
 
 
-class ApiError(Exception):
-    """An answer in the OpenAI error body: {"error": {"message", "type", "param", "code"}}."""
+class ApiError(Rejected):
+    """A rejection answered in the OpenAI error body: {"error": {"message", "type", "param", "code"}}, with its headers."""
 
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-        reason: str | None = None,
-        headers: dict | None = None,
-    ):
-        super().__init__(message)
-        self.status, self.type, self.param, self.code, self.headers = status, type, param, code, headers or {}
-        self.reason = reason or code or type  # the rejected counter's label
+    @classmethod
+    def of(cls, r: Rejected) -> ApiError:
+        if isinstance(r, ApiError):
+            return r
+        return cls(r.status, r.reason, str(r), r.limit, r.value, param=r.param, code=r.code, type=r.type, headers=r.headers)
 
     def body(self) -> dict:
-        return {"error": {"message": str(self), "type": self.type, "param": self.param, "code": self.code}}
+        return error_body(str(self), type=self.type, param=self.param, code=self.code)
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+def error_body(message: str, *, type: str = "server_error", param: str | None = None, code: str | None = None) -> dict:
+    """The OpenAI error body; alone, for a generation that failed once it was admitted."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
 class Message(BaseModel):
@@ -112,10 +103,7 @@ class CompletionRequest(_Sampled):
 
     def text(self) -> str:
         if isinstance(self.prompt, list):
-            if len(self.prompt) != 1:
-                raise ApiError(
-                    400, "one prompt per request is served; send the others as requests of their own", param="prompt", reason=UNSUPPORTED
-                )
+            check_one_prompt(self.prompt)
             return self.prompt[0]
         return self.prompt
 
@@ -124,16 +112,14 @@ class CompletionRequest(_Sampled):
 
 
 def parse(cls: type[_Sampled], raw) -> _Sampled:
+    """The request, or Rejected (400) for anything OpenAI's shapes do not allow or this server does not serve."""
     try:
         body = cls.model_validate(raw)
     except ValidationError as e:
-        err = e.errors(include_url=False, include_input=False)[0]
-        param = ".".join(str(x) for x in err["loc"]) or None
-        raise ApiError(400, f"{param or 'body'}: {err['msg']}", param=param, reason="bad_request") from None
+        raise not_a_completion_request(e) from None
     except ValueError as e:
-        raise ApiError(400, str(e), reason="bad_request") from None
-    if body.n != 1:
-        raise ApiError(400, "n must be 1: one choice per request is served", param="n", reason=UNSUPPORTED)
+        raise bad_request(str(e)) from None
+    check_one_choice(body.n)
     return body
 
 

@@ -1,9 +1,9 @@
 """Generations in flight: admission by the serving policy's bounds, each one on a thread of its own, its tokens handed
 to the request's event loop as they come, and stopped (its KV cache freed) when the client goes away.
 
-Admission is the one place the bounds are checked, before a token is generated: the prompt and max_tokens against the
-policy and the model's context (lib/inference/tokens.check_generation_length, the rule the gates use), the KV cache the
-generation preallocates (prompt + max_tokens, times the model's bytes per token), and the number of generations at once.
+Admission checks a generation's bounds before a token is generated, as serving/rejections.py decides them: the prompt
+and max_tokens against the policy and the model's context, the KV cache the generation preallocates, and the number of
+generations at once.
 """
 
 from __future__ import annotations
@@ -15,14 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from modelcd_assets.lib.causal_lm.decoder import Sampling
-from modelcd_assets.lib.errors import BadCandidate
-from modelcd_assets.lib.inference.tokens import check_generation_length
 from modelcd_assets.lib.judging.policy import ServingPolicy
-from modelcd_assets.serving.lm_pool import LmServed
+from modelcd_assets.serving.lm.openai_api import ApiError
+from modelcd_assets.serving.lm.pool import LmServed
 from modelcd_assets.serving.metrics import LmServerMetrics
-from modelcd_assets.serving.openai_api import KV_CACHE_TOO_LARGE, MAX_TOKENS_TOO_LARGE, PROMPT_TOO_LONG, TOO_MANY_GENERATIONS, ApiError
+from modelcd_assets.serving.rejections import Rejected, check_generations, generation_bounds
 
-MIB = 2**20
 AHEAD = 16  # tokens a generation may run ahead of what its client has been sent
 _END = object()
 
@@ -43,47 +41,14 @@ class Generations:
         self._busy_s, self._tokens = 0.0, 0
 
     def admit(self, prompt_tokens: int, max_tokens: int | None, context_length: int, kv_bytes_per_token: int) -> Admitted:
-        """The generation's bounds, or ApiError (400, 413, 429) before anything runs."""
-        p = self.policy
-        if prompt_tokens > p.max_prompt_tokens:
-            raise ApiError(
-                400,
-                f"the prompt has {prompt_tokens} tokens, more than serving.max_prompt_tokens ({p.max_prompt_tokens})",
-                param="messages",
-                code="context_length_exceeded",
-                reason=PROMPT_TOO_LONG,
-            )
-        if max_tokens is not None and max_tokens > p.max_completion_tokens:
-            raise ApiError(
-                400,
-                f"max_tokens {max_tokens} is more than serving.max_completion_tokens ({p.max_completion_tokens})",
-                param="max_tokens",
-                reason=MAX_TOKENS_TOO_LARGE,
-            )
-        new = max_tokens if max_tokens is not None else max(1, min(p.default_max_tokens, context_length - prompt_tokens))
+        """The generation's bounds (serving/rejections.py), or ApiError (400, 413, 429) before anything runs."""
         try:
-            check_generation_length(prompt_tokens, new, context_length)
-        except BadCandidate as e:
-            raise ApiError(400, str(e), param="max_tokens", code="context_length_exceeded", reason=PROMPT_TOO_LONG) from None
-        kv = (prompt_tokens + new) * kv_bytes_per_token
-        if kv > p.max_kv_cache_mb * MIB:
-            raise ApiError(
-                413,
-                f"prompt + max_tokens ({prompt_tokens} + {new} tokens) need {kv / MIB:.1f} MiB of KV cache, more than "
-                f"serving.max_kv_cache_mb ({p.max_kv_cache_mb:g}); ask for fewer max_tokens",
-                param="max_tokens",
-                reason=KV_CACHE_TOO_LARGE,
-            )
-        with self._lock:
-            if self.running >= p.max_generations:
-                raise ApiError(
-                    429,
-                    f"{self.running} generations are running, serving.max_generations; retry after {p.retry_after_s} s",
-                    type="rate_limit_error",
-                    reason=TOO_MANY_GENERATIONS,
-                    headers={"Retry-After": str(p.retry_after_s)},
-                )
-            self._started(kv)
+            new, kv = generation_bounds(self.policy, prompt_tokens, max_tokens, context_length, kv_bytes_per_token)
+            with self._lock:
+                check_generations(self.running, self.policy)
+                self._started(kv)
+        except Rejected as r:
+            raise ApiError.of(r) from None
         return Admitted(new, kv)
 
     def _started(self, kv: int) -> None:

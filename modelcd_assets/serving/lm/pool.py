@@ -1,6 +1,6 @@
 """A causal LM's loaded versions: one INT8 base session per base build, each version an adapter file loaded into it.
 
-A version gets in as a classifier's does (serving/pool.py: a valid verdict over its registered files, the INT8 base
+A version gets in as every version does (serving/versions.py: a valid verdict over its registered files, the INT8 base
 build and its adapter file, which is read once, hashed, and loaded from a private copy of exactly those bytes), then
 its probe prompts (serving.probe_prompts) are regenerated greedily for serving.probe_tokens tokens: they must equal
 the first ones recorded at gating, and the logits the first token was chosen from must be within
@@ -26,12 +26,12 @@ from modelcd_assets.lib.causal_lm.chats import Chat
 from modelcd_assets.lib.causal_lm.decoder import PROBE_LOGITS_OF, Decoder
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import bytes_sha256, folder_hash
-from modelcd_assets.lib.release import attestation
+from modelcd_assets.lib.release import attestation, servable
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.lib.tasks.names import CAUSAL_LM
 from modelcd_assets.serving.consistency import Consistency, SwapRefused
-from modelcd_assets.serving.pool import ServingPool, Steps, _scan
+from modelcd_assets.serving.versions import Steps, VersionPool, scan
 
 
 @dataclass(eq=False)
@@ -95,7 +95,7 @@ class LmServed:
         self.adapter_file.unlink(missing_ok=True)
 
 
-class LmPool(ServingPool):
+class LmPool(VersionPool):
     """Loaded versions of one registered causal LM, on a session per base build."""
 
     task = CAUSAL_LM
@@ -128,11 +128,12 @@ class LmPool(ServingPool):
                 f"{what} was gated by an older modelcd whose probe logits are the second token's, not those its first token was "
                 f"chosen from; {rerun}"
             )
-        folder = Path(gated["base_build"]) / "int8"
+        served = servable.served_files(record)
+        folder = served.int8
         if not folder.is_dir():
             raise SwapRefused(f"{what}: the INT8 base build its gates judged is missing ({folder}); {rerun}")
         base = self._base(folder)
-        adapter_path = record.build.dir / gated["artifact"]
+        adapter_path = served.paths[attestation.ADAPTER_FILE]
         try:
             data = adapter_path.read_bytes()
         except OSError as e:
@@ -145,7 +146,7 @@ class LmPool(ServingPool):
                 f"{checked.verdict.subjects[attestation.ADAPTER_FILE][:12]}); not loaded"
             )
         step("verdict verified over the registered files, INT8 base build, adapter file and tokenizer")
-        _scan(Path(record.artifact_dir), what, self.limits)
+        scan(Path(record.artifact_dir), what, self.limits)
         step("registered files scanned")
         name = f"v{ref.version}-{next(self._names)}"
         private = self._private / f"{name}.onnx_adapter"

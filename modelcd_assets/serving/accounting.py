@@ -1,0 +1,38 @@
+"""One request's account, the same object for every task: rejected before a model (counted by reason in
+modelcd_requests_rejected_total), or admitted to a version and counted in that version's series, which slo_sensor
+judges: a request, an error, non-finite outputs. Each task's account adds what its requests measure."""
+
+from __future__ import annotations
+
+import time
+
+from modelcd_assets.serving.metrics import Metrics
+from modelcd_assets.serving.rejections import Rejected
+from modelcd_assets.serving.versions import ServedVersion
+
+
+class RequestAccount:
+    def __init__(self, metrics: Metrics, model: str):
+        self.metrics, self.model = metrics, model
+        self.started = time.perf_counter()
+        self.admitted_at: float | None = None
+        self.labels: tuple[str, str, str] | None = None
+
+    def reject(self, r: Rejected) -> Rejected:
+        """Counted by reason, never as a request of a version: what never reached a model must not move its SLO."""
+        self.metrics.rejected.labels(self.model, r.reason).inc()
+        return r
+
+    def admit(self, served: ServedVersion) -> None:
+        """From now on the request is one of served's."""
+        self.labels = (served.model, served.version, served.adapter_label)
+        self.admitted_at = time.perf_counter()
+
+    def non_finite(self) -> None:
+        self.metrics.nan_outputs.labels(*self.labels).inc()
+
+    def finish(self, failed: bool) -> None:
+        """The request answered by its version, failed on the server's side or not; called once."""
+        self.metrics.requests.labels(*self.labels).inc()
+        if failed:
+            self.metrics.errors.labels(*self.labels).inc()

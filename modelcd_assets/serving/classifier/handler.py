@@ -1,0 +1,119 @@
+"""What answers POST /v1/classify: the request read within its limits, resolved to one version, batched with other
+requests for that version, and accounted; and the chaos endpoint's faults."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import weakref
+from concurrent.futures import Executor
+
+import numpy as np
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from modelcd_assets.lib.operations.traffic_log import TrafficLog
+from modelcd_assets.serving import served_headers
+from modelcd_assets.serving.accounting import RequestAccount
+from modelcd_assets.serving.classifier.batcher import MicroBatcher
+from modelcd_assets.serving.classifier.classify_api import FaultRequest, read_classify
+from modelcd_assets.serving.classifier.engine import Served
+from modelcd_assets.serving.classifier.pool import ServingPool
+from modelcd_assets.serving.metrics import ServerMetrics
+from modelcd_assets.serving.rejections import Rejected, not_served
+from modelcd_assets.serving.sampler import Sampler
+from modelcd_assets.serving.versions import UnknownVersion
+
+log = logging.getLogger("modelcd.serve")
+
+
+class ClassifyAccount(RequestAccount):
+    """A classify request's account: its texts, and its latency from the moment it was admitted to a version."""
+
+    metrics: ServerMetrics
+
+    def classified(self, texts: int) -> None:
+        self.metrics.texts.labels(*self.labels).inc(texts)
+
+    def finish(self, failed: bool) -> None:
+        super().finish(failed)
+        self.metrics.latency.labels(*self.labels).observe(time.perf_counter() - self.admitted_at)
+
+
+class ClassifyHandler:
+    """Classification for one pool. Calls run `workers` at a time on the inference executor, in micro-batches that never
+    mix versions; a share serving.sample_ratio of the requests answered 200 have their texts sampled to the traffic log."""
+
+    def __init__(self, pool: ServingPool, metrics: ServerMetrics, traffic: TrafficLog, sampler: Sampler, inference: Executor, workers: int):
+        self.pool, self.metrics, self.traffic, self.sampler = pool, metrics, traffic, sampler
+        self.inference, self.workers = inference, workers
+        self.faults: dict[str, FaultRequest] = {}
+        # One batcher per loaded version, gone with it: a batch never mixes versions.
+        self._batchers: weakref.WeakKeyDictionary[Served, MicroBatcher] = weakref.WeakKeyDictionary()
+
+    def batcher(self, served: Served) -> MicroBatcher:
+        b = self._batchers.get(served)
+        if b is None:
+            policy = self.pool.policy
+            b = self._batchers[served] = MicroBatcher(served.logits, self.inference, policy.max_batch, policy.max_wait_ms, self.workers)
+        return b
+
+    def resolve(self, version: str | None) -> Served:
+        """The one snapshot this request is served by, or Rejected (404, or 503 before any version is served)."""
+        try:
+            return self.pool.resolve(version)
+        except UnknownVersion:
+            raise not_served(self.pool.model, version, ready=self.pool.active is not None) from None
+
+    async def classify(self, request: Request) -> JSONResponse:
+        account = ClassifyAccount(self.metrics, self.pool.model)
+        try:
+            body = await read_classify(request, self.pool.policy)
+            served = self.resolve(body.adapter)
+        except Rejected as r:
+            return account.reject(r).response()
+        account.admit(served)
+        status, payload = await self._answer(served, body.texts, account)
+        if status == 200 and self.traffic.chosen():
+            self.sampler.submit(served.version, body.texts)
+        account.finish(failed=status >= 500)
+        return JSONResponse(payload, status_code=status, headers=served_headers(served))
+
+    async def _answer(self, served: Served, texts: list[str], account: ClassifyAccount) -> tuple[int, dict]:
+        try:
+            fault = self.faults.get(served.version)
+            if fault is not None and fault.latency_ms:
+                await asyncio.sleep(fault.latency_ms / 1000)
+            if fault is not None and random.random() < fault.error_ratio:
+                return 500, {"error": "injected fault (chaos testing through /v1/admin/faults)"}
+            out = await self.batcher(served).submit(texts)
+            if fault is not None and random.random() < fault.nan_ratio:
+                out = np.full_like(out, np.nan)
+            bad = int((~np.isfinite(out)).any(axis=1).sum())
+            if bad:
+                account.non_finite()
+                return 500, {"error": f"the model produced non-finite outputs for {bad} of {len(texts)} texts"}
+            names = served.engine.labels
+            payload = {
+                "model": served.model,
+                "version": served.version,
+                "adapter_sha256": served.content_hash,
+                "artifact_sha256": served.artifact_sha256,
+                "labels": names,
+                "predictions": [{"label": names[int(row.argmax())], "logits": [float(x) for x in row]} for row in out],
+            }
+            account.classified(len(texts))
+            return 200, payload
+        except Exception as e:  # a failed request is counted and answered, never dropped
+            log.exception("classify failed on %s version %s", served.model, served.version)
+            return 500, {"error": f"classification failed: {e}"}
+
+    def inject(self, body: FaultRequest) -> dict:
+        """Chaos testing: set (or, all zero, clear) a version's fault."""
+        if body.latency_ms or body.error_ratio or body.nan_ratio:
+            self.faults[body.version] = body
+        else:
+            self.faults.pop(body.version, None)
+        return {"faults": {v: f.model_dump() for v, f in self.faults.items()}}

@@ -1,0 +1,210 @@
+"""What answers the OpenAI API of a causal LM: a request read and parsed, resolved to one version (loaded on first use
+only with a valid verdict over its bytes), admitted within its bounds, and generated, whole or streamed as server-sent
+events; one account per request."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse
+
+from modelcd_assets.lib.causal_lm.decoder import NonFinite, Sampling
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.operations.traffic_log import TrafficLog
+from modelcd_assets.lib.release.servable import NotServable
+from modelcd_assets.serving import served_headers
+from modelcd_assets.serving.accounting import RequestAccount
+from modelcd_assets.serving.admin import Swapper
+from modelcd_assets.serving.lm.generation import Admitted, Generations, TokenStream
+from modelcd_assets.serving.lm.openai_api import Answer, ApiError, ChatRequest, CompletionRequest, StopCut, error_body, parse, usage
+from modelcd_assets.serving.lm.pool import LmPool, LmServed
+from modelcd_assets.serving.metrics import LmServerMetrics
+from modelcd_assets.serving.rejections import Rejected, bad_request, check_prompt, may_not_be_served, no_such_model, not_ready, read_json
+from modelcd_assets.serving.sampler import Sampler
+from modelcd_assets.serving.versions import UnknownVersion
+
+log = logging.getLogger("modelcd.serve")
+
+
+class CompletionAccount(RequestAccount):
+    """A generation's account: prompt and generated tokens, time to the first token (from the request's arrival) and per
+    token after it."""
+
+    metrics: LmServerMetrics
+
+    def __init__(self, metrics: LmServerMetrics, model: str):
+        super().__init__(metrics, model)
+        self.made, self.eos = 0, 0
+        self.first: float | None = None
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.made + self.eos
+
+    def prompt(self, tokens: int) -> None:
+        self.metrics.prompt_tokens.labels(*self.labels).inc(tokens)
+
+    def token(self) -> None:
+        self.made += 1
+        if self.first is None:
+            self.first = time.perf_counter()
+            self.metrics.ttft.labels(*self.labels).observe(self.first - self.started)
+
+    def ended_turn(self) -> None:
+        """The model generated EOS, which counts as a token."""
+        self.eos = 1
+
+    def finish(self, failed: bool) -> None:
+        super().finish(failed)
+        self.metrics.completion_tokens.labels(*self.labels).inc(self.completion_tokens)
+        if self.first is not None and self.made > 1:
+            self.metrics.tpot.labels(*self.labels).observe((time.perf_counter() - self.first) / (self.made - 1))
+
+
+class Completion:
+    """One admitted generation's answer, whole or streamed: its text cut at the stop sequences, why it finished, and the
+    error it failed with (answered, never dropped)."""
+
+    def __init__(
+        self,
+        chat: bool,
+        body: ChatRequest | CompletionRequest,
+        served: LmServed,
+        prompt: list[int],
+        admitted: Admitted,
+        tokens: TokenStream,
+        account: CompletionAccount,
+    ):
+        self.chat, self.body, self.served, self.prompt, self.admitted, self.tokens = chat, body, served, prompt, admitted, tokens
+        self.account = account
+        self.answer = Answer(chat, f"{served.model}:{served.version}")
+        self.headers = served_headers(served)
+        self.finish_reason = "length"
+        self.error: dict | None = None  # the OpenAI error body of a generation that failed
+
+    def usage(self) -> dict:
+        return usage(len(self.prompt), self.account.completion_tokens)
+
+    async def pieces(self):
+        """The text to send, piece by piece, cut at a stop sequence; the finish reason and any error land on self."""
+        cut = StopCut(self.body.stops)
+        try:
+            async for _, piece in self.tokens:
+                self.account.token()
+                text = cut.feed(piece)
+                if text:
+                    yield text
+                if cut.stopped:
+                    self.finish_reason = "stop"
+                    return
+            if self.account.made < self.admitted.max_new_tokens:  # the model ended its turn
+                self.finish_reason = "stop"
+                self.account.ended_turn()
+            if rest := cut.flush():
+                yield rest
+        except NonFinite as e:
+            self.account.non_finite()
+            self.error = error_body(f"generation stopped: {e}", code="non_finite_logits")
+        except Exception as e:  # a failed generation is counted and answered, never dropped
+            log.exception("generation failed on %s version %s", self.served.model, self.served.version)
+            self.error = error_body(f"generation failed: {e}")
+        finally:
+            await self.tokens.aclose()
+
+    async def whole(self) -> JSONResponse:
+        text = "".join([p async for p in self.pieces()])
+        self.account.finish(failed=self.error is not None)
+        if self.error is not None:
+            return JSONResponse(self.error, status_code=500, headers=self.headers)
+        return JSONResponse(self.answer.whole(text, self.finish_reason, self.usage()), headers=self.headers)
+
+    def streamed(self) -> EventSourceResponse:
+        return EventSourceResponse(self._events(), headers=self.headers, ping=15)
+
+    async def _events(self):
+        try:
+            yield {"data": json.dumps(self.answer.chunk("" if self.chat else None, first=True))}
+            async for text in self.pieces():
+                yield {"data": json.dumps(self.answer.chunk(text))}
+            if self.error is not None:
+                yield {"data": json.dumps(self.error)}
+            else:
+                yield {"data": json.dumps(self.answer.chunk(None, self.finish_reason, self.usage()))}
+                yield {"data": "[DONE]"}
+        finally:  # also when the client went away: the generation stops with the token in hand
+            await self.tokens.aclose()
+            self.account.finish(failed=self.error is not None)
+
+
+class CompletionHandler:
+    """Chat and text completions, and the models they may name, for one pool.
+
+    The `model` field picks what answers: NAME follows production (the alias the server follows); NAME:VERSION is that
+    version, loaded on first use only with a valid verdict over its bytes and never once production was rolled back from
+    it; anything else is 404. A generation runs start to end on the version it was admitted with."""
+
+    def __init__(
+        self, pool: LmPool, metrics: LmServerMetrics, generations: Generations, swapper: Swapper, traffic: TrafficLog, sampler: Sampler
+    ):
+        self.pool, self.metrics, self.generations, self.swapper = pool, metrics, generations, swapper
+        self.traffic, self.sampler = traffic, sampler
+
+    def models(self) -> dict:
+        """NAME while production is served, and NAME:VERSION for each version loaded now (each verified when it was loaded)."""
+        pool = self.pool
+        active, withdrawn = pool.active, pool.withdrawn
+        data = [{"id": pool.model, "object": "model", "created": 0, "owned_by": "modelcd", "version": active.version}] if active else []
+        data += [
+            {"id": f"{pool.model}:{s.version}", "object": "model", "created": 0, "owned_by": "modelcd", "version": s.version}
+            for s in pool.loaded()
+            if s.version not in withdrawn
+        ]
+        return {"object": "list", "data": data}
+
+    async def resolve(self, name: str) -> LmServed:
+        """The version `model` names, or Rejected (404, or 503 before production is served)."""
+        pool = self.pool
+        model, _, version = name.partition(":")
+        if model != pool.model or (version and not version.isdigit()):
+            raise no_such_model(name, pool.model)
+        if not version:
+            if pool.active is None:
+                raise not_ready(pool.model)
+            return pool.active
+        try:
+            return pool.resolve(version)
+        except UnknownVersion:
+            pass
+        try:  # not loaded: loaded now, only with a valid verdict over its bytes, and never once production was rolled back from it
+            await self.swapper.swap_async(version, activate=False)
+            return pool.resolve(version)
+        except (NotServable, ModelcdError) as e:
+            raise may_not_be_served(name, e) from None
+
+    async def create(self, request: Request, chat: bool):
+        """A chat (chat=True) or text completion, whole or streamed; refused in the OpenAI error body before a token is generated."""
+        account = CompletionAccount(self.metrics, self.pool.model)
+        try:
+            raw = await read_json(request, self.pool.policy.max_body_bytes)
+            body = parse(ChatRequest if chat else CompletionRequest, raw)
+            served = await self.resolve(body.model)
+            decoder = served.decoder
+            try:
+                prompt = decoder.encode_chat(body.chat()) if chat else decoder.encode(body.text())
+            except ValueError as e:
+                raise bad_request(str(e), "messages" if chat else "prompt") from None
+            check_prompt(prompt)
+            admitted = self.generations.admit(len(prompt), body.limit, decoder.context_length, decoder.kv_bytes_per_token)
+        except Rejected as r:
+            return ApiError.of(account.reject(r)).response()
+        if self.traffic.chosen():
+            self.sampler.submit(served.version, [body.sampled_text()])
+        account.admit(served)
+        account.prompt(len(prompt))
+        tokens = self.generations.tokens(served, prompt, admitted, Sampling(body.temperature, body.top_p, body.seed))
+        completion = Completion(chat, body, served, prompt, admitted, tokens, account)
+        return completion.streamed() if body.stream else await completion.whole()
