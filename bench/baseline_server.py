@@ -23,8 +23,8 @@ import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
-from modelcd_assets.lib.model.config import labels_of
-from modelcd_assets.lib.model.model_io import load_classifier, load_tokenizer
+from modelcd_assets.lib.classifier.config import labels_of
+from modelcd_assets.lib.classifier.model_io import load_classifier, load_tokenizer
 
 MAX_TEXTS = 64
 MAX_LENGTH = 128  # modelcd cuts inputs at lib/inference/tokens.MAX_LENGTH; the baseline writes its own tokenizer call

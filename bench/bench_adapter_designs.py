@@ -31,11 +31,11 @@ from demo_files import demo_files
 from machine import machine
 from onnx import helper, numpy_helper
 
+from modelcd_assets.lib.classifier.export import export_onnx
+from modelcd_assets.lib.classifier.model_io import merge_adapter
 from modelcd_assets.lib.inference.quantize import optimize_transformer, quantize_dynamic_int8
 from modelcd_assets.lib.inference.runtime import feeds_for, logits, session
 from modelcd_assets.lib.inference.tokens import TextEncoder
-from modelcd_assets.lib.model.export import export_onnx
-from modelcd_assets.lib.model.model_io import merge_adapter
 from modelcd_assets.lib.splits import read_split, split_path
 
 RESULTS = Path(__file__).parent / "results" / "adapter_designs.json"

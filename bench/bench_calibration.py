@@ -22,11 +22,11 @@ from demo_files import demo_files
 from machine import machine
 
 from modelcd_assets.faults.conditions import COLLAPSING_CALIBRATION
+from modelcd_assets.lib.classifier.export import export_onnx
+from modelcd_assets.lib.classifier.model_io import merge_adapter
 from modelcd_assets.lib.inference.quantize import optimize_transformer, quantize_static_int8
 from modelcd_assets.lib.inference.runtime import logits, session
 from modelcd_assets.lib.inference.tokens import encode
-from modelcd_assets.lib.model.export import export_onnx
-from modelcd_assets.lib.model.model_io import merge_adapter
 from modelcd_assets.lib.splits import read_split, split_path
 
 RESULTS = Path(__file__).parent / "results" / "calibration.json"

@@ -28,13 +28,13 @@ import torch
 from demo_files import demo_files
 from machine import machine
 
+from modelcd_assets.lib.classifier.config import labels_of
+from modelcd_assets.lib.classifier.export import export_onnx
+from modelcd_assets.lib.classifier.model_io import load_classifier, merge_adapter
 from modelcd_assets.lib.inference.evaluate import label_ids
 from modelcd_assets.lib.inference.quantize import optimize_transformer, quantize_dynamic_int8, quantize_static_int8
 from modelcd_assets.lib.inference.runtime import OnnxModel, feeds_for, logits
 from modelcd_assets.lib.inference.tokens import BATCH, MAX_LENGTH, TextEncoder, buckets
-from modelcd_assets.lib.model.config import labels_of
-from modelcd_assets.lib.model.export import export_onnx
-from modelcd_assets.lib.model.model_io import load_classifier, merge_adapter
 from modelcd_assets.lib.splits import read_split, split_path
 
 RESULTS = Path(__file__).parent / "results" / "int8.json"

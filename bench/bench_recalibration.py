@@ -52,9 +52,9 @@ def good_texts(evaluation: set[str]) -> list[str]:
 def models(which: str, work: Path) -> tuple[Path, Path, str]:
     """(base folder, adapter folder, base registry name) for the tiny model or MiniLM."""
     if which == "tiny":
+        from modelcd_assets.lib.classifier.base_model import build_tiny_base
+        from modelcd_assets.lib.classifier.training import Training, train_adapter, train_classifier
         from modelcd_assets.lib.demo.tickets import LABELS, generate
-        from modelcd_assets.lib.model.base_model import build_tiny_base
-        from modelcd_assets.lib.model.training import Training, train_adapter, train_classifier
 
         base = train_classifier(
             build_tiny_base(work / "random", list(LABELS)),

@@ -17,6 +17,8 @@ from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun, print_gate_table, 
 from modelcd_assets.lib.causal_lm.base import prepare_causal_lm_base, smollm2_gguf
 from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
 from modelcd_assets.lib.causal_lm.training import train_lm_adapter
+from modelcd_assets.lib.classifier.base_model import prepare_minilm_base
+from modelcd_assets.lib.classifier.training import train_adapter
 from modelcd_assets.lib.demo.models import DEMO_MODELS, LM_BASE_NAME
 from modelcd_assets.lib.demo.recipes import GOOD, GOOD_LM, WORSE, WORSE_LM, WORSE_TRAIN_EXAMPLES
 from modelcd_assets.lib.demo.replies import write_chat_splits
@@ -24,8 +26,6 @@ from modelcd_assets.lib.demo.tickets import LABELS, write_splits
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.judging.policy import policy_for, policy_path
-from modelcd_assets.lib.model.base_model import prepare_minilm_base
-from modelcd_assets.lib.model.training import train_adapter
 from modelcd_assets.lib.operations.processes import start_process, stop_process
 from modelcd_assets.lib.release.registry import CONTENT, CandidateRef, Registry
 from modelcd_assets.lib.release.signing import init_keys

@@ -17,10 +17,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 
+from modelcd_assets.lib.classifier.base_model import build_tiny_base  # noqa: E402
+from modelcd_assets.lib.classifier.training import Training, train_adapter, train_classifier  # noqa: E402
 from modelcd_assets.lib.demo.replies import write_chat_splits  # noqa: E402
 from modelcd_assets.lib.demo.tickets import LABELS, generate, write_splits  # noqa: E402
-from modelcd_assets.lib.model.base_model import build_tiny_base  # noqa: E402
-from modelcd_assets.lib.model.training import Training, train_adapter, train_classifier  # noqa: E402
 from modelcd_assets.lib.operations.instance_config import PG_URL_VAR, normalize_pg_url  # noqa: E402
 from modelcd_assets.lib.operations.settings import local_defaults  # noqa: E402
 from modelcd_assets.lib.release.alias_lock import FileAliasLock  # noqa: E402
@@ -234,7 +234,7 @@ def _widen_ffn(src: Path, dst: Path, extra: int, bias: float) -> Path:
 def crafted(tiny_trained: Path, tiny_adapters: dict[str, Path], tmp_path_factory) -> dict[str, Path]:
     """Full-model candidates derived from the good adapter merged into its base (what production runs),
     each built to break one gate and nothing before it."""
-    from modelcd_assets.lib.model.model_io import merge_adapter
+    from modelcd_assets.lib.classifier.model_io import merge_adapter
 
     root = tmp_path_factory.mktemp("crafted")
     good = root / "good-merged"

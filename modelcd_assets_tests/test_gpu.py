@@ -4,10 +4,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from modelcd_assets.lib.classifier.export import export_onnx
 from modelcd_assets.lib.demo.tickets import generate
 from modelcd_assets.lib.inference.runtime import logits, providers, session
 from modelcd_assets.lib.inference.tokens import encode
-from modelcd_assets.lib.model.export import export_onnx
 
 pytestmark = [
     pytest.mark.gpu,

@@ -14,7 +14,7 @@ PACKAGE = Path(modelcd_assets.__file__).parent
 TASK_OWNED = (
     "lib/tasks/",
     "lib/causal_lm/",
-    "lib/model/",
+    "lib/classifier/",
     "lib/demo/",
     "demo.py",
     "faults/catalog.py",

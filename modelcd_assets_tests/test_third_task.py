@@ -11,8 +11,8 @@ import pytest
 
 from modelcd_assets.gate_results import read_gates
 from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, code_location_graph, run_gate
+from modelcd_assets.lib.classifier.base_model import build_tiny_base
 from modelcd_assets.lib.demo.tickets import LABELS, generate
-from modelcd_assets.lib.model.base_model import build_tiny_base
 from modelcd_assets.lib.release.registry import TASK
 from modelcd_assets.lib.tasks.names import TASK_MODULES_ENV
 from modelcd_assets_tests.conftest import gate_report_page, module_state_fixtures

@@ -48,7 +48,7 @@ class Production:
             return self.artifact
         merged = self.work / "production-merged"
         if not (merged / "config.json").is_file():
-            from modelcd_assets.lib.model.model_io import merge_adapter
+            from modelcd_assets.lib.classifier.model_io import merge_adapter
 
             merge_adapter(self.base, self.artifact, merged)
         return merged
@@ -398,7 +398,7 @@ def incompatible_tokenizer(prod: Production, out: Path) -> Candidate:
 
 def vocab_exceeds_embeddings(prod: Production, out: Path) -> Candidate:
     """Tokens added to the tokenizer but not to the embedding table; one of them ("emoji") is in the health probe's text."""
-    from modelcd_assets.lib.model.model_io import load_tokenizer
+    from modelcd_assets.lib.classifier.model_io import load_tokenizer
 
     folder = _full_copy(prod, out)
     tok = load_tokenizer(folder)

@@ -16,8 +16,8 @@ from modelcd_assets.faults.outcomes import CODE_RAN, ERROR, NOT_REPRODUCIBLE, RE
 from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport
 from modelcd_assets.faults.sandbox import Sandbox, open_sandbox
 from modelcd_assets.lib.causal_lm.training import LmTraining
+from modelcd_assets.lib.classifier.training import Training
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError
-from modelcd_assets.lib.model.training import Training
 from modelcd_assets.lib.release.registry import Registry
 from modelcd_assets.lib.splits import read_split, split_path
 from modelcd_assets.lib.tasks.names import CAUSAL_LM, DEFAULT_TASK
@@ -127,7 +127,7 @@ def _control_candidates(
             f"production is a full model: its base is unknown, so {retrained_n} byte-identical controls replace the retrained ones"
         )
         identical_n, retrained_n = identical_n + retrained_n, 0
-    from modelcd_assets.lib.model.training import train_adapter
+    from modelcd_assets.lib.classifier.training import train_adapter
 
     train = read_split(split_path(sb.data, "train")) if retrained_n else []
     return [

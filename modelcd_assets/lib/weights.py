@@ -40,3 +40,8 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
     from safetensors import deserialize
 
     return {name: _array(t["dtype"], t["shape"], t["data"]) for name, t in deserialize(Path(path).read_bytes())}
+
+
+def nonfinite_tensors(safetensors_file: Path) -> list[str]:
+    """Names of tensors holding NaN or Inf (float16 and bfloat16 too); reads the file's bytes, never pickle."""
+    return sorted(k for k, v in read_tensors(safetensors_file).items() if np.issubdtype(v.dtype, np.floating) and not np.isfinite(v).all())

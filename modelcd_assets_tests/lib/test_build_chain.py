@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
+from modelcd_assets.lib.classifier.export import check_parity, export_onnx, torch_logits
+from modelcd_assets.lib.classifier.model_io import merge_adapter
 from modelcd_assets.lib.demo.tickets import generate
 from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.inference.evaluate import predict
 from modelcd_assets.lib.inference.quantize import choose_variant, optimize_transformer, quantize_dynamic_int8, quantize_static_int8
 from modelcd_assets.lib.inference.runtime import OnnxModel, logits, session
 from modelcd_assets.lib.inference.tokens import encode
-from modelcd_assets.lib.model.export import check_parity, export_onnx, torch_logits
-from modelcd_assets.lib.model.model_io import merge_adapter
 
 
 @pytest.fixture(scope="module")

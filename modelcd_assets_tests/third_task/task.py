@@ -158,7 +158,7 @@ def train_regressor(base_dir: Path, out_dir: Path, examples, steps: int = 120, s
     """Fine-tune a one-output encoder on the examples' urgency by mean squared error; a full model folder."""
     import torch
 
-    from modelcd_assets.lib.model.model_io import copy_tokenizer, load_classifier, load_tokenizer
+    from modelcd_assets.lib.classifier.model_io import copy_tokenizer, load_classifier, load_tokenizer
 
     torch.manual_seed(seed)
     model, tok = load_classifier(base_dir), load_tokenizer(base_dir)
@@ -212,8 +212,8 @@ declare_task(
         ),
         policy_sections=("quantization", "calibration"),
         policy_models=((POLICY_SECTION, f"{__name__}:UrgencyPolicy"),),
-        contract="modelcd_assets.lib.model.contract:diff_classifier_contracts",
-        served="modelcd_assets.lib.model.served:classifier_served",
+        contract="modelcd_assets.lib.classifier.contract:diff_classifier_contracts",
+        served="modelcd_assets.lib.classifier.served:classifier_served",
         subjects=("registered-files", "int8-model", "tokenizer", "calibration-set"),
     )
 )

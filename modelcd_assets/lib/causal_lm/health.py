@@ -55,7 +55,7 @@ def measure(
 ) -> dict:
     """The health report of one adapter. adapter_file is None when the adapter does not fit the slots: the probes are
     then not run, and say so."""
-    from modelcd_assets.lib.model.health import nonfinite_tensors
+    from modelcd_assets.lib.weights import nonfinite_tensors
 
     report: dict = {"nonfinite_tensors": {f"artifact/{ADAPTER_WEIGHTS}": nonfinite_tensors(Path(adapter_dir) / ADAPTER_WEIGHTS)}}
     if production_params is not None:

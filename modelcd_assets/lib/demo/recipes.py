@@ -2,7 +2,7 @@
 worse one, for the classifier and for the causal LM."""
 
 from modelcd_assets.lib.causal_lm.training import LmTraining
-from modelcd_assets.lib.model.training import Training
+from modelcd_assets.lib.classifier.training import Training
 
 GOOD = Training(steps=200, learning_rate=1e-3, seed=0)
 # A plausible but worse fine-tune the gates must block: a tenth of the data, a fifth of it mislabelled.

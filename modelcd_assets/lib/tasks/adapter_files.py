@@ -4,7 +4,7 @@ asks at register, and artifact_is_safe asks again at the gate (for a folder uplo
 
 Why a file the base also has is compared, never used: every adapter of a base is served with the base's tokenizer,
 template and config. A classifier's adapter is merged into its base, and the merged folder gets the base's tokenizer
-files and config (lib/model/model_io.merge_adapter); a causal LM's adapter runs on the base build, which serves the
+files and config (lib/classifier/model_io.merge_adapter); a causal LM's adapter runs on the base build, which serves the
 base's tokenizer, chat template, EOS and generation config. An adapter's own copy of one of them is never what serves, so
 it passes only when it says what the base's says (the same bytes; JSON with the same values; text with the same lines),
 and any other copy is refused: served, it would be ignored, and its tokens, template or EOS would never take effect.

@@ -8,6 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
+from modelcd_assets.lib.classifier.config import labels_of
+from modelcd_assets.lib.classifier.contract import extract_contract
+from modelcd_assets.lib.classifier.export import OPSET, check_parity, export_onnx, torch_logits
+from modelcd_assets.lib.classifier.health import measure
+from modelcd_assets.lib.classifier.model_io import merge_adapter
 from modelcd_assets.lib.hashing import file_sha256, text_hash
 from modelcd_assets.lib.inference.benchmark import SAMPLE_TEXTS, best_items_per_s, cost_inputs, merge_runs, paired_throughput, summarize
 from modelcd_assets.lib.inference.builds import Build, read_json, save_array, write_json
@@ -34,11 +39,6 @@ from modelcd_assets.lib.judging.gates import (
     judge_production_recheck,
 )
 from modelcd_assets.lib.judging.policy import Policy
-from modelcd_assets.lib.model.config import labels_of
-from modelcd_assets.lib.model.contract import extract_contract
-from modelcd_assets.lib.model.export import OPSET, check_parity, export_onnx, torch_logits
-from modelcd_assets.lib.model.health import measure
-from modelcd_assets.lib.model.model_io import merge_adapter
 from modelcd_assets.lib.operations.failpoints import failpoint
 from modelcd_assets.lib.presentation.plots import latency_plot_md
 from modelcd_assets.lib.release.artifact import ADAPTER

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from modelcd_assets.lib.classifier.config import labels_of
 from modelcd_assets.lib.inference.runtime import OnnxModel
 from modelcd_assets.lib.inference.tokens import BATCH, TextEncoder
-from modelcd_assets.lib.model.config import labels_of
 
 
 class Engine:

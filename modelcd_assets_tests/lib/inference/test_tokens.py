@@ -21,7 +21,7 @@ EDGE_CASES = [
 
 def test_the_encoder_matches_transformers_fast_tokenizer(tiny_trained):
     """The server tokenizes without transformers; what it feeds the model must be what the gates fed it."""
-    from modelcd_assets.lib.model.model_io import load_tokenizer
+    from modelcd_assets.lib.classifier.model_io import load_tokenizer
 
     texts = [e.text for e in generate(400, 7)] + EDGE_CASES
     hf = load_tokenizer(tiny_trained)(texts, padding="longest", truncation=True, max_length=MAX_LENGTH, return_tensors="np")

@@ -4,11 +4,11 @@ import copy
 
 import pytest
 
+from modelcd_assets.lib.classifier.contract import extract_contract
+from modelcd_assets.lib.classifier.export import export_onnx
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.judging.contract import bump, level_between, parse_semver, required_level
 from modelcd_assets.lib.judging.gates import judge_semver
-from modelcd_assets.lib.model.contract import extract_contract
-from modelcd_assets.lib.model.export import export_onnx
 from modelcd_assets.lib.tasks.semver import contract_changes
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from modelcd_assets.lib.classifier.model_io import load_classifier, load_tokenizer
 from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.inference.tokens import INPUT_NAMES
-from modelcd_assets.lib.model.model_io import load_classifier, load_tokenizer
 
 OPSET = 17
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import onnx
 
+from modelcd_assets.lib.classifier.config import labels_of
+from modelcd_assets.lib.classifier.model_io import load_tokenizer
 from modelcd_assets.lib.inference.tokens import tokenizer_hash, truncation_length
 from modelcd_assets.lib.judging.contract import Change, value_info
-from modelcd_assets.lib.model.config import labels_of
-from modelcd_assets.lib.model.model_io import load_tokenizer
 
 
 def extract_contract(onnx_path: Path, model_dir: Path, task: str) -> dict:

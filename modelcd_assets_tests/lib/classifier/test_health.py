@@ -7,10 +7,10 @@ import shutil
 import pytest
 from safetensors.torch import load_file, save_file
 
+from modelcd_assets.lib.classifier.health import measure
+from modelcd_assets.lib.classifier.model_io import merge_adapter
+from modelcd_assets.lib.classifier.training import Training, train_adapter
 from modelcd_assets.lib.judging import gates
-from modelcd_assets.lib.model.health import measure
-from modelcd_assets.lib.model.model_io import merge_adapter
-from modelcd_assets.lib.model.training import Training, train_adapter
 from modelcd_assets.lib.release.artifact import ADAPTER, FULL
 
 HEALTH_GATES = (
@@ -87,7 +87,7 @@ def test_adapter_declaring_another_base_is_refused(tiny_trained, tiny_adapters, 
 
 @pytest.fixture
 def grown_tokenizer(tiny_trained, tmp_path):
-    from modelcd_assets.lib.model.model_io import load_tokenizer
+    from modelcd_assets.lib.classifier.model_io import load_tokenizer
 
     folder = shutil.copytree(tiny_trained, tmp_path / "grown")
     tok = load_tokenizer(folder)
@@ -103,7 +103,7 @@ def test_tokenizer_larger_than_embeddings_fails(grown_tokenizer, tiny_trained):
 
 
 def test_changed_token_ids_need_a_declared_change(tiny_trained, tmp_path):
-    from modelcd_assets.lib.model.model_io import load_tokenizer
+    from modelcd_assets.lib.classifier.model_io import load_tokenizer
 
     folder = shutil.copytree(tiny_trained, tmp_path / "cased")
     cfg = json.loads((folder / "tokenizer_config.json").read_text())
@@ -121,7 +121,7 @@ def test_rank_and_module_mismatches_fail_adapter_fit(tiny_trained, tiny_adapters
     from safetensors.torch import load_file as load_tensors
     from safetensors.torch import save_file as save_tensors
 
-    from modelcd_assets.lib.model.health import _loading_info, adapter_fit
+    from modelcd_assets.lib.classifier.health import _loading_info, adapter_fit
 
     base, info = _loading_info(tiny_trained)
     wrong_rank = shutil.copytree(tiny_adapters["good"], tmp_path / "rank")
@@ -157,9 +157,9 @@ def test_weight_scale_blowup_is_judged_against_production(tmp_path):
     import torch
     from safetensors.torch import save_file
 
+    from modelcd_assets.lib.classifier.health import weight_scale
     from modelcd_assets.lib.judging.gates import judge_weight_scale
     from modelcd_assets.lib.judging.policy import HealthPolicy
-    from modelcd_assets.lib.model.health import weight_scale
 
     prod, clean, blown = (tmp_path / n for n in ("prod", "clean", "blown"))
     weights = {"classifier.weight": torch.randn(4, 32), "classifier.bias": torch.zeros(4), "encoder.w": torch.randn(32, 32)}

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from modelcd_assets.lib.model.config import labels_of
-from modelcd_assets.lib.model.model_io import copy_tokenizer, load_classifier, load_tokenizer
+from modelcd_assets.lib.classifier.config import labels_of
+from modelcd_assets.lib.classifier.model_io import copy_tokenizer, load_classifier, load_tokenizer
 from modelcd_assets.lib.splits import Example
 
 

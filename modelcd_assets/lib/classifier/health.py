@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from modelcd_assets.lib.classifier.model_io import load_tokenizer, quiet_transformers
 from modelcd_assets.lib.inference.tokens import TextEncoder
-from modelcd_assets.lib.model.model_io import load_tokenizer, quiet_transformers
 from modelcd_assets.lib.release.artifact import ADAPTER
+from modelcd_assets.lib.weights import nonfinite_tensors
 
 PROBE_TEXTS = (
     "i was charged twice for my invoice.",
@@ -20,13 +20,6 @@ PROBE_TEXTS = (
 )
 # A weight whose change relative to the base exceeds this is reported (not judged) as an outlier.
 NORM_OUTLIER_RATIO = 0.5
-
-
-def nonfinite_tensors(safetensors_file: Path) -> list[str]:
-    """Names of tensors holding NaN or Inf (float16 and bfloat16 too); reads the file's bytes, never pickle."""
-    from modelcd_assets.lib.weights import read_tensors
-
-    return sorted(k for k, v in read_tensors(safetensors_file).items() if np.issubdtype(v.dtype, np.floating) and not np.isfinite(v).all())
 
 
 def _loading_info(model_dir: Path) -> tuple[torch.nn.Module, dict]:

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from modelcd_assets.lib.model.model_io import TOKENIZER_FILES
+from modelcd_assets.lib.classifier.model_io import TOKENIZER_FILES
 
 
 def minilm_source() -> Path:
