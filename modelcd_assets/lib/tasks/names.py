@@ -8,6 +8,7 @@ the modules named in MODELCD_TASK_MODULES (comma-separated), each of which decla
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -170,11 +171,18 @@ def load_declared(spec: str | None, what: str):
 _LOADED_PLUGINS: set[str] = set()
 
 
-def _load_plugins() -> None:
-    """Import what declares the tasks beyond the built-in ones (entry points, then MODELCD_TASK_MODULES), each once."""
+@functools.cache
+def _entry_point_modules() -> tuple[str, ...]:
+    """The modelcd.tasks entry points of the installed packages: read once per process (scanning every installed
+    distribution's metadata costs milliseconds, and the tasks are asked for on every policy validation)."""
     from importlib.metadata import entry_points
 
-    specs = [BUILTIN, *(ep.value for ep in entry_points(group=ENTRY_POINT_GROUP))]
+    return tuple(ep.value for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _load_plugins() -> None:
+    """Import what declares the tasks beyond the built-in ones (entry points, then MODELCD_TASK_MODULES), each once."""
+    specs = [BUILTIN, *_entry_point_modules()]
     specs += [m.strip() for m in os.environ.get(TASK_MODULES_ENV, "").split(",") if m.strip()]
     for spec in specs:
         if spec in _LOADED_PLUGINS:
