@@ -67,12 +67,15 @@ def served_files(record: CandidateRecord) -> ServedFiles:
     return found
 
 
-def subjects(registry: Registry, ref: CandidateRef, record: CandidateRecord, int8_sha256: str | None = None) -> dict[str, str]:
+def subjects(
+    registry: Registry, ref: CandidateRef, record: CandidateRecord, int8_sha256: str | None = None, served: ServedFiles | None = None
+) -> dict[str, str]:
     """The digests of what would be used for ref, hashed here: registered files (verified against the registry's signature for
-    ref), and what its task serves (served_files). int8_sha256: the INT8 bytes' hash when the caller already holds them."""
+    ref), and what its task serves (served: served_files(record), when the caller already has it). int8_sha256: the INT8
+    bytes' hash when the caller already holds them."""
     return {
         attestation.REGISTERED_FILES: registry.verify_local(ref, Path(record.artifact_dir)),
-        **served_files(record).digests(int8_sha256),
+        **(served or served_files(record)).digests(int8_sha256),
     }
 
 
@@ -97,7 +100,8 @@ def check(
         if envelope is None:
             raise NotServable(f"{NO_VERDICT} for {what}: it has no attestation (only versions promoted through every gate get one)")
         verdict = attestation.verify(envelope, registry.keys.require_public(), what)
-        actual = subjects(registry, ref, record, int8_sha256)
+        served = served_files(record)
+        actual = subjects(registry, ref, record, int8_sha256, served)
     except (NotServable, RegistryUnavailable):
         raise
     except BadCandidate as e:  # a bad signature over files or verdict, a changed tag
@@ -107,7 +111,7 @@ def check(
     found = attestation.problems(verdict, ref.name, ref.version, actual)
     if found:
         raise NotServable(f"{NO_VERDICT} for {what}: " + "; ".join(found))
-    return Servable(ref, record, verdict, served_files(record).int8)
+    return Servable(ref, record, verdict, served.int8)
 
 
 def reason(registry: Registry, state_root: Path, ref: CandidateRef) -> str:
