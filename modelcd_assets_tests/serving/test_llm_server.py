@@ -356,13 +356,15 @@ def test_admission_is_bounded_and_answers_429_with_retry_after():
     from modelcd_assets.serving.lm.generation import Generations
     from modelcd_assets.serving.lm.openai_api import ApiError
     from modelcd_assets.serving.metrics import LmServerMetrics
+    from modelcd_assets.serving.rejections import Rejected
 
     gen = Generations("m", ServingPolicy(max_generations=2, retry_after_s=3), LmServerMetrics(), 0.1)
     try:
         first, second = (gen.admit(10, 10, 256, 512) for _ in range(2))
-        with pytest.raises(ApiError) as e:
+        with pytest.raises(Rejected) as e:
             gen.admit(10, 10, 256, 512)
-        assert e.value.status == 429 and e.value.headers == {"Retry-After": "3"} and e.value.body()["error"]["type"] == "rate_limit_error"
+        assert e.value.status == 429 and e.value.headers == {"Retry-After": "3"}
+        assert ApiError.of(e.value).body()["error"]["type"] == "rate_limit_error"
         assert gen.kv_bytes == 2 * 20 * 512
         gen._finished(first, 10)
         gen.admit(10, 10, 256, 512)  # a slot is free again

@@ -1,4 +1,5 @@
-"""read_classify on its own: every limit at, and one past, its value, checked before anything parses the texts."""
+"""The request limits on their own (serving/rejections.py): read_classify's, checked before anything parses the texts, and a
+generation's bounds; every limit at, and one past, its value."""
 
 from __future__ import annotations
 
@@ -10,7 +11,23 @@ from starlette.requests import Request
 
 from modelcd_assets.lib.judging.policy import ServingPolicy
 from modelcd_assets.serving.classifier.classify_api import ClassifyRequest, read_classify
-from modelcd_assets.serving.rejections import BAD_REQUEST, BODY_TOO_LARGE, TEXT_TOO_LONG, TOO_MANY_TEXTS, Rejected
+from modelcd_assets.serving.rejections import (
+    BAD_REQUEST,
+    BODY_TOO_LARGE,
+    KV_CACHE_TOO_LARGE,
+    MAX_TOKENS_TOO_LARGE,
+    MIB,
+    PROMPT_TOO_LONG,
+    TEXT_TOO_LONG,
+    TOO_MANY_GENERATIONS,
+    TOO_MANY_TEXTS,
+    Rejected,
+    check_generations,
+    check_one_choice,
+    check_one_prompt,
+    check_prompt,
+    generation_bounds,
+)
 
 # Small limits, below what the policy file allows, so every edge fits in a few bytes.
 POLICY = ServingPolicy.model_construct(**{**ServingPolicy().model_dump(), "max_body_bytes": 200, "max_texts": 3, "max_text_chars": 10})
@@ -111,3 +128,86 @@ def test_the_answer_names_the_limit_and_its_value():
     assert r.response().status_code == 422
     plain = rejected(b"nope")
     assert json.loads(plain.response().body) == {"error": str(plain), "reason": BAD_REQUEST}
+
+
+# A generation's bounds (the OpenAI API of a causal LM), each at and one past its value: small limits, a context of 100
+# tokens and 100 bytes of KV cache per token, well within 0.05 MiB except where the KV cache's own bound is tested.
+LM_POLICY = ServingPolicy.model_construct(
+    **{
+        **ServingPolicy().model_dump(),
+        "max_prompt_tokens": 50,
+        "max_completion_tokens": 40,
+        "default_max_tokens": 30,
+        "max_kv_cache_mb": 0.05,
+        "max_generations": 2,
+        "retry_after_s": 7,
+    }
+)
+CONTEXT, KV_PER_TOKEN = 100, 100
+
+
+def bounds_rejected(prompt: int, max_tokens: int | None, context: int = CONTEXT, kv_per_token: int = KV_PER_TOKEN) -> Rejected:
+    with pytest.raises(Rejected) as e:
+        generation_bounds(LM_POLICY, prompt, max_tokens, context, kv_per_token)
+    return e.value
+
+
+def test_a_prompt_is_bounded_by_the_policy_at_its_value():
+    assert generation_bounds(LM_POLICY, 50, 10, CONTEXT, KV_PER_TOKEN) == (10, 60 * KV_PER_TOKEN)
+    r = bounds_rejected(51, 10)
+    assert (r.status, r.reason, r.param, r.code) == (400, PROMPT_TOO_LONG, "messages", "context_length_exceeded")
+    assert "51 tokens, more than serving.max_prompt_tokens (50)" in str(r)
+
+
+def test_max_tokens_is_bounded_by_the_policy_at_its_value():
+    assert generation_bounds(LM_POLICY, 5, 40, CONTEXT, KV_PER_TOKEN)[0] == 40
+    r = bounds_rejected(5, 41)
+    assert (r.status, r.reason, r.param) == (400, MAX_TOKENS_TOO_LARGE, "max_tokens")
+    assert "max_tokens 41 is more than serving.max_completion_tokens (40)" in str(r)
+
+
+def test_without_max_tokens_a_generation_gets_the_default_or_what_the_context_leaves():
+    assert generation_bounds(LM_POLICY, 10, None, CONTEXT, KV_PER_TOKEN)[0] == 30  # the default
+    assert generation_bounds(LM_POLICY, 10, None, 25, KV_PER_TOKEN)[0] == 15  # what the context leaves
+    assert generation_bounds(LM_POLICY, 10, None, 11, KV_PER_TOKEN)[0] == 1
+
+
+def test_a_prompt_and_its_tokens_must_fit_the_context_and_are_never_cut():
+    assert generation_bounds(LM_POLICY, 50, 40, 90, KV_PER_TOKEN)[0] == 40  # exactly the context
+    r = bounds_rejected(50, 40, context=89)
+    assert (r.status, r.reason, r.param, r.code) == (400, PROMPT_TOO_LONG, "max_tokens", "context_length_exceeded")
+    assert "does not fit the model's context of 89 tokens" in str(r)
+    assert bounds_rejected(50, None, context=50).reason == PROMPT_TOO_LONG  # no room for one token
+
+
+def test_the_kv_cache_a_generation_preallocates_is_bounded_at_its_value():
+    fits = int(0.05 * MIB)  # bytes: (prompt + new) x bytes per token at exactly the bound
+    assert generation_bounds(LM_POLICY, 10, 10, CONTEXT, fits // 20) == (10, 20 * (fits // 20))
+    r = bounds_rejected(10, 10, kv_per_token=fits // 20 + 1)
+    assert (r.status, r.reason, r.param) == (413, KV_CACHE_TOO_LARGE, "max_tokens")
+    assert "more than serving.max_kv_cache_mb (0.05); ask for fewer max_tokens" in str(r)
+
+
+def test_generations_at_once_are_bounded_and_the_client_told_when_to_retry():
+    check_generations(1, LM_POLICY)
+    with pytest.raises(Rejected) as e:
+        check_generations(2, LM_POLICY)
+    r = e.value
+    assert (r.status, r.reason, r.type, r.headers) == (429, TOO_MANY_GENERATIONS, "rate_limit_error", {"Retry-After": "7"})
+    assert "retry after 7 s" in str(r)
+
+
+def test_an_empty_prompt_more_than_one_choice_or_prompt_are_bad_requests():
+    check_prompt([1])
+    check_one_choice(1)
+    check_one_prompt(["a"])
+    for call, param in (
+        (lambda: check_prompt([]), "prompt"),
+        (lambda: check_one_choice(2), "n"),
+        (lambda: check_one_prompt(["a", "b"]), "prompt"),
+    ):
+        with pytest.raises(Rejected) as e:
+            call()
+        assert (e.value.status, e.value.param) == (400, param)
+    with pytest.raises(Rejected):
+        check_one_prompt([])

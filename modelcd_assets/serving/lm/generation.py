@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 from modelcd_assets.lib.causal_lm.decoder import Sampling
 from modelcd_assets.lib.judging.policy import ServingPolicy
-from modelcd_assets.serving.lm.openai_api import ApiError
 from modelcd_assets.serving.lm.pool import LmServed
 from modelcd_assets.serving.metrics import LmServerMetrics
-from modelcd_assets.serving.rejections import Rejected, check_generations, generation_bounds
+from modelcd_assets.serving.rejections import check_generations, generation_bounds
 
 AHEAD = 16  # tokens a generation may run ahead of what its client has been sent
 _END = object()
@@ -41,14 +40,12 @@ class Generations:
         self._busy_s, self._tokens = 0.0, 0
 
     def admit(self, prompt_tokens: int, max_tokens: int | None, context_length: int, kv_bytes_per_token: int) -> Admitted:
-        """The generation's bounds (serving/rejections.py), or ApiError (400, 413, 429) before anything runs."""
-        try:
-            new, kv = generation_bounds(self.policy, prompt_tokens, max_tokens, context_length, kv_bytes_per_token)
-            with self._lock:
-                check_generations(self.running, self.policy)
-                self._started(kv)
-        except Rejected as r:
-            raise ApiError.of(r) from None
+        """The generation's bounds, or serving/rejections.Rejected (400, 413, 429) before anything runs: the caller's account
+        counts it and the OpenAI router answers it, as every other rejection."""
+        new, kv = generation_bounds(self.policy, prompt_tokens, max_tokens, context_length, kv_bytes_per_token)
+        with self._lock:
+            check_generations(self.running, self.policy)
+            self._started(kv)
         return Admitted(new, kv)
 
     def _started(self, kv: int) -> None:
