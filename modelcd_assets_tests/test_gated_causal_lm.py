@@ -160,9 +160,9 @@ def test_a_calibration_set_for_a_causal_lm_is_refused_with_the_reason(env, insta
 
 def test_the_classifier_server_refuses_a_causal_lm_version_with_the_reason(env, instance, base):
     from modelcd_assets.lib.judging.policy import ServingPolicy
-    from modelcd_assets.serving.classifier.pool import ServingPool, SwapRefused
+    from modelcd_assets.serving.classifier.pool import ClassifierPool, SwapRefused
 
-    pool = ServingPool(MODEL, env.registry, env.home, ServingPolicy())
+    pool = ClassifierPool(MODEL, env.registry, env.home, ServingPolicy())
     with pytest.raises(
         SwapRefused, match="is a causal-lm model, and this server serves classification models; serve it with a server of its own"
     ):

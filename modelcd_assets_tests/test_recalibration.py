@@ -21,7 +21,7 @@ from modelcd_assets.lib.judging.policy import ServingPolicy
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import CALIBRATION, REVISION_OF, WEIGHTS_VERSION, CandidateRef
 from modelcd_assets.lib.splits import read_split
-from modelcd_assets.serving.classifier.pool import ServingPool
+from modelcd_assets.serving.classifier.pool import ClassifierPool
 from modelcd_assets_tests.conftest import module_state_fixtures
 
 pytestmark = pytest.mark.slow
@@ -142,7 +142,7 @@ def test_a_good_set_makes_a_revision_that_is_promoted_and_served(env, instance, 
     assert json.loads(tags["modelcd.promotion"])  # promoted by the same promotion step as any version
     assert tags["modelcd.previous_production"] == "1"
     # The server swaps to it like to any version: the artifact its gates judged, probe-verified.
-    pool = ServingPool(MODEL, env.registry, env.home, ServingPolicy())
+    pool = ClassifierPool(MODEL, env.registry, env.home, ServingPolicy())
     old, new = pool.load("1"), pool.load(prod.version)
     assert new.artifact_sha256 == record(env, prod.version).quantization()["artifact_sha256"] != old.artifact_sha256
     assert pool.activate(prod.version).version == prod.version

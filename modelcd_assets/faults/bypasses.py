@@ -1,7 +1,7 @@
 """Ways around a verdict once the gates have given it: the alias moved by hand, files swapped on the state volume, a model
 deleted and re-created, an attestation forged with another key, oversized requests to the server.
 
-Each is a probe: it sets the bypass up in the sandbox, asks what lib/release/servable.check, the server's loader (ServingPool)
+Each is a probe: it sets the bypass up in the sandbox, asks what lib/release/servable.check, the server's loader (ClassifierPool)
 and the server itself make of it, undoes what it did, and returns the outcome. The server is the app `modelcd serve`
 runs (serving.server.app_from_env), driven in process through Starlette's TestClient: the same routes, alias follower,
 limits and metrics, without a socket.
@@ -51,10 +51,10 @@ def _refusal(sb: Sandbox, ref: CandidateRef) -> str | None:
 
 
 def _pool(sb: Sandbox):
-    from modelcd_assets.serving.classifier.pool import ServingPool
+    from modelcd_assets.serving.classifier.pool import ClassifierPool
 
     policy = _policy(sb)
-    return ServingPool(sb.name, sb.registry, sb.home, policy.serving, policy.safety.limits())
+    return ClassifierPool(sb.name, sb.registry, sb.home, policy.serving, policy.safety.limits())
 
 
 def _load_refusal(pool, version: str) -> str | None:

@@ -337,7 +337,7 @@ def test_the_serving_process_imports_neither_torch_nor_dagster(served):
 def test_loaded_versions_are_bounded_least_recently_used_first(served):
     from modelcd_assets.lib.judging.policy import ServingPolicy
     from modelcd_assets.lib.release.registry import ROLLED_BACK
-    from modelcd_assets.serving.classifier.pool import ServingPool
+    from modelcd_assets.serving.classifier.pool import ClassifierPool
 
     reg = served.env.registry
     withdrawn = ROLLED_BACK in reg.tags(served.v2)  # an earlier test may have rolled production back from v2
@@ -345,7 +345,7 @@ def test_loaded_versions_are_bounded_least_recently_used_first(served):
         kept = reg.tags(served.v2)[ROLLED_BACK]
         reg.client.delete_model_version_tag(MODEL, served.v2.version, ROLLED_BACK)
     try:
-        pool = ServingPool(MODEL, reg, served.env.home, ServingPolicy(max_loaded_versions=1))
+        pool = ClassifierPool(MODEL, reg, served.env.home, ServingPolicy(max_loaded_versions=1))
         pool.activate(pool.load(served.v1.version).version)
         assert pool.load(served.v2.version).evicted == ()  # the default and the version just loaded always stay
         pool.activate(served.v2.version)

@@ -23,7 +23,7 @@ from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import PRODUCTION, ROLLED_BACK, CandidateRef
 from modelcd_assets.lib.release.signing import Keys, init_keys
 from modelcd_assets.lib.tasks.names import declaration_of
-from modelcd_assets.serving.classifier.pool import ServingPool
+from modelcd_assets.serving.classifier.pool import ClassifierPool
 from modelcd_assets.serving.server import app_from_env
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, POLICY, gate_blocked, gated_state, wait_for
 
@@ -90,7 +90,7 @@ def test_the_alias_moved_by_hand_to_a_blocked_version_never_changes_what_is_serv
 
 
 def test_files_swapped_after_gating_are_refused_by_the_loader(served):
-    pool = ServingPool(MODEL, served.env.registry, served.env.home, _serving())
+    pool = ClassifierPool(MODEL, served.env.registry, served.env.home, _serving())
     record = check(served, served.v1).record
     int8 = record.chosen_int8()
     kept = int8.read_bytes()

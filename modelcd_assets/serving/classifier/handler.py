@@ -20,7 +20,7 @@ from modelcd_assets.serving.accounting import RequestAccount
 from modelcd_assets.serving.classifier.batcher import MicroBatcher
 from modelcd_assets.serving.classifier.classify_api import FaultRequest, read_classify
 from modelcd_assets.serving.classifier.engine import Served
-from modelcd_assets.serving.classifier.pool import ServingPool
+from modelcd_assets.serving.classifier.pool import ClassifierPool
 from modelcd_assets.serving.metrics import ServerMetrics
 from modelcd_assets.serving.rejections import Rejected, not_served
 from modelcd_assets.serving.sampler import Sampler
@@ -46,7 +46,9 @@ class ClassifyHandler:
     """Classification for one pool. Calls run `workers` at a time on the inference executor, in micro-batches that never
     mix versions; a share serving.sample_ratio of the requests answered 200 have their texts sampled to the traffic log."""
 
-    def __init__(self, pool: ServingPool, metrics: ServerMetrics, traffic: TrafficLog, sampler: Sampler, inference: Executor, workers: int):
+    def __init__(
+        self, pool: ClassifierPool, metrics: ServerMetrics, traffic: TrafficLog, sampler: Sampler, inference: Executor, workers: int
+    ):
         self.pool, self.metrics, self.traffic, self.sampler = pool, metrics, traffic, sampler
         self.inference, self.workers = inference, workers
         self.faults: dict[str, FaultRequest] = {}

@@ -18,7 +18,7 @@ from modelcd_assets.serving.consistency import Consistency, SwapRefused, compare
 from modelcd_assets.serving.versions import Steps, VersionPool, scan
 
 
-class ServingPool(VersionPool):
+class ClassifierPool(VersionPool):
     """Loaded versions of one registered classifier, keyed by registry version."""
 
     task = CLASSIFICATION

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from modelcd_assets.serving.base_app import base_app
 from modelcd_assets.serving.classifier.classify_api import CLASSIFY_BODY, FaultRequest
 from modelcd_assets.serving.classifier.handler import ClassifyHandler
-from modelcd_assets.serving.classifier.pool import ServingPool
+from modelcd_assets.serving.classifier.pool import ClassifierPool
 from modelcd_assets.serving.metrics import LiveDriftCollector, ServerMetrics
 from modelcd_assets.serving.rejections import REJECT_REASONS
 from modelcd_assets.serving.server import ServerInputs
@@ -38,7 +38,7 @@ async def inject(body: FaultRequest, request: Request):
 def classifier_server(inputs: ServerInputs) -> FastAPI:
     """A classifier's server (lib/tasks/names.TaskDeclaration.server): one intra-op thread per model call, and concurrency from
     `workers` calls at once, so a swap's probe on the loader thread does not steal every core from requests in flight."""
-    pool = ServingPool(inputs.model, inputs.registry, inputs.home, inputs.policy.serving, inputs.policy.safety.limits(), threads=1)
+    pool = ClassifierPool(inputs.model, inputs.registry, inputs.home, inputs.policy.serving, inputs.policy.safety.limits(), threads=1)
     if inputs.chaos:
         log.warning("--chaos: POST /v1/admin/faults can make any loaded version slow, failing or NaN-producing")
     return create_app(
@@ -46,7 +46,7 @@ def classifier_server(inputs: ServerInputs) -> FastAPI:
     )
 
 
-def create_app(pool: ServingPool, *, admin_token: str | None, poll_seconds: float, chaos: bool = False, workers: int = 2) -> FastAPI:
+def create_app(pool: ClassifierPool, *, admin_token: str | None, poll_seconds: float, chaos: bool = False, workers: int = 2) -> FastAPI:
     """The public server for one registered model, following that model's production alias; its admin API is app.state.admin_app.
 
     The two apps share one pool, so `modelcd serve` runs them in one process, the admin app on a port of its own (the
