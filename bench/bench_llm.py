@@ -146,7 +146,7 @@ def gating(home: Path, base_dir: Path, adapters: list[Path]) -> list[dict]:
     """Register and gate each adapter in turn in a fresh state folder; seconds from registration to verdict."""
     import dagster as dg
 
-    from modelcd_assets.demo import LM_BASE_NAME, LM_MODEL_NAME, LM_POLICY
+    from modelcd_assets.demo.causal_lm import LM_BASE_NAME, LM_MODEL_NAME, LM_POLICY
     from modelcd_assets.launch import run_gate
     from modelcd_assets.lib.judging.policy import policy_path
     from modelcd_assets.lib.release.registry import Registry
@@ -190,7 +190,7 @@ class Setup:
 def smollm2_with_adapter(tmp: Path) -> Setup:
     """A state folder of its own under tmp (exported to this process), the demo's chat splits, SmolLM2 de-quantized, and
     the demo's good reply adapter trained on it: what both causal-LM benches start from."""
-    from modelcd_assets.demo import LM_BASE_NAME
+    from modelcd_assets.demo.causal_lm import LM_BASE_NAME
     from modelcd_assets.lib.causal_lm.base import prepare_causal_lm_base, smollm2_gguf
     from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
     from modelcd_assets.lib.causal_lm.training import train_lm_adapter

@@ -592,7 +592,7 @@ def main() -> int:
         )
     from bench_llm import gating, smollm2_with_adapter
 
-    from modelcd_assets.demo import LM_MODEL_NAME
+    from modelcd_assets.demo.causal_lm import LM_MODEL_NAME
     from modelcd_assets.faults.llm_builders import scaled_lora_b
     from modelcd_assets.lib.causal_lm.base import smollm2_gguf
     from modelcd_assets.lib.causal_lm.build import BaseBuild

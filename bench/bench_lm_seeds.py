@@ -114,7 +114,7 @@ def main() -> int:
     args = parser.parse_args()
     import yaml
 
-    from modelcd_assets.demo import LM_POLICY
+    from modelcd_assets.demo.causal_lm import LM_POLICY
     from modelcd_assets.lib.judging.gates import FAIL
     from modelcd_assets.lib.judging.policy import Policy
     from modelcd_assets.lib.operations.settings import apply_local_defaults

@@ -67,7 +67,7 @@ def models(which: str, work: Path) -> tuple[Path, Path, str]:
             base, generate(3000, 1), work / "good", Training(steps=10, learning_rate=1e-4, rank=4, alpha=8, seed=3), "models:/tiny-base/1"
         )
         return base, adapter, "tiny-base"
-    from modelcd_assets.demo import BASE_NAME
+    from modelcd_assets.demo.classifier import BASE_NAME
 
     demo = Path(os.environ.get("MODELCD_HOME", ".modelcd")).resolve() / "work"
     if not (demo / "adapters" / "good" / "adapter_model.safetensors").is_file():

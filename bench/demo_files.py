@@ -34,7 +34,7 @@ def new_demo_model(kind: str) -> tuple[str, str, DemoFiles] | None:
     import shutil
     import time
 
-    from modelcd_assets.demo import MODEL_NAME
+    from modelcd_assets.demo.classifier import MODEL_NAME
 
     found = demo_files()
     if found is None:

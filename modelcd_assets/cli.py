@@ -8,10 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from modelcd_assets.lib.demo.models import DEMO_MODELS
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable
 from modelcd_assets.lib.operations.settings import apply_local_defaults
-from modelcd_assets.lib.tasks.names import DEFAULT_TASK, known_tasks
+from modelcd_assets.lib.tasks.names import DEFAULT_TASK, demo_models, known_tasks
 
 EXIT_PROMOTED, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_BLOCKED = 0, 1, 2, 3
 
@@ -302,7 +301,7 @@ def cmd_up(args) -> int:
     from modelcd_assets.stack import run_stack
 
     return run_stack(
-        args.names or list(DEMO_MODELS.values()),
+        args.names or list(demo_models().values()),
         serve_port=args.port,
         prometheus_port=args.prometheus_port,
         ui_port=args.ui_port,
@@ -312,11 +311,10 @@ def cmd_up(args) -> int:
 
 def cmd_faults_run(args) -> int:
     from modelcd_assets.faults.runner import run_selftest
-    from modelcd_assets.lib.demo.recipes import GOOD, GOOD_LM
 
     if args.controls < 0:
         raise ModelcdError("--controls must be 0 or more")
-    name = args.name or DEMO_MODELS.get(args.task or DEFAULT_TASK)
+    name = args.name or demo_models().get(args.task or DEFAULT_TASK)
     if name is None:
         raise ModelcdError(f"the demo has no {args.task} model to derive faults from; name a registered one with --name")
     report = run_selftest(
@@ -325,8 +323,6 @@ def cmd_faults_run(args) -> int:
         only=args.only,
         identical_controls=args.controls - args.controls // 2,
         retrained_controls=args.controls // 2,
-        training=GOOD,
-        lm_training=GOOD_LM,
         under_load=not args.no_load,
         keep=args.keep,
         progress=not args.no_progress,
@@ -419,7 +415,7 @@ def parser() -> argparse.ArgumentParser:
     ki.add_argument("--force", action="store_true", help="replace an existing pair: every earlier signature and verdict stops verifying")
     ki.set_defaults(func=cmd_keys_init)
     d = sub.add_parser("demo", help="train two adapters on MiniLM and two on SmolLM2-135M-Instruct, and gate all four")
-    d.add_argument("--task", choices=["all", *DEMO_MODELS], default="all", help="which demo to run (default: all)")
+    d.add_argument("--task", choices=["all", *demo_models()], default="all", help="which demo to run (default: all)")
     d.add_argument("--timings", metavar="FILE", help="write each phase's seconds (trainings, gates and their steps) as JSON to FILE")
     d.set_defaults(func=cmd_demo)
     u = sub.add_parser("ui", help="the Dagster UI on this instance")
@@ -445,7 +441,7 @@ def parser() -> argparse.ArgumentParser:
         "names",
         nargs="*",
         metavar="NAME",
-        help=f"registered models to serve, a server each (default: the demo's, {' and '.join(DEMO_MODELS.values())}, those registered)",
+        help=f"registered models to serve, a server each (default: the demo's, {' and '.join(demo_models().values())}, those registered)",
     )
     up.add_argument(
         "--port", type=int, default=8080, help="the first server's port; the i-th serves on PORT + 2i, its admin API on the port after"

@@ -149,6 +149,7 @@ def test_calibrate_exits_2_only_when_the_set_is_refused(modelcd_env, tiny_base, 
 
 
 def test_up_serves_the_demo_models_by_default():
-    from modelcd_assets import cli, demo
+    from modelcd_assets.demo import causal_lm, classifier
+    from modelcd_assets.lib.tasks.names import demo_models
 
-    assert tuple(cli.DEMO_MODELS.values()) == (demo.MODEL_NAME, demo.LM_MODEL_NAME)
+    assert tuple(demo_models().values()) == (classifier.MODEL_NAME, causal_lm.LM_MODEL_NAME)

@@ -9,23 +9,34 @@ from pathlib import Path
 import modelcd_assets
 
 PACKAGE = Path(modelcd_assets.__file__).parent
-# Where a task may be named: the registry of tasks, each task's own modules, and the demo's data. The fault sandbox holds
-# each task's fault classes and their builders, keyed by task (faults/catalog.CATALOGS).
+# Where a task may be named: the registry of tasks, each task's own modules (its code, its server, its fault suite and
+# builders, its demo) and the demo's data. The sandbox, the demo's driver and everything else read the declarations.
 TASK_OWNED = (
     "lib/tasks/",
     "lib/causal_lm/",
     "lib/classifier/",
     "lib/demo/",
-    "demo.py",
-    "faults/catalog.py",
-    "faults/runner.py",
-    "faults/llm_builders.py",
+    "demo/classifier.py",
+    "demo/causal_lm.py",
+    "faults/classifier_faults.py",
+    "faults/lm_faults.py",
     "serving/classifier/",
     "serving/lm/",
 )
 TASK_NAMES = re.compile(r"""["'](classification|causal-lm)["']|\b(CLASSIFICATION|CAUSAL_LM)\b""")
 # The parts of modelcd the third task must go through without any of them knowing it.
-SEAM = ("defs/", "lib/release/", "lib/judging/", "serving/", "launch.py", "cli.py", "gate_results.py", "definitions.py")
+SEAM = (
+    "defs/",
+    "lib/release/",
+    "lib/judging/",
+    "serving/",
+    "faults/",
+    "demo/",
+    "launch.py",
+    "cli.py",
+    "gate_results.py",
+    "definitions.py",
+)
 
 
 def _sources():

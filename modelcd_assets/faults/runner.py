@@ -10,20 +10,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from modelcd_assets.faults.builders import Candidate, base_files_copied, identical
-from modelcd_assets.faults.catalog import FaultClass, select
+from modelcd_assets.faults.builders import Candidate
+from modelcd_assets.faults.catalog import FaultClass, FaultSuite, select, suite_of
 from modelcd_assets.faults.outcomes import CODE_RAN, ERROR, NOT_REPRODUCIBLE, REFUSED, Outcome
 from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport
 from modelcd_assets.faults.sandbox import Sandbox, open_sandbox
-from modelcd_assets.lib.causal_lm.training import LmTraining
-from modelcd_assets.lib.classifier.training import Training
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError
 from modelcd_assets.lib.release.registry import Registry
-from modelcd_assets.lib.splits import read_split, split_path
-from modelcd_assets.lib.tasks.names import CAUSAL_LM, DEFAULT_TASK
-
-CONTROL_SEEDS = 100  # retrained control i trains with seed CONTROL_SEEDS + i (the demo's production used seed 0)
-LOAD_TEXTS = 256
+from modelcd_assets.lib.tasks.names import DEFAULT_TASK
 
 
 def _gate_candidate(sb: Sandbox, fc: FaultClass, cand: Candidate) -> Outcome:
@@ -71,78 +65,6 @@ def run_classes(sb: Sandbox, classes: list[FaultClass], echo: Callable[[str], No
     return results
 
 
-def _identical_controls(sb: Sandbox, n: int) -> list[tuple[str, str, Path]]:
-    return [(f"identical-{i}", "byte-identical", identical(sb.prod, sb.work / f"identical-{i}").folder) for i in range(1, n + 1)]
-
-
-def _retrained_controls(sb: Sandbox, n: int, train: Callable[[Path, int], Path]) -> list[tuple[str, str, Path]]:
-    """n adapters retrained from production's base, control i with seed CONTROL_SEEDS + i; train(folder, seed) writes one."""
-    return [
-        (f"retrained-{i}", f"retrained, seed {CONTROL_SEEDS + i}", train(sb.work / f"retrained-{i}", CONTROL_SEEDS + i))
-        for i in range(1, n + 1)
-    ]
-
-
-def _base_files_control(sb: Sandbox) -> list[tuple[str, str, Path]]:
-    """Production's adapter with its base's tokenizer and config files copied beside it, byte for byte (an adapter production only)."""
-    if not sb.prod.is_adapter:
-        return []
-    return [("base-files", "base's tokenizer and config files copied", base_files_copied(sb.prod, sb.work / "base-files", sb.task).folder)]
-
-
-def _lm_controls(sb: Sandbox, identical_n: int, retrained_n: int, training: LmTraining) -> list[tuple[str, str, Path]]:
-    """A causal LM's clean controls: byte-identical copies, LoRA B x 1.001, the base's files copied, production's weights saved as
-    bfloat16 and as float16, and adapters retrained with other seeds."""
-    from modelcd_assets.faults.llm_builders import lora_b_noise, saved_as
-    from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
-    from modelcd_assets.lib.causal_lm.training import train_lm_adapter
-
-    chats = read_chats(split_path(sb.data, chat_split("train"))) if retrained_n else []
-    return [
-        *_identical_controls(sb, identical_n),
-        ("lora-b-x1.001", "LoRA B x 1.001", lora_b_noise(sb.prod, sb.work / "lora-b-x1.001").folder),
-        *_base_files_control(sb),
-        *(
-            (label, f"production's weights saved as {dtype}", saved_as(dtype)(sb.prod, sb.work / label).folder)
-            for label, dtype in (("bf16", "bfloat16"), ("fp16", "float16"))
-        ),
-        *_retrained_controls(
-            sb,
-            retrained_n,
-            lambda folder, seed: train_lm_adapter(
-                sb.prod.base, chats, folder, replace(training, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"
-            ),
-        ),
-    ]
-
-
-def _control_candidates(
-    sb: Sandbox, identical_n: int, retrained_n: int, training: Training, notes: list[str], lm_training: LmTraining | None = None
-) -> list[tuple[str, str, Path]]:
-    """(label, kind, folder) of every clean control; the retrained ones are trained here, before any of them is gated."""
-    if sb.task == CAUSAL_LM:
-        return _lm_controls(sb, identical_n, retrained_n, lm_training or LmTraining())
-    if retrained_n and not sb.prod.is_adapter:
-        notes.append(
-            f"production is a full model: its base is unknown, so {retrained_n} byte-identical controls replace the retrained ones"
-        )
-        identical_n, retrained_n = identical_n + retrained_n, 0
-    from modelcd_assets.lib.classifier.training import train_adapter
-
-    train = read_split(split_path(sb.data, "train")) if retrained_n else []
-    return [
-        *_identical_controls(sb, identical_n),
-        *_base_files_control(sb),
-        *_retrained_controls(
-            sb,
-            retrained_n,
-            lambda folder, seed: train_adapter(
-                sb.prod.base, train, folder, replace(training, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"
-            ),
-        ),
-    ]
-
-
 def _gate_control(sb: Sandbox, label: str, kind: str, folder: Path, under_load: bool) -> ControlResult:
     start = time.perf_counter()
     try:
@@ -156,21 +78,12 @@ def _gate_control(sb: Sandbox, label: str, kind: str, folder: Path, under_load: 
 
 
 def run_controls(
-    sb: Sandbox,
-    identical_n: int,
-    retrained_n: int,
-    training: Training,
-    under_load: bool,
-    echo: Callable[[str], None],
-    notes: list[str],
-    lm_training: LmTraining | None = None,
+    sb: Sandbox, suite: FaultSuite, identical_n: int, retrained_n: int, under_load: bool, echo: Callable[[str], None], notes: list[str]
 ) -> tuple[list[ControlResult], dict]:
-    """Clean candidates that must all be promoted; half of each kind (rounded up) gated beside a server under load."""
-    controls = _control_candidates(sb, identical_n, retrained_n, training, notes, lm_training)
-    if under_load and sb.task == CAUSAL_LM:
-        notes.append(
-            "causal LM: the controls were gated without a server under load beside them (the load generator speaks POST /v1/classify only)"
-        )
+    """The suite's clean candidates, which must all be promoted; half of each kind (rounded up) gated beside a server under load."""
+    controls = suite.controls(sb, identical_n, retrained_n, notes)
+    if under_load and suite.load_texts is None:
+        notes.append(f"{sb.task}: {suite.no_load}")
         under_load = False
     by_kind: dict[str, list[str]] = {}
     for label, kind, _ in controls:
@@ -187,8 +100,7 @@ def run_controls(
     if loaded:
         from modelcd_assets.faults.load import serving_under_load
 
-        texts = [ex.text for ex in read_split(split_path(sb.data, "evaluation"))[:LOAD_TEXTS]]
-        with serving_under_load(sb.env, sb.name, texts, sb.root / "serve-under-load.log") as stats:
+        with serving_under_load(sb.env, sb.name, suite.load_texts(sb), sb.root / "serve-under-load.log") as stats:
             gate_all([c for c in controls if c[0] in loaded])
         load = {"requests": stats.requests, "errors": stats.errors}
         notes.append(
@@ -206,14 +118,12 @@ def run_selftest(
     only: list[str] | None = None,
     identical_controls: int = 5,
     retrained_controls: int = 5,
-    training: Training | None = None,
     under_load: bool = True,
     root: Path | None = None,
     keep: bool = False,
     progress: bool = False,
     echo: Callable[[str], None] = print,
     task: str | None = None,
-    lm_training: LmTraining | None = None,
 ) -> SelftestReport:
     """Gate every selected fault class of the production's task and the clean controls in a sandbox copy of name's production;
     the user's registry is only read."""
@@ -225,7 +135,7 @@ def run_selftest(
             f"{name}'s production is a {prod_task} model: its faults are the {prod_task} classes, not {task}'s; pass --task {prod_task} "
             f"or the --name of a {task} model"
         )
-    classes = select(only, prod_task)
+    suite, classes = suite_of(prod_task), select(only, prod_task)
     root = Path(root) if root else Path(tempfile.mkdtemp(prefix="modelcd-faults-"))
     report = SelftestReport(name, user_prod.uri if user_prod else "none", "")
     try:
@@ -237,7 +147,7 @@ def run_selftest(
             report.classes = run_classes(sb, [fc for fc in classes if fc.name not in skipped], echo)
             if identical_controls or retrained_controls:
                 report.controls, report.load = run_controls(
-                    sb, identical_controls, retrained_controls, training or Training(), under_load, echo, report.notes, lm_training
+                    sb, suite, identical_controls, retrained_controls, under_load, echo, report.notes
                 )
     finally:
         if keep:

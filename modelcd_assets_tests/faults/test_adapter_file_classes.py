@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from modelcd_assets.faults.catalog import CLASSES, LM_CLASSES
+from modelcd_assets.faults.classifier_faults import CLASSES
+from modelcd_assets.faults.lm_faults import CLASSES as LM_CLASSES
 from modelcd_assets.faults.outcomes import PROMOTED
 from modelcd_assets.faults.runner import run_selftest
 from modelcd_assets_tests.conftest import TEST_LOCK, TINY_GATED_POLICY, make_env

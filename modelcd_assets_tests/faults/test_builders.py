@@ -4,7 +4,9 @@ or the adapter's file list (lib/tasks/adapter_files.py), and the base's own file
 import pytest
 
 from modelcd_assets.faults.builders import Production, base_files_copied
-from modelcd_assets.faults.catalog import BY_NAME, CLASSES, LM_CLASSES, select
+from modelcd_assets.faults.catalog import FaultClass, FaultSuite, select, suite_of
+from modelcd_assets.faults.classifier_faults import CLASSES
+from modelcd_assets.faults.lm_faults import CLASSES as LM_CLASSES
 from modelcd_assets.faults.outcomes import REFUSED, blocked
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest
@@ -14,6 +16,7 @@ from modelcd_assets.lib.tasks.adapter_files import adapter_file_findings
 from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION
 
 BUILT = [fc for fc in CLASSES if fc.build is not None]
+BY_NAME = {fc.name: fc for fc in (*CLASSES, *LM_CLASSES)}
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +78,32 @@ def lm_production(tiny_lm, tmp_path_factory):
     return Production(tiny_lm.adapter, ADAPTER, tmp_path_factory.mktemp("lm-faults-work"), tiny_lm.base, "models:/tiny-lm-base/1")
 
 
-def test_the_causal_lm_catalog_is_its_own_and_selected_by_task():
-    assert {fc.task for fc in LM_CLASSES} == {"causal-lm"} and {fc.task for fc in CLASSES} == {"classification"}
-    assert [fc.name for fc in select(None, "causal-lm")] == [fc.name for fc in LM_CLASSES] and len(LM_CLASSES) >= 10
+def test_each_task_declares_its_own_fault_suite_and_classes_are_selected_by_task():
+    assert suite_of(CAUSAL_LM).classes == LM_CLASSES and suite_of(CLASSIFICATION).classes == CLASSES
+    assert [fc.name for fc in select(None, CAUSAL_LM)] == [fc.name for fc in LM_CLASSES] and len(LM_CLASSES) >= 10
     with pytest.raises(ModelcdError, match="nan_weights.*for a causal-lm production"):
-        select(["nan_weights"], "causal-lm")
-    with pytest.raises(ModelcdError, match="no fault classes for urgency-score models; it derives faults for classification, causal-lm"):
+        select(["nan_weights"], CAUSAL_LM)
+    with pytest.raises(ModelcdError, match="unknown task 'urgency-score'"):
         select(None, "urgency-score")
+
+
+def test_a_task_without_a_fault_suite_is_refused_by_the_sandbox_naming_it(monkeypatch):
+    from modelcd_assets_tests.third_task import task as third
+
+    monkeypatch.setenv("MODELCD_TASK_MODULES", "modelcd_assets_tests.third_task")
+    with pytest.raises(
+        ModelcdError,
+        match=r"urgency-score models declare no fault classes \(TaskDeclaration.faults\).*for classification, causal-lm models",
+    ):
+        select(None, third.NAME)
+
+
+def test_a_fault_suite_names_each_class_once_and_says_why_it_has_no_load():
+    fc = FaultClass("x", "weights", blocked("weights_are_finite"))
+    with pytest.raises(ModelcdError, match=r"names a class twice: \['x'\]"):
+        FaultSuite((fc, fc), lambda *a: [], no_load="no server")
+    with pytest.raises(ModelcdError, match="says why its controls are gated without load"):
+        FaultSuite((fc,), lambda *a: [])
 
 
 @pytest.mark.parametrize("fc", LM_BUILT, ids=[fc.name for fc in LM_BUILT])

@@ -41,6 +41,9 @@ declare_task(
         slo_latency=(("p99_latency_ms", "modelcd_request_duration_seconds"),),
         server="modelcd_assets.serving.classifier.router:classifier_server",
         server_api="POST /v1/classify",
+        faults="modelcd_assets.faults.classifier_faults:CLASSIFIER_FAULTS",
+        demo="modelcd_assets.demos.classifier:classifier_demo",
+        demo_model="ticket-intent",
     )
 )
 declare_task(
@@ -83,5 +86,8 @@ declare_task(
         ),
         server="modelcd_assets.serving.lm.router:lm_server",
         server_api="the OpenAI API: POST /v1/chat/completions, /v1/completions",
+        faults="modelcd_assets.faults.lm_faults:LM_FAULTS",
+        demo="modelcd_assets.demos.causal_lm:causal_lm_demo",
+        demo_model="support-reply",
     )
 )

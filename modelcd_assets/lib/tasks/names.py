@@ -79,6 +79,10 @@ class TaskDeclaration:
     server: "package.module:function" building the public app for a model of this task from serving/server.ServerInputs
         (None: `modelcd serve` refuses its models, naming the task).
     server_api: what that app answers, as `modelcd up` prints it.
+    faults: "package.module:name" of a faults/catalog.FaultSuite: the faults `modelcd faults run` derives from a production of
+        this task, and its clean controls (None: the sandbox refuses this task's models, naming it).
+    demo: "package.module:function" (registry, home, phases) -> (gate runs, whether they showed what they must): this task's
+        part of `modelcd demo` (None: the demo has none). demo_model: the registered model name it gates.
     """
 
     name: str
@@ -95,6 +99,9 @@ class TaskDeclaration:
     subjects: tuple[str, ...] = ()
     server: str | None = None
     server_api: str = ""
+    faults: str | None = None
+    demo: str | None = None
+    demo_model: str = ""
 
     def gate(self, name: str) -> Gate | None:
         return next((g for g in self.gates if g.name == name), None)
@@ -126,6 +133,8 @@ def declare_task(declaration: TaskDeclaration) -> None:
                 f"task {name!r} declares no {what} ({spec!r} is not 'package.module:name'); a task declares its implementation, "
                 "its contract diff and its served files"
             )
+    if bool(declaration.demo) != bool(declaration.demo_model):
+        raise ModelcdError(f"task {name!r}: a demo ({declaration.demo!r}) and the model it gates ({declaration.demo_model!r}) go together")
     if missing := [s for s in ("registered-files", "int8-model") if s not in declaration.subjects]:
         raise ModelcdError(
             f"task {name!r}: its attestation subjects {declaration.subjects} lack {', '.join(missing)}, which every verdict covers"
@@ -208,6 +217,12 @@ def declarations() -> tuple[TaskDeclaration, ...]:
     """Every declared task, in the order they were declared."""
     _load_plugins()
     return tuple(_DECLARED.values())
+
+
+def demo_models() -> dict[str, str]:
+    """Each task's demo model name, for the tasks that have a demo: what `modelcd demo`, `modelcd up` and `modelcd faults run`
+    default to."""
+    return {d.name: d.demo_model for d in declarations() if d.demo}
 
 
 def declaration_of(task: str) -> TaskDeclaration:

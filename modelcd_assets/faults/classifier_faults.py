@@ -1,0 +1,190 @@
+"""The classifier's fault suite: the faults derived from a classifier's production (`modelcd faults run`), and its clean
+controls. lib/tasks/builtin.py declares it as the classification task's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from modelcd_assets.faults import builders as b
+from modelcd_assets.faults import bypasses as v
+from modelcd_assets.faults import conditions as c
+from modelcd_assets.faults.catalog import Control, FaultClass, FaultSuite, unlike_the_base
+from modelcd_assets.faults.controls import base_files_control, identical_controls, retrained_controls
+from modelcd_assets.faults.outcomes import (
+    BAD_INPUT,
+    MANIFEST,
+    NEVER_SERVED,
+    REFUSED,
+    REJECTED,
+    RUN_FAILED,
+    SKIPPED,
+    SUPERSEDED,
+    Outcome,
+    blocked,
+)
+from modelcd_assets.faults.sandbox import Sandbox
+from modelcd_assets.lib.splits import read_split, split_path
+
+LOAD_TEXTS = 256  # evaluation texts the server under load is asked, round and round
+
+CLASSES: tuple[FaultClass, ...] = (
+    # Weights and numerics
+    FaultClass("nan_weights", "weights", blocked("weights_are_finite"), b.nan_weights),
+    FaultClass("inf_weights", "weights", blocked("weights_are_finite"), b.inf_weights),
+    FaultClass("weight_scale_blowup", "weights", blocked("weights_within_scale"), b.weight_scale_blowup),
+    # A model whose training is gone is judged by the first quality gate that sees it: accuracy on the tiny test model,
+    # INT8 fidelity on MiniLM (its random-LoRA logits have low margins that INT8 flips, and fidelity runs before accuracy).
+    FaultClass("random_reinit", "weights", blocked("accuracy_within_tolerance", "int8_agrees_with_fp32"), b.random_reinit),
+    FaultClass("int8_hostile_outliers", "weights", blocked("int8_agrees_with_fp32"), b.int8_hostile_outliers),
+    FaultClass("slow_model", "weights", blocked("throughput_within_tolerance"), b.slow_model),
+    # Files
+    FaultClass("truncated_safetensors", "files", Outcome(REFUSED), b.truncated_safetensors),
+    FaultClass("corrupt_safetensors_header", "files", Outcome(REFUSED), b.corrupt_header),
+    FaultClass("safetensors_trailing_bytes", "files", Outcome(REFUSED), b.trailing_bytes),
+    FaultClass("safetensors_offset_gap", "files", Outcome(REFUSED), b.offset_gap),
+    FaultClass("pickle_renamed", "files", Outcome(REFUSED), b.pickle_renamed),
+    FaultClass("remote_code", "files", Outcome(REFUSED), b.remote_code),
+    FaultClass("symlink_escape", "files", Outcome(REFUSED), b.symlink_escape),
+    FaultClass("onnx_external_data_escape", "files", Outcome(REFUSED), b.onnx_external_data_escape),
+    FaultClass("raw_truncated_safetensors", "files", blocked("artifact_is_safe"), b.raw(b.truncated_safetensors)),
+    FaultClass("raw_pickle_renamed", "files", blocked("artifact_is_safe"), b.raw(b.pickle_renamed)),
+    FaultClass("raw_remote_code", "files", blocked("artifact_is_safe"), b.raw(b.remote_code)),
+    FaultClass("raw_onnx_external_data_escape", "files", blocked("artifact_is_safe"), b.raw(b.onnx_external_data_escape)),
+    FaultClass("onnx_external_data_hiding_code", "files", Outcome(REFUSED), b.onnx_external_data_hiding_code),
+    FaultClass("raw_onnx_external_data_hiding_code", "files", blocked("artifact_is_safe"), b.raw(b.onnx_external_data_hiding_code)),
+    FaultClass("tampered_after_registration", "files", Outcome(MANIFEST), b.identical, c.tampered_after_registration),
+    # Structure and contract
+    FaultClass("swapped_id2label", "contract", blocked("semver_covers_contract_change"), b.swapped_id2label),
+    FaultClass("incompatible_tokenizer", "contract", blocked("tokenizer_fits_model"), b.incompatible_tokenizer),
+    FaultClass("vocab_exceeds_embeddings", "contract", blocked("tokenizer_fits_model"), b.vocab_exceeds_embeddings),
+    FaultClass(
+        "adapter_targets_no_module",
+        "contract",
+        Outcome(BAD_INPUT, detail="does not fit base"),
+        b.adapter_targets_no_module,
+        adapter_only=True,
+    ),
+    FaultClass(
+        "adapter_weights_match_no_module", "contract", blocked("adapter_fits_base"), b.adapter_weights_match_no_module, adapter_only=True
+    ),
+    FaultClass("adapter_for_another_base", "contract", blocked("adapter_fits_base"), b.adapter_for_another_base, adapter_only=True),
+    FaultClass(
+        "adapter_shapes_for_another_base",
+        "contract",
+        Outcome(BAD_INPUT, detail="does not fit base"),
+        b.adapter_shapes_for_another_base,
+        adapter_only=True,
+    ),
+    FaultClass("dropped_head", "contract", blocked("model_loads_cleanly"), b.dropped_head),
+    FaultClass("contract_change_as_patch", "contract", blocked("semver_covers_contract_change"), b.contract_change_as_patch),
+    # Tokenizer and config files beside an adapter's weights: the merged model is served with its base's, so each is refused at
+    # register unless it says what the base's copy says (lib/tasks/adapter_files.py); without `modelcd register`, artifact_is_safe.
+    FaultClass("adapter_added_tokens_file", "contract", unlike_the_base("added_tokens.json"), b.added_tokens_file, adapter_only=True),
+    FaultClass("raw_adapter_added_tokens_file", "contract", blocked("artifact_is_safe"), b.raw(b.added_tokens_file), adapter_only=True),
+    FaultClass(
+        "adapter_special_tokens_map_changed",
+        "contract",
+        unlike_the_base("special_tokens_map.json"),
+        b.special_tokens_map_changed,
+        adapter_only=True,
+    ),
+    FaultClass(
+        "adapter_tokenizer_config_changed",
+        "contract",
+        unlike_the_base("tokenizer_config.json"),
+        b.tokenizer_config_changed,
+        adapter_only=True,
+    ),
+    FaultClass(
+        "adapter_tokenizer_json_changed", "contract", unlike_the_base("tokenizer.json"), b.tokenizer_json_changed, adapter_only=True
+    ),
+    FaultClass("adapter_vocab_txt_edited", "contract", unlike_the_base("vocab.txt"), b.vocab_txt_edited, adapter_only=True),
+    FaultClass("adapter_config_json_changed", "contract", unlike_the_base("config.json"), b.config_json_changed, adapter_only=True),
+    # Data
+    FaultClass("drifted_traffic", "data", blocked("no_drift_detected"), traffic="traffic_shifted"),
+    # Infrastructure
+    FaultClass(
+        "registry_outage",
+        "infra",
+        Outcome(RUN_FAILED, detail="exit 1: modelcd: registry unavailable: candidate: could not read the production alias"),
+        probe=c.registry_outage,
+    ),
+    FaultClass(
+        "registry_unreachable",
+        "infra",
+        Outcome(RUN_FAILED, detail="exit 1: modelcd: registry unavailable: could not read"),
+        probe=c.registry_unreachable,
+    ),
+    FaultClass(
+        "production_alias_deleted", "infra", Outcome(BAD_INPUT, detail="production alias missing"), b.identical, c.production_alias_deleted
+    ),
+    FaultClass("production_moved_mid_run", "infra", Outcome(SUPERSEDED, detail="moved from"), b.identical, c.production_moves),
+    FaultClass("prometheus_unreachable", "infra", Outcome(SKIPPED), probe=c.prometheus_unreachable),
+    # One-word calibration collapses static INT8 on the tiny test model (96.7% agreement), but not on MiniLM, where every
+    # calibration tried keeps 100% agreement (bench/bench_calibration.py): measured first, on production's build, and
+    # reported as not reproducible where it does not collapse.
+    FaultClass(
+        "static_calibration_collapse",
+        "infra",
+        blocked("int8_agrees_with_fp32"),
+        b.readme_changed,
+        c.static_calibration_collapse,
+        reproducible=c.calibration_collapses,
+    ),
+    # Ways around a verdict once it is given (faults/bypasses.py): what is served must still hold a valid one over its bytes.
+    FaultClass(
+        "alias_moved_to_blocked", "verdict", Outcome(NEVER_SERVED, detail="modelcd_alias_refused set"), probe=v.alias_moved_to_blocked
+    ),
+    FaultClass(
+        "files_swapped_after_gating",
+        "verdict",
+        Outcome(NEVER_SERVED, detail="differ from what was judged"),
+        probe=v.files_swapped_after_gating,
+    ),
+    FaultClass("model_deleted_and_recreated", "verdict", Outcome(NEVER_SERVED, detail="gated anew"), probe=v.model_deleted_and_recreated),
+    FaultClass(
+        "attestation_forged_with_another_key",
+        "verdict",
+        Outcome(NEVER_SERVED, detail="does not verify with the public key"),
+        probe=v.attestation_forged_with_another_key,
+    ),
+    FaultClass(
+        "oversized_requests",
+        "serving",
+        Outcome(REJECTED, detail="counted in modelcd_requests_rejected_total, none observed"),
+        probe=v.oversized_requests,
+    ),
+)
+
+
+def classifier_controls(sb: Sandbox, identical_n: int, retrained_n: int, notes: list[str]) -> list[Control]:
+    """Byte-identical copies, the base's files copied beside production's adapter, and adapters retrained from production's
+    base with the demo's good recipe and other seeds. A full-model production has no base to retrain from: identical copies
+    take the retrained ones' place, and notes say so."""
+    from modelcd_assets.lib.classifier.training import train_adapter
+    from modelcd_assets.lib.demo.recipes import GOOD
+
+    if retrained_n and not sb.prod.is_adapter:
+        notes.append(
+            f"production is a full model: its base is unknown, so {retrained_n} byte-identical controls replace the retrained ones"
+        )
+        identical_n, retrained_n = identical_n + retrained_n, 0
+    train = read_split(split_path(sb.data, "train")) if retrained_n else []
+    return [
+        *identical_controls(sb, identical_n),
+        *base_files_control(sb),
+        *retrained_controls(
+            sb,
+            retrained_n,
+            lambda folder, seed: train_adapter(
+                sb.prod.base, train, folder, replace(GOOD, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"
+            ),
+        ),
+    ]
+
+
+def _load_texts(sb: Sandbox) -> list[str]:
+    return [ex.text for ex in read_split(split_path(sb.data, "evaluation"))[:LOAD_TEXTS]]
+
+
+CLASSIFIER_FAULTS = FaultSuite(CLASSES, classifier_controls, load_texts=_load_texts)
