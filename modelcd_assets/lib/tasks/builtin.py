@@ -42,7 +42,7 @@ declare_task(
         server="modelcd_assets.serving.classifier.router:classifier_server",
         server_api="POST /v1/classify",
         faults="modelcd_assets.faults.classifier_faults:CLASSIFIER_FAULTS",
-        demo="modelcd_assets.demos.classifier:classifier_demo",
+        demo="modelcd_assets.demo.classifier:classifier_demo",
         demo_model="ticket-intent",
     )
 )
@@ -87,7 +87,7 @@ declare_task(
         server="modelcd_assets.serving.lm.router:lm_server",
         server_api="the OpenAI API: POST /v1/chat/completions, /v1/completions",
         faults="modelcd_assets.faults.lm_faults:LM_FAULTS",
-        demo="modelcd_assets.demos.causal_lm:causal_lm_demo",
+        demo="modelcd_assets.demo.causal_lm:causal_lm_demo",
         demo_model="support-reply",
     )
 )

@@ -107,3 +107,20 @@ class _HalfTask:
 
     def prepare(self, record, state, registry):  # one step of thirteen: task_of must name the twelve it lacks
         return StepResult()
+
+
+def test_everything_a_built_in_task_names_by_module_loads():
+    """Each "package.module:name" a built-in declaration holds (implementation, contract diff, served files, policy models,
+    server, fault suite, demo) loads: a misspelt one would surface only when that part of modelcd is first used."""
+    from modelcd_assets.faults.catalog import FaultSuite
+    from modelcd_assets.lib.tasks.names import declaration_of, load_declared
+
+    for task in (CLASSIFICATION, CAUSAL_LM):
+        d = declaration_of(task)
+        specs = [d.implementation, d.contract, d.served, d.server, d.faults, d.demo, *(model for _, model in d.policy_models)]
+        assert all(specs), d
+        loaded = [load_declared(spec, spec) for spec in specs]
+        assert all(callable(x) for x in loaded[:3]) and callable(loaded[3]) and callable(loaded[5])
+        assert isinstance(loaded[4], FaultSuite)
+    with pytest.raises(ModelcdError, match=r"task 'x''s demo modelcd_assets.demos.classifier:classifier_demo cannot be loaded"):
+        load_declared("modelcd_assets.demos.classifier:classifier_demo", "task 'x''s demo")
