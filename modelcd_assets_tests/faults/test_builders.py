@@ -88,14 +88,19 @@ def test_each_task_declares_its_own_fault_suite_and_classes_are_selected_by_task
 
 
 def test_a_task_without_a_fault_suite_is_refused_by_the_sandbox_naming_it(monkeypatch):
-    from modelcd_assets_tests.third_task import task as third
+    """A task declared as the classifier is, less its fault suite (and its demo); declared for this test only."""
+    from dataclasses import replace
 
-    monkeypatch.setenv("MODELCD_TASK_MODULES", "modelcd_assets_tests.third_task")
+    from modelcd_assets.lib.tasks import names
+
+    names.known_tasks()
+    monkeypatch.setattr(names, "_DECLARED", dict(names._DECLARED))
+    classifier = names.declaration_of(CLASSIFICATION)
+    names.declare_task(replace(classifier, name="no-faults", faults=None, demo=None, demo_model="", architectures=(), peft_task_types=()))
     with pytest.raises(
-        ModelcdError,
-        match=r"urgency-score models declare no fault classes \(TaskDeclaration.faults\).*for classification, causal-lm models",
+        ModelcdError, match=r"no-faults models declare no fault classes \(TaskDeclaration.faults\).*for classification, causal-lm models"
     ):
-        select(None, third.NAME)
+        select(None, "no-faults")
 
 
 def test_a_fault_suite_names_each_class_once_and_says_why_it_has_no_load():

@@ -115,7 +115,9 @@ _DECLARED: dict[str, TaskDeclaration] = {}
 
 
 def declare_task(declaration: TaskDeclaration) -> None:
-    """Make a task known: registration, gating, the CLI's choices and every reader of a version's task look it up here."""
+    """Make a task known: registration, gating, the CLI's choices and every reader of a version's task look it up here.
+    The built-in tasks are declared first, whoever declares first, so the tasks are listed in one order in every process."""
+    _load_builtin()
     known = _DECLARED.get(declaration.name)
     if known is not None and known != declaration:
         raise ModelcdError(
@@ -189,9 +191,16 @@ def _entry_point_modules() -> tuple[str, ...]:
     return tuple(ep.value for ep in entry_points(group=ENTRY_POINT_GROUP))
 
 
+def _load_builtin() -> None:
+    if BUILTIN not in _LOADED_PLUGINS:
+        _LOADED_PLUGINS.add(BUILTIN)  # first: the built-in module's own declare_task calls come back here
+        importlib.import_module(BUILTIN)
+
+
 def _load_plugins() -> None:
     """Import what declares the tasks beyond the built-in ones (entry points, then MODELCD_TASK_MODULES), each once."""
-    specs = [BUILTIN, *_entry_point_modules()]
+    _load_builtin()
+    specs = list(_entry_point_modules())
     specs += [m.strip() for m in os.environ.get(TASK_MODULES_ENV, "").split(",") if m.strip()]
     for spec in specs:
         if spec in _LOADED_PLUGINS:

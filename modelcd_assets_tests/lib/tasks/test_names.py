@@ -124,3 +124,13 @@ def test_everything_a_built_in_task_names_by_module_loads():
         assert isinstance(loaded[4], FaultSuite)
     with pytest.raises(ModelcdError, match=r"task 'x''s demo modelcd_assets.demos.classifier:classifier_demo cannot be loaded"):
         load_declared("modelcd_assets.demos.classifier:classifier_demo", "task 'x''s demo")
+
+
+def test_the_built_in_tasks_come_first_even_when_a_plugin_is_imported_before_any_lookup():
+    """A plugin's module imported directly declares its task; the built-in ones are declared before it, in every process."""
+    import subprocess
+    import sys
+
+    code = "import modelcd_assets_tests.third_task.task; from modelcd_assets.lib.tasks.names import known_tasks; print(known_tasks())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "('classification', 'causal-lm', 'urgency-score')", out.stderr[-2000:]
