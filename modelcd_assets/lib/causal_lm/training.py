@@ -44,6 +44,18 @@ def _batch(rows: list[tuple[list[int], int]], pad_id: int) -> dict:
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
+def _reply_loss(model, batch: dict) -> torch.Tensor:
+    """The mean cross-entropy of the reply tokens: the loss transformers computes from labels, with the head applied only at
+    the positions that predict a reply token (logits_to_keep as a mask). A prompt is longer than its reply, and the head
+    (vocabulary x hidden) is a fifth of a small model's work per position, so a step takes about a sixth less."""
+    labels = batch.pop("labels")
+    targets = labels[:, 1:]
+    keep = torch.zeros_like(labels, dtype=torch.bool)
+    keep[:, :-1] = targets != -100
+    logits = model(**batch, logits_to_keep=keep).logits
+    return torch.nn.functional.cross_entropy(logits.float(), targets[targets != -100])
+
+
 def _fit(model, tokenizer, chats: list[Chat], steps: int, batch_size: int, learning_rate: float, rng, desc: str) -> None:
     encode, eos = hf_encoder(tokenizer), [tokenizer.eos_token_id]
     rows = [chat_ids(encode, c, eos) for c in chats]
@@ -53,11 +65,11 @@ def _fit(model, tokenizer, chats: list[Chat], steps: int, batch_size: int, learn
     bar = tqdm(range(steps), desc=desc, unit="step")
     for _ in bar:
         idx = rng.choice(len(rows), size=min(batch_size, len(rows)), replace=False)
-        out = model(**_batch([rows[i] for i in idx], pad))
-        out.loss.backward()
+        loss = _reply_loss(model, _batch([rows[i] for i in idx], pad))
+        loss.backward()
         opt.step()
         opt.zero_grad()
-        bar.set_postfix(loss=f"{out.loss.item():.3f}")
+        bar.set_postfix(loss=f"{loss.item():.3f}")
     model.eval()
 
 
