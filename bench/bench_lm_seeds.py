@@ -115,13 +115,14 @@ def main() -> int:
     import yaml
 
     from modelcd_assets.demo.causal_lm import LM_POLICY
+    from modelcd_assets.lib.demo.bases import lm_base_dir
     from modelcd_assets.lib.judging.gates import FAIL
     from modelcd_assets.lib.judging.policy import Policy
     from modelcd_assets.lib.operations.settings import apply_local_defaults
 
     env = apply_local_defaults()
     home, data = Path(env["MODELCD_HOME"]), Path(env["MODELCD_DATA"])
-    base_dir, production = home / "work" / "smollm2", home / "work" / "lm_adapters" / "good"
+    base_dir, production = lm_base_dir(home), home / "work" / "lm_adapters" / "good"
     if not (production / "adapter_model.safetensors").is_file():
         print("the demo's good reply adapter is missing; run 'make demo' first", file=sys.stderr)
         return 2

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from modelcd_assets.demo import Phases, ask_server, register_once, write_policy
 from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun
-from modelcd_assets.lib.causal_lm.base import prepare_causal_lm_base, smollm2_gguf
 from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
 from modelcd_assets.lib.causal_lm.training import train_lm_adapter
+from modelcd_assets.lib.demo.bases import prepare_lm_base
 from modelcd_assets.lib.demo.recipes import GOOD_LM, WORSE_LM
 from modelcd_assets.lib.demo.replies import write_chat_splits
 from modelcd_assets.lib.judging.policy import policy_for
@@ -62,7 +62,7 @@ def causal_lm_demo(reg: Registry, home: Path, phases: Phases) -> tuple[list[tupl
     print(f"data: {len(train)} support chats to train on (tickets and the replies a support assistant gives), in {data}")
     write_policy(LM_MODEL_NAME, LM_POLICY)
     with phases.timed(CAUSAL_LM, "base"):
-        base_dir = prepare_causal_lm_base(smollm2_gguf(), home / "work" / "smollm2")
+        base_dir = prepare_lm_base(home)  # its head start built it; a no-op then
         base_ref = register_once(reg, base_dir, LM_BASE_NAME, role="base", task=CAUSAL_LM)
     print(f"base model: SmolLM2-135M-Instruct (GGUF, de-quantized to FP32) registered as {base_ref.uri}")
     adapters = {}

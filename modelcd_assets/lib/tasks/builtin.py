@@ -89,5 +89,6 @@ declare_task(
         faults="modelcd_assets.faults.lm_faults:LM_FAULTS",
         demo="modelcd_assets.demo.causal_lm:causal_lm_demo",
         demo_model="support-reply",
+        demo_head_start="modelcd_assets.lib.demo.bases:prepare_lm_base",
     )
 )

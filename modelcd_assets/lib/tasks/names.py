@@ -83,6 +83,8 @@ class TaskDeclaration:
         this task, and its clean controls (None: the sandbox refuses this task's models, naming it).
     demo: "package.module:function" (registry, home, phases) -> (gate runs, whether they showed what they must): this task's
         part of `modelcd demo` (None: the demo has none). demo_model: the registered model name it gates.
+    demo_head_start: "package.module:function" (home) -> None: what the task's demo can build from its files alone, before
+        its turn: `modelcd demo` runs it in a process of its own while the demos before it run (None: nothing).
     """
 
     name: str
@@ -102,6 +104,7 @@ class TaskDeclaration:
     faults: str | None = None
     demo: str | None = None
     demo_model: str = ""
+    demo_head_start: str | None = None
 
     def gate(self, name: str) -> Gate | None:
         return next((g for g in self.gates if g.name == name), None)
@@ -137,6 +140,8 @@ def declare_task(declaration: TaskDeclaration) -> None:
             )
     if bool(declaration.demo) != bool(declaration.demo_model):
         raise ModelcdError(f"task {name!r}: a demo ({declaration.demo!r}) and the model it gates ({declaration.demo_model!r}) go together")
+    if declaration.demo_head_start and not declaration.demo:
+        raise ModelcdError(f"task {name!r}: a demo head start ({declaration.demo_head_start!r}) needs a demo to start ahead of")
     if missing := [s for s in ("registered-files", "int8-model") if s not in declaration.subjects]:
         raise ModelcdError(
             f"task {name!r}: its attestation subjects {declaration.subjects} lack {', '.join(missing)}, which every verdict covers"

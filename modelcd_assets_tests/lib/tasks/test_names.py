@@ -78,6 +78,7 @@ def _toy(implementation: str, name: str = "toy", gates=None, **kw):
         ({"contract": ""}, r"task 'toy' declares no contract diff"),
         ({"served": ""}, r"task 'toy' declares no served files"),
         ({"subjects": ("registered-files",)}, r"lack int8-model, which every verdict covers"),
+        ({"demo_head_start": "somewhere:prepare"}, r"task 'toy': a demo head start \('somewhere:prepare'\) needs a demo to start ahead of"),
     ],
 )
 def test_a_task_without_a_quality_gate_a_contract_or_served_files_does_not_load(change, refusal, monkeypatch):
@@ -111,7 +112,7 @@ class _HalfTask:
 
 def test_everything_a_built_in_task_names_by_module_loads():
     """Each "package.module:name" a built-in declaration holds (implementation, contract diff, served files, policy models,
-    server, fault suite, demo) loads: a misspelt one would surface only when that part of modelcd is first used."""
+    server, fault suite, demo, demo head start) loads: a misspelt one would surface only when that part of modelcd is first used."""
     from modelcd_assets.faults.catalog import FaultSuite
     from modelcd_assets.lib.tasks.names import declaration_of, load_declared
 
@@ -122,6 +123,9 @@ def test_everything_a_built_in_task_names_by_module_loads():
         loaded = [load_declared(spec, spec) for spec in specs]
         assert all(callable(x) for x in loaded[:3]) and callable(loaded[3]) and callable(loaded[5])
         assert isinstance(loaded[4], FaultSuite)
+        if d.demo_head_start:
+            assert callable(load_declared(d.demo_head_start, d.demo_head_start))
+    assert declaration_of(CAUSAL_LM).demo_head_start
     with pytest.raises(ModelcdError, match=r"task 'x''s demo modelcd_assets.demos.classifier:classifier_demo cannot be loaded"):
         load_declared("modelcd_assets.demos.classifier:classifier_demo", "task 'x''s demo")
 
