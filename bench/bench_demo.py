@@ -74,7 +74,8 @@ def main() -> int:
     print(f"install {install_s:.0f} s, demo {demo_s:.0f} s, total {total:.0f} s (target {TARGET_S:.0f} s)")
     print(f"outcomes as expected: {outcomes_ok}")
     for p in demo["phases"]:
-        print(f"  {p['task']:15} {p['phase']:32} {p['seconds']:8.1f} s")
+        waited = f" (in the background; waited {p['waited']:.1f} s)" if p.get("overlapped") else ""
+        print(f"  {p['task']:15} {p['phase']:32} {p['seconds']:8.1f} s{waited}")
     print(f"wrote {RESULTS}")
     if args.keep:
         print(f"kept {work}")

@@ -420,7 +420,9 @@ def demo(d: dict) -> str:
     t = d["targets"]
     total, outcomes = t["make demo on a fresh clone, install included (s)"], t["the demo's outcomes"]
     rows = "\n".join(
-        f"| {p['task']} | {p['phase']}{' (reused)' if p.get('reused') else ''} | {p['seconds']:.0f} | "
+        f"| {p['task']} | {p['phase']}{' (reused)' if p.get('reused') else ''}"
+        + (f" (in the background; waited {p['waited']:.0f} s)" if p.get("overlapped") else "")
+        + f" | {p['seconds']:.0f} | "
         + (", ".join(f"{k} {v:.0f}" for k, v in sorted(p.get("steps", {}).items(), key=lambda kv: -kv[1]) if v >= 1) or "")
         + " |"
         for p in d["phases"]
