@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -37,6 +38,18 @@ def register_once(reg: Registry, folder: Path, name: str, **kw) -> CandidateRef:
         if reg.tags(ref).get(CONTENT) == content:
             return ref
     return reg.register(folder, name, **kw)
+
+
+def trained_adapter(
+    reg: Registry, phases: Phases, task: str, label: str, folder: Path, name: str, train: Callable[[Path], object]
+) -> CandidateRef:
+    """The adapter in folder, trained there by train(folder) unless a run before left one (the phase 'training LABEL' says
+    which), registered once under name."""
+    with phases.timed(task, f"training {label}") as entry:
+        entry["reused"] = (Path(folder) / "adapter_model.safetensors").is_file()
+        if not entry["reused"]:
+            train(Path(folder))
+    return register_once(reg, folder, name)
 
 
 class Phases:

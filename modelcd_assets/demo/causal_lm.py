@@ -4,9 +4,10 @@ judging both (the good one promoted, the worse one blocked), and production aske
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
-from modelcd_assets.demo import Phases, ask_server, register_once, write_policy
+from modelcd_assets.demo import Phases, ask_server, register_once, trained_adapter, write_policy
 from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun
 from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
 from modelcd_assets.lib.causal_lm.training import train_lm_adapter
@@ -67,12 +68,8 @@ def causal_lm_demo(reg: Registry, home: Path, phases: Phases) -> tuple[list[tupl
     print(f"base model: SmolLM2-135M-Instruct (GGUF, de-quantized to FP32) registered as {base_ref.uri}")
     adapters = {}
     for label, cfg in (("good", GOOD_LM), ("worse", WORSE_LM)):
-        folder = home / "work" / "lm_adapters" / label
-        with phases.timed(CAUSAL_LM, f"training {label}") as entry:
-            entry["reused"] = (folder / "adapter_model.safetensors").is_file()
-            if not entry["reused"]:
-                train_lm_adapter(base_dir, train, folder, cfg, base_ref.uri, desc=f"training {label} reply adapter")
-        adapters[label] = register_once(reg, folder, LM_MODEL_NAME)
+        fit = partial(train_lm_adapter, base_dir, train, cfg=cfg, base_uri=base_ref.uri, desc=f"training {label} reply adapter")
+        adapters[label] = trained_adapter(reg, phases, CAUSAL_LM, label, home / "work" / "lm_adapters" / label, LM_MODEL_NAME, fit)
         print(f"{label} reply adapter registered as {adapters[label].uri}")
     runs = [
         ("good replies", phases.gate(CAUSAL_LM, "gate good", adapters["good"])),

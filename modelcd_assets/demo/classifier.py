@@ -4,9 +4,10 @@ three times (the good one promoted, the worse one blocked, the good one blocked 
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
-from modelcd_assets.demo import Phases, register_once, write_policy
+from modelcd_assets.demo import Phases, register_once, trained_adapter, write_policy
 from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun
 from modelcd_assets.lib.classifier.base_model import prepare_minilm_base
 from modelcd_assets.lib.classifier.training import train_adapter
@@ -52,12 +53,8 @@ def classifier_demo(reg: Registry, home: Path, phases: Phases) -> tuple[list[tup
     train = read_split(splits["train"])
     adapters = {}
     for label, cfg, examples in (("good", GOOD, train), ("worse", WORSE, train[:WORSE_TRAIN_EXAMPLES])):
-        folder = home / "work" / "adapters" / label
-        with phases.timed(CLASSIFICATION, f"training {label}") as entry:
-            entry["reused"] = (folder / "adapter_model.safetensors").is_file()
-            if not entry["reused"]:
-                train_adapter(base_dir, examples, folder, cfg, base_ref.uri, desc=f"training {label} adapter")
-        adapters[label] = register_once(reg, folder, MODEL_NAME)
+        fit = partial(train_adapter, base_dir, examples, cfg=cfg, base_uri=base_ref.uri, desc=f"training {label} adapter")
+        adapters[label] = trained_adapter(reg, phases, CLASSIFICATION, label, home / "work" / "adapters" / label, MODEL_NAME, fit)
         print(f"{label} adapter registered as {adapters[label].uri}")
     runs = [
         ("good", phases.gate(CLASSIFICATION, "gate good", adapters["good"])),

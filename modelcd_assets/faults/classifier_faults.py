@@ -3,8 +3,6 @@ controls. lib/tasks/builtin.py declares it as the classification task's."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from modelcd_assets.faults import builders as b
 from modelcd_assets.faults import bypasses as v
 from modelcd_assets.faults import conditions as c
@@ -173,13 +171,7 @@ def classifier_controls(sb: Sandbox, identical_n: int, retrained_n: int, notes: 
     return [
         *identical_controls(sb, identical_n),
         *base_files_control(sb),
-        *retrained_controls(
-            sb,
-            retrained_n,
-            lambda folder, seed: train_adapter(
-                sb.prod.base, train, folder, replace(GOOD, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"
-            ),
-        ),
+        *retrained_controls(sb, retrained_n, train_adapter, train, GOOD),
     ]
 
 

@@ -4,6 +4,7 @@ its base's files copied beside it, and adapters retrained from production's base
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from modelcd_assets.faults.builders import base_files_copied, identical
@@ -17,12 +18,17 @@ def identical_controls(sb: Sandbox, n: int) -> list[Control]:
     return [(f"identical-{i}", "byte-identical", identical(sb.prod, sb.work / f"identical-{i}").folder) for i in range(1, n + 1)]
 
 
-def retrained_controls(sb: Sandbox, n: int, train: Callable[[Path, int], Path]) -> list[Control]:
-    """n adapters retrained from production's base, control i with seed CONTROL_SEEDS + i; train(folder, seed) writes one."""
-    return [
-        (f"retrained-{i}", f"retrained, seed {CONTROL_SEEDS + i}", train(sb.work / f"retrained-{i}", CONTROL_SEEDS + i))
-        for i in range(1, n + 1)
-    ]
+def retrained_controls(sb: Sandbox, n: int, train: Callable[..., Path], examples: list, recipe) -> list[Control]:
+    """n adapters retrained from production's base with recipe (a dataclass with a seed), control i with seed
+    CONTROL_SEEDS + i. train is the task's adapter trainer: (base_dir, examples, out_dir, recipe, base_uri, desc) -> out_dir."""
+    controls = []
+    for i in range(1, n + 1):
+        folder, seed = sb.work / f"retrained-{i}", CONTROL_SEEDS + i
+        trained = train(
+            sb.prod.base, examples, folder, replace(recipe, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"
+        )
+        controls.append((f"retrained-{i}", f"retrained, seed {seed}", trained))
+    return controls
 
 
 def base_files_control(sb: Sandbox) -> list[Control]:

@@ -3,8 +3,6 @@ causal-lm`), and its clean controls. lib/tasks/builtin.py declares it as the cau
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from modelcd_assets.faults import builders as b
 from modelcd_assets.faults import llm_builders as lm
 from modelcd_assets.faults.catalog import Control, FaultClass, FaultSuite, unlike_the_base
@@ -80,13 +78,7 @@ def lm_controls(sb: Sandbox, identical_n: int, retrained_n: int, notes: list[str
             (label, f"production's weights saved as {dtype}", lm.saved_as(dtype)(sb.prod, sb.work / label).folder)
             for label, dtype in (("bf16", "bfloat16"), ("fp16", "float16"))
         ),
-        *retrained_controls(
-            sb,
-            retrained_n,
-            lambda folder, seed: train_lm_adapter(
-                sb.prod.base, chats, folder, replace(GOOD_LM, seed=seed), sb.prod.base_uri, desc=f"training control {folder.name}"
-            ),
-        ),
+        *retrained_controls(sb, retrained_n, train_lm_adapter, chats, GOOD_LM),
     ]
 
 
