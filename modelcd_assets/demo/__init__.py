@@ -106,8 +106,8 @@ def main(task: str = "all", timings: Path | None = None) -> int:
     ensure_keys(reg)
     results = []
     selected = [d for d in declarations() if d.demo and task in ("all", d.name)]
-    # Each demo's head start (TaskDeclaration.demo_head_start) runs in a process of its own from the start: on 2 cores, what
-    # one core builds while the demos before it run is time the demo does not wait.
+    # Each demo's head start (TaskDeclaration.demo_head_start) runs in a process of its own from the start, at the lowest
+    # CPU priority: what it builds on the cycles the demos before it leave idle is time its own demo does not wait.
     head_starts = Background(home / "work" / "head-start.log")
     try:
         for declared in selected:

@@ -1,5 +1,5 @@
-"""Calls run in a spawned process of their own, one after another, their output written to a log instead of the terminal:
-what `modelcd demo` builds ahead of its turn (lib/tasks/names.TaskDeclaration.demo_head_start)."""
+"""Calls run in a spawned process of their own, one after another, at the lowest CPU priority, their output written to a log
+instead of the terminal: what `modelcd demo` builds ahead of its turn (lib/tasks/names.TaskDeclaration.demo_head_start)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from modelcd_assets.lib.tasks.names import load_declared
 
 
 def _to_log(log: str) -> None:
-    """The process writes its progress bars and warnings to the log, not between the parent's lines."""
+    """The process writes its progress bars and warnings to the log, not between the parent's lines, and runs at the lowest
+    CPU priority: on what the parent leaves idle. At the parent's priority it halved the speed of a 2-thread torch training
+    beside it (its threads wait for each other's turn on 2 cores), for as long as both ran."""
+    os.nice(19)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)

@@ -84,7 +84,8 @@ class TaskDeclaration:
     demo: "package.module:function" (registry, home, phases) -> (gate runs, whether they showed what they must): this task's
         part of `modelcd demo` (None: the demo has none). demo_model: the registered model name it gates.
     demo_head_start: "package.module:function" (home) -> None: what the task's demo can build from its files alone, before
-        its turn: `modelcd demo` runs it in a process of its own while the demos before it run (None: nothing).
+        its turn: `modelcd demo` runs it in a process of its own, at the lowest CPU priority, while the demos before it run
+        (None: nothing).
     """
 
     name: str

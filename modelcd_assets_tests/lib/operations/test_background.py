@@ -11,14 +11,14 @@ from modelcd_assets.lib.operations.background import Background
 
 def write_marker(folder: Path) -> None:
     print("progress the terminal must not show")
-    (Path(folder) / "marker").write_text(str(os.getpid()))
+    (Path(folder) / "marker").write_text(f"{os.getpid()} {os.nice(0)}")
 
 
 def fail(folder: Path) -> None:
     raise ValueError(f"nothing to build in {folder}")
 
 
-def test_a_call_runs_in_another_process_and_writes_to_its_log(tmp_path, capfd):
+def test_a_call_runs_in_another_process_at_the_lowest_priority_and_writes_to_its_log(tmp_path, capfd):
     bg = Background(tmp_path / "logs" / "bg.log")
     try:
         bg.submit("a", f"{__name__}:write_marker", "the marker", tmp_path)
@@ -26,7 +26,8 @@ def test_a_call_runs_in_another_process_and_writes_to_its_log(tmp_path, capfd):
         assert bg.result("a") >= 0
     finally:
         bg.close()
-    assert int((tmp_path / "marker").read_text()) != os.getpid()
+    pid, niceness = map(int, (tmp_path / "marker").read_text().split())
+    assert pid != os.getpid() and niceness == 19, "it runs in another process, on what this one leaves idle"
     assert "progress the terminal must not show" in (tmp_path / "logs" / "bg.log").read_text()
     assert "progress the terminal must not show" not in capfd.readouterr().out
 
