@@ -17,4 +17,4 @@ WORSE_TRAIN_EXAMPLES = 300
 # wrong ones half the time, which the perplexity gate sees against the good one in production (on this machine INT8
 # still keeps its perplexity within 1% of FP32's, so it is not the fidelity gate that stops it).
 GOOD_LM = LmTraining(steps=40, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=0)
-WORSE_LM = LmTraining(steps=24, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=1, wrong_reply_share=0.5)
+WORSE_LM = LmTraining(steps=12, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=1, wrong_reply_share=0.5)
