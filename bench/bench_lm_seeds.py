@@ -3,7 +3,7 @@
     python bench/bench_lm_seeds.py [--work /tmp/bench-lm-seeds]      (make bench-lm-seeds, after make demo)
 
 GOOD_LM is retrained with seed 0 (production's recipe seed) and with seeds 101..110 (the fault sandbox's retrained controls
-are 101..), and WORSE_LM once, from the demo's base on its chat train split, into --work (an adapter already there is
+are 101..), and WORSE_LM once, on from the demo's production adapter, on its chat train split, into --work (an adapter already there is
 reused). Each adapter is scored as the gate scores a candidate against production (the demo's production adapter): the
 per-reply NLL of the evaluation step, on the demo's INT8 base build, then judge_perplexity under the demo's LM_POLICY.
 Writes bench/results/lm_seeds.json.
@@ -43,7 +43,10 @@ def train(base_dir: Path, production: Path, data: Path, work: Path) -> dict[str,
         folder, seconds = work / label.replace(" ", "-"), None
         if not (folder / "adapter_model.safetensors").is_file():
             start = time.perf_counter()
-            train_lm_adapter(base_dir, chats, folder, cfg, base_uri, desc=f"training {label}")
+            # The worse recipe goes on from production's adapter, as the demo's worse adapter does.
+            train_lm_adapter(
+                base_dir, chats, folder, cfg, base_uri, desc=f"training {label}", start_from=production if label == "worse" else None
+            )
             seconds = time.perf_counter() - start
         out[label] = (folder, seconds)
     return out

@@ -67,9 +67,13 @@ def causal_lm_demo(reg: Registry, home: Path, phases: Phases) -> tuple[list[tupl
         base_ref = register_once(reg, base_dir, LM_BASE_NAME, role="base", task=CAUSAL_LM)
     print(f"base model: SmolLM2-135M-Instruct (GGUF, de-quantized to FP32) registered as {base_ref.uri}")
     adapters = {}
-    for label, cfg in (("good", GOOD_LM), ("worse", WORSE_LM)):
-        fit = partial(train_lm_adapter, base_dir, train, cfg=cfg, base_uri=base_ref.uri, desc=f"training {label} reply adapter")
-        adapters[label] = trained_adapter(reg, phases, CAUSAL_LM, label, home / "work" / "lm_adapters" / label, LM_MODEL_NAME, fit)
+    folders = {label: home / "work" / "lm_adapters" / label for label in ("good", "worse")}
+    # The worse adapter goes on from the good one (lib/demo/recipes.py).
+    for label, cfg, start in (("good", GOOD_LM, None), ("worse", WORSE_LM, folders["good"])):
+        fit = partial(
+            train_lm_adapter, base_dir, train, cfg=cfg, base_uri=base_ref.uri, desc=f"training {label} reply adapter", start_from=start
+        )
+        adapters[label] = trained_adapter(reg, phases, CAUSAL_LM, label, folders[label], LM_MODEL_NAME, fit)
         print(f"{label} reply adapter registered as {adapters[label].uri}")
     runs = [
         ("good replies", phases.gate(CAUSAL_LM, "gate good", adapters["good"])),

@@ -13,8 +13,9 @@ WORSE = Training(steps=60, learning_rate=2e-3, seed=1, label_noise=0.15)
 WORSE_TRAIN_EXAMPLES = 300
 
 # The causal-LM demo's adapters of SmolLM2-135M-Instruct: rank 8 on the attention's q and v projections (the policy's
-# adapter_slots), batch 8. The worse one trains on replies half of which answer another ticket: plausible replies, the
-# wrong ones half the time, which the perplexity gate sees against the good one in production (on this machine INT8
-# still keeps its perplexity within 1% of FP32's, so it is not the fidelity gate that stops it).
+# adapter_slots), batch 8. The worse one is the good one (production) trained 6 steps more on a data refresh whose replies
+# were joined to the wrong tickets: plausible replies to other tickets, which the perplexity gate sees against production
+# (on this machine INT8 still keeps its perplexity within 1% of FP32's, so it is not the fidelity gate that stops it).
+# Trained anew, with half of its replies wrong, it took 24 steps to be as plausible.
 GOOD_LM = LmTraining(steps=40, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=0)
-WORSE_LM = LmTraining(steps=12, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=1, wrong_reply_share=0.5)
+WORSE_LM = LmTraining(steps=6, batch_size=8, learning_rate=2e-3, rank=8, alpha=16, seed=1, wrong_reply_share=1.0)
