@@ -52,9 +52,11 @@ def classifier_demo(reg: Registry, home: Path, phases: Phases) -> tuple[list[tup
     print(f"base model: all-MiniLM-L6-v2 registered as {base_ref.uri}")
     train = read_split(splits["train"])
     adapters = {}
-    for label, cfg, examples in (("good", GOOD, train), ("worse", WORSE, train[:WORSE_TRAIN_EXAMPLES])):
-        fit = partial(train_adapter, base_dir, examples, cfg=cfg, base_uri=base_ref.uri, desc=f"training {label} adapter")
-        adapters[label] = trained_adapter(reg, phases, CLASSIFICATION, label, home / "work" / "adapters" / label, MODEL_NAME, fit)
+    folders = {label: home / "work" / "adapters" / label for label in ("good", "worse")}
+    # The worse adapter goes on from the good one (lib/demo/recipes.py).
+    for label, cfg, examples, start in (("good", GOOD, train, None), ("worse", WORSE, train[:WORSE_TRAIN_EXAMPLES], folders["good"])):
+        fit = partial(train_adapter, base_dir, examples, cfg=cfg, base_uri=base_ref.uri, desc=f"training {label} adapter", start_from=start)
+        adapters[label] = trained_adapter(reg, phases, CLASSIFICATION, label, folders[label], MODEL_NAME, fit)
         print(f"{label} adapter registered as {adapters[label].uri}")
     runs = [
         ("good", phases.gate(CLASSIFICATION, "gate good", adapters["good"])),

@@ -10,7 +10,7 @@ import torch
 from tqdm.auto import tqdm
 
 from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids
-from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.classifier.training import lora_model
 
 
 @dataclass(frozen=True)
@@ -86,17 +86,6 @@ def pretrain_in_place(base_dir: Path, chats: list[Chat], steps: int, learning_ra
     return Path(base_dir)
 
 
-def _same_slots(adapter: Path, cfg: LmTraining) -> None:
-    """An adapter trained on from another is refused unless its shape is the recipe's, naming what differs."""
-    import json
-
-    config = json.loads((adapter / "adapter_config.json").read_text())
-    have = {"rank": config.get("r"), "alpha": config.get("lora_alpha"), "targets": sorted(config.get("target_modules") or [])}
-    want = {"rank": cfg.rank, "alpha": cfg.alpha, "targets": sorted(cfg.targets)}
-    if differ := [f"{k} {have[k]} (the recipe says {want[k]})" for k in want if have[k] != want[k]]:
-        raise ModelcdError(f"{adapter} cannot be trained on with this recipe: its {', '.join(differ)}; train a new adapter instead")
-
-
 def train_lm_adapter(
     base_dir: Path,
     chats: list[Chat],
@@ -107,22 +96,18 @@ def train_lm_adapter(
     start_from: Path | None = None,
 ) -> Path:
     """Train a LoRA adapter on the chats' replies and save it (safetensors) declaring base_uri as its base. start_from: an
-    adapter folder of the same base to go on training instead of a new adapter; its rank, alpha and targets must be cfg's."""
-    from peft import LoraConfig, PeftModel, TaskType, get_peft_model
+    adapter folder of the same base to go on training instead of a new adapter (classifier/training.lora_model)."""
+    from peft import LoraConfig, TaskType
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(base_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    if start_from is not None:
-        _same_slots(Path(start_from), cfg)
-        model = PeftModel.from_pretrained(model, str(start_from), is_trainable=True)
-    else:
-        model = get_peft_model(
-            model,
-            LoraConfig(task_type=TaskType.CAUSAL_LM, r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=0.0, target_modules=list(cfg.targets)),
-        )
+    model = lora_model(
+        AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32),
+        LoraConfig(task_type=TaskType.CAUSAL_LM, r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=0.0, target_modules=list(cfg.targets)),
+        start_from,
+    )
     replies = [c.reply for c in chats]
     swap = rng.random(len(chats)) < cfg.wrong_reply_share
     chats = [Chat(c.system, c.user, replies[int(rng.integers(len(chats)))] if s else c.reply) for c, s in zip(chats, swap)]

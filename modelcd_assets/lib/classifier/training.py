@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from tqdm.auto import tqdm
 
 from modelcd_assets.lib.classifier.config import labels_of
 from modelcd_assets.lib.classifier.model_io import copy_tokenizer, load_classifier, load_tokenizer
+from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.splits import Example
 
 
@@ -55,16 +57,39 @@ def _fit(model, base_dir: Path, train: list[Example], cfg: Training, desc: str) 
     model.eval()
 
 
+def lora_model(model, config, start_from: Path | None = None):
+    """A peft model over model: a new adapter of config (a peft LoraConfig), or the adapter in start_from to go on training,
+    which is refused unless its rank, alpha and targets are config's, naming what differs."""
+    from peft import PeftModel, get_peft_model
+
+    if start_from is None:
+        return get_peft_model(model, config)
+    saved = json.loads((Path(start_from) / "adapter_config.json").read_text())
+    have = {"rank": saved.get("r"), "alpha": saved.get("lora_alpha"), "targets": sorted(saved.get("target_modules") or [])}
+    want = {"rank": config.r, "alpha": config.lora_alpha, "targets": sorted(config.target_modules)}
+    if differ := [f"{k} {have[k]} (the recipe says {want[k]})" for k in want if have[k] != want[k]]:
+        raise ModelcdError(f"{start_from} cannot be trained on with this recipe: its {', '.join(differ)}; train a new adapter instead")
+    return PeftModel.from_pretrained(model, str(start_from), is_trainable=True)
+
+
 def train_adapter(
-    base_dir: Path, train: list[Example], out_dir: Path, cfg: Training, base_uri: str, desc: str = "training adapter"
+    base_dir: Path,
+    train: list[Example],
+    out_dir: Path,
+    cfg: Training,
+    base_uri: str,
+    desc: str = "training adapter",
+    start_from: Path | None = None,
 ) -> Path:
-    """Train a LoRA adapter on train and save it (safetensors) declaring base_uri as its base."""
-    from peft import LoraConfig, TaskType, get_peft_model
+    """Train a LoRA adapter on train and save it (safetensors) declaring base_uri as its base. start_from: an adapter folder
+    of the same base to go on training instead of a new adapter (lora_model)."""
+    from peft import LoraConfig, TaskType
 
     torch.manual_seed(cfg.seed)
-    model = get_peft_model(
+    model = lora_model(
         load_classifier(base_dir),
         LoraConfig(task_type=TaskType.SEQ_CLS, r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=0.05, target_modules=["query", "value"]),
+        start_from,
     )
     _fit(model, base_dir, train, cfg, desc)
     model.peft_config["default"].base_model_name_or_path = base_uri

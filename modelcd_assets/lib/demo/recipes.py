@@ -1,15 +1,16 @@
 """The demo's fine-tuning recipes: the good adapter (also what the fault sandbox retrains its clean controls with) and the
-worse one, for the classifier and for the causal LM."""
+worse one, for the classifier and for the causal LM. Each worse adapter goes on training from its good one, as a bad data
+refresh of production would."""
 
 from modelcd_assets.lib.causal_lm.training import LmTraining
 from modelcd_assets.lib.classifier.training import Training
 
 GOOD = Training(steps=200, learning_rate=1e-3, seed=0)
-# A plausible but worse fine-tune the gates must block: a tenth of the data, a fifth of it mislabelled, 60 steps (6 passes
-# over it). Its FP32 accuracy on the evaluation split is about 83% against the good one's 94% (150 steps, as before, gave
-# the same blocks: its INT8 build already disagrees with its FP32 twin on this many texts, and accuracy is far past
-# tolerance); 60 steps take two fifths of the time of 150.
-WORSE = Training(steps=60, learning_rate=2e-3, seed=1, label_noise=0.15)
+# A plausible but worse fine-tune the gates must block: the good adapter (production) trained 15 steps more on a data
+# refresh of 300 tickets, half of them mislabelled. Its FP32 accuracy on the evaluation split came out at about 88% against
+# the good one's 94% (a throwaway peft script). Trained anew instead (60 steps on a fifth mislabelled), it took four times
+# the steps to be as plausible.
+WORSE = Training(steps=15, learning_rate=2e-3, seed=1, label_noise=0.5)
 WORSE_TRAIN_EXAMPLES = 300
 
 # The causal-LM demo's adapters of SmolLM2-135M-Instruct: rank 8 on the attention's q and v projections (the policy's
