@@ -10,7 +10,7 @@ import torch
 from tqdm.auto import tqdm
 
 from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids
-from modelcd_assets.lib.classifier.training import lora_model
+from modelcd_assets.lib.classifier.training import lora_model, save_lora
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,4 @@ def train_lm_adapter(
     swap = rng.random(len(chats)) < cfg.wrong_reply_share
     chats = [Chat(c.system, c.user, replies[int(rng.integers(len(chats)))] if s else c.reply) for c, s in zip(chats, swap)]
     _fit(model, tokenizer, chats, cfg.steps, cfg.batch_size, cfg.learning_rate, rng, desc)
-    model.peft_config["default"].base_model_name_or_path = base_uri
-    out_dir = Path(out_dir)
-    model.save_pretrained(str(out_dir), safe_serialization=True)
-    return out_dir
+    return save_lora(model, out_dir, base_uri)

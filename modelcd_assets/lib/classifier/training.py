@@ -72,6 +72,24 @@ def lora_model(model, config, start_from: Path | None = None):
     return PeftModel.from_pretrained(model, str(start_from), is_trainable=True)
 
 
+def save_lora(model, out_dir: Path, base_uri: str) -> Path:
+    """A trained peft model's adapter saved in out_dir (safetensors), declaring base_uri as its base. peft writes the fields
+    of adapter_config.json that it holds as sets (target_modules) in a set's order, which Python's string hashing changes
+    from one process to the next: they are written sorted, so that one training gives one folder, byte for byte."""
+    config = model.peft_config["default"]
+    config.base_model_name_or_path = base_uri
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    sets = [key for key, value in config.to_dict().items() if isinstance(value, set)]
+    if sets:
+        path = out_dir / "adapter_config.json"
+        saved = json.loads(path.read_text())
+        saved.update({key: sorted(saved[key]) for key in sets})
+        path.write_text(json.dumps(saved, indent=2, sort_keys=True))  # as peft writes it
+    return out_dir
+
+
 def train_adapter(
     base_dir: Path,
     train: list[Example],
@@ -92,10 +110,7 @@ def train_adapter(
         start_from,
     )
     _fit(model, base_dir, train, cfg, desc)
-    model.peft_config["default"].base_model_name_or_path = base_uri
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out_dir), safe_serialization=True)
-    return Path(out_dir)
+    return save_lora(model, out_dir, base_uri)
 
 
 def train_classifier(base_dir: Path, train: list[Example], out_dir: Path, cfg: Training, desc: str = "fine-tuning") -> Path:

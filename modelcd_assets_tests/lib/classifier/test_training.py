@@ -26,3 +26,33 @@ def test_an_adapter_trained_on_from_another_starts_from_its_weights(tiny_base, t
     assert any(not np.array_equal(a[k], d[k]) for k in a), "a new adapter does not start from it"
     with pytest.raises(ModelcdError, match=r"first cannot be trained on with this recipe: its alpha 8 \(the recipe says 16\)"):
         train_adapter(tiny_base, train, tmp_path / "x", dataclasses.replace(recipe, alpha=16), "models:/b/1", start_from=first)
+
+
+def _set_order(seed: int) -> list[str]:
+    import subprocess
+    import sys
+
+    code = "print(','.join(list({'query', 'value'})))"
+    env = {"PYTHONHASHSEED": str(seed), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip().split(",")
+
+
+def test_one_training_saves_one_adapter_config_byte_for_byte_in_every_process(tiny_base, tmp_path):
+    """peft writes target_modules from a set, whose order Python's string hashing changes per process: the folder (and its
+    registered content hash) would differ between two runs of one training. Reproduced by saving in two processes whose
+    hash seeds order the set differently."""
+    import subprocess
+    import sys
+
+    seeds = next((a, b) for a in range(20) for b in range(a + 1, 20) if _set_order(a) != _set_order(b))
+    script = (
+        "import sys; from pathlib import Path; from modelcd_assets.lib.classifier.training import Training, train_adapter; "
+        "from modelcd_assets.lib.demo.tickets import generate; "
+        f"train_adapter(Path({str(tiny_base)!r}), generate(16, 2), Path(sys.argv[1]), Training(steps=0, rank=4, alpha=8), 'models:/b/1')"
+    )
+    for seed in seeds:
+        env = {**__import__("os").environ, "PYTHONHASHSEED": str(seed)}
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / str(seed))], env=env, check=True, capture_output=True)
+    a, b = ((tmp_path / str(s) / "adapter_config.json").read_bytes() for s in seeds)
+    assert a == b
+    assert b'"query",\n    "value"' in a
