@@ -28,8 +28,8 @@ adapter_slots:
   targets: [q_proj, v_proj]
 perplexity:
   # +1% is the default. The demo's good recipe retrained with 10 other seeds (make bench-lm-seeds, bench/results/lm_seeds.json)
-  # moved the median reply's perplexity by -1.4% to +4.8% (mean +1.8%, sd 2.1%) and all of it by up to +3.9%: +8%, the
-  # mean + 3 sd, lets a retrained seed through, and the worse recipe (+52.7%, median reply +42.6%) is still blocked.
+  # moved the median reply's perplexity by -1.8% to +4.9% (mean +1.7%, sd 2.2%) and all of it by up to +4.1%: +8%, about
+  # the mean + 3 sd, lets a retrained seed through, and the worse recipe (+51.3%, median reply +51.0%) is still blocked.
   max_relative_increase: 0.08
   max_perplexity: 20
   alpha: 0.05
