@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelcd_assets.lib.layout import StateLayout
-from modelcd_assets.lib.release.signing import BadSignature
+from modelcd_assets.lib.release.signing import BadSignature, sign_envelope, verify_envelope
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://modelcd.dev/attestation/verdict/v1"
@@ -28,6 +28,9 @@ ADAPTER_FILE = "adapter-file"  # an adapter's own file, served on the INT8 model
 # Every subject a task may declare (lib/tasks/names.TaskDeclaration.subjects), in the order a statement lists them.
 SUBJECT_NAMES = (REGISTERED_FILES, INT8_MODEL, TOKENIZER, CALIBRATION_SET, ADAPTER_FILE)
 ALWAYS = (REGISTERED_FILES, INT8_MODEL)  # what every verdict is over, whatever its task
+# A rollout's first verdict says the version passed its offline gates, and no more: it may take a shadow or canary share,
+# never production's place. Its promotion signs another, with the live analysis of every step (predicate `rollout`).
+STAGE, OFFLINE_GATES = "stage", "offline-gates"
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,11 @@ class Verdict:
     policy_sha256: str
     run_id: str = ""
     extra: dict = field(default_factory=dict)
+
+    @property
+    def offline_only(self) -> bool:
+        """Whether this verdict is a rollout's first: the offline gates passed, the live steps not yet."""
+        return self.extra.get(STAGE) == OFFLINE_GATES
 
     def predicate(self) -> dict:
         return {
@@ -83,46 +91,17 @@ def statement(verdict: Verdict, subjects: tuple[str, ...]) -> dict:
     return json_format.MessageToDict(stmt.pb)
 
 
-def _signer(private_key: Path):
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
-    from securesystemslib.signer import CryptoSigner
-
-    return CryptoSigner(load_pem_private_key(Path(private_key).read_bytes(), password=None))
-
-
-def _key(public_key: Path):
-    from cryptography.hazmat.primitives.serialization import load_pem_public_key
-    from securesystemslib.signer import SSlibKey
-
-    return SSlibKey.from_crypto(load_pem_public_key(Path(public_key).read_bytes()))
-
-
 def sign(verdict: Verdict, private_key: Path, *, subjects: tuple[str, ...]) -> dict:
     """The verdict as a signed DSSE envelope (JSON-ready), over exactly `subjects` (its task's declared ones)."""
-    from securesystemslib.dsse import Envelope
-
-    payload = json.dumps(statement(verdict, subjects), sort_keys=True, separators=(",", ":")).encode()
-    envelope = Envelope(payload=payload, payload_type=PAYLOAD_TYPE, signatures={})
-    envelope.sign(_signer(private_key))
-    return envelope.to_dict()
+    return sign_envelope(statement(verdict, subjects), PAYLOAD_TYPE, private_key)
 
 
 def verify(envelope: Mapping, public_key: Path, what: str) -> Verdict:
     """The verdict an envelope carries, if the public key's pair signed it; BadSignature otherwise."""
-    from securesystemslib.dsse import Envelope
-
-    try:
-        env = Envelope.from_dict(dict(envelope))
-        env.verify([_key(public_key)], 1)
-        stmt = json.loads(env.payload)
-    except Exception as e:  # a forged, altered or malformed envelope, or one signed with another key
+    payload_type, stmt = verify_envelope(envelope, public_key, f"the attestation of {what}", "modelcd's promotion")
+    if payload_type != PAYLOAD_TYPE or stmt.get("_type") != STATEMENT_TYPE or stmt.get("predicateType") != PREDICATE_TYPE:
         raise BadSignature(
-            f"the attestation of {what} does not verify with the public key {public_key} ({type(e).__name__}: {e}); "
-            "it was not written by modelcd's promotion with this key: refusing it"
-        ) from e
-    if env.payload_type != PAYLOAD_TYPE or stmt.get("_type") != STATEMENT_TYPE or stmt.get("predicateType") != PREDICATE_TYPE:
-        raise BadSignature(
-            f"the attestation of {what} is not a modelcd verdict (payload {env.payload_type}, predicate {stmt.get('predicateType')})"
+            f"the attestation of {what} is not a modelcd verdict (payload {payload_type}, predicate {stmt.get('predicateType')})"
         )
     p = stmt.get("predicate") or {}
     subjects = {s.get("name"): (s.get("digest") or {}).get("sha256", "") for s in stmt.get("subject", [])}

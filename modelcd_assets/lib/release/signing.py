@@ -8,6 +8,7 @@ registers, gates and promotes (on Kubernetes: the run pods); serving needs only 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -139,3 +140,36 @@ def verify_folder(folder: Path, public_key: Path, signature: Path, what: str) ->
         raise BadSignature(
             f"{what}: its signature does not verify with the public key {public_key} ({type(e).__name__}: {e}); refusing it"
         ) from e
+
+
+def sign_envelope(payload: Mapping, payload_type: str, private_key: Path) -> dict:
+    """payload as a DSSE envelope (JSON-ready) signed with the private key: what verdicts and rollout states are stored as."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.signer import CryptoSigner
+
+    body = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+    envelope = Envelope(payload=body, payload_type=payload_type, signatures={})
+    envelope.sign(CryptoSigner(load_pem_private_key(Path(private_key).read_bytes(), password=None)))
+    return envelope.to_dict()
+
+
+def verify_envelope(envelope: Mapping, public_key: Path, what: str, writer: str) -> tuple[str, dict]:
+    """The payload type and JSON payload of a DSSE envelope the public key's pair signed; BadSignature naming `what` and
+    who should have written it otherwise."""
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.signer import SSlibKey
+
+    try:
+        env = Envelope.from_dict(dict(envelope))
+        env.verify([SSlibKey.from_crypto(load_pem_public_key(Path(public_key).read_bytes()))], 1)
+        payload = json.loads(env.payload)
+    except Exception as e:  # a forged, altered or malformed envelope, or one signed with another key
+        raise BadSignature(
+            f"{what} does not verify with the public key {public_key} ({type(e).__name__}: {e}); "
+            f"it was not written by {writer} with this key: refusing it"
+        ) from e
+    if not isinstance(payload, dict):
+        raise BadSignature(f"{what} carries no JSON object: refusing it")
+    return env.payload_type, payload

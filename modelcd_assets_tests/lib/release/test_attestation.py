@@ -12,7 +12,7 @@ import pytest
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError
 from modelcd_assets.lib.layout import StateLayout
 from modelcd_assets.lib.release import attestation
-from modelcd_assets.lib.release.signing import BadSignature, Keys, MissingKey, init_keys, sign_folder, verify_folder
+from modelcd_assets.lib.release.signing import BadSignature, Keys, MissingKey, init_keys, sign_envelope, sign_folder, verify_folder
 
 CLASSIFIER = ("registered-files", "int8-model", "tokenizer", "calibration-set")  # the classifier task's subjects
 LM = ("registered-files", "int8-model", "adapter-file", "tokenizer")  # the causal LM's
@@ -103,12 +103,8 @@ def test_an_envelope_signed_with_another_key_or_altered_is_refused(keys, other):
 
 
 def test_a_signed_statement_that_is_not_a_passing_modelcd_verdict_is_refused(keys):
-    from securesystemslib.dsse import Envelope
-
     def signed(stmt: dict, payload_type: str = attestation.PAYLOAD_TYPE) -> dict:
-        env = Envelope(payload=json.dumps(stmt).encode(), payload_type=payload_type, signatures={})
-        env.sign(attestation._signer(keys.private))
-        return env.to_dict()
+        return sign_envelope(stmt, payload_type, keys.private)
 
     good = attestation.statement(verdict(), CLASSIFIER)
     with pytest.raises(BadSignature, match="not a modelcd verdict"):
