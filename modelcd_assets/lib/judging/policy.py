@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.judging.rollout_policy import RolloutPolicy
 from modelcd_assets.lib.judging.stats import median_ci_min_n
 from modelcd_assets.lib.operations.traffic_log import record_bytes_bound
 
@@ -341,6 +342,15 @@ class ServingPolicy(_Strict):
         4, ge=1, le=1024, description="Causal LM: generations running at once; a request beyond them is answered 429 with Retry-After."
     )
     retry_after_s: int = Field(1, ge=1, le=3600, description="Causal LM: the Retry-After a 429 answer carries, seconds.")
+    max_shadow_in_flight: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description=(
+            "A rollout's shadow copies running at once; a copy beyond them is dropped and counted, never queued, so shadowing a saturated "
+            "server costs production nothing more."
+        ),
+    )
 
     @model_validator(mode="after")
     def _a_record_fits_the_log(self) -> "ServingPolicy":
@@ -399,6 +409,9 @@ class Policy(BaseModel):
         default_factory=list, description="Causal LMs: prompts whose greedy completion must contain (or equal) the expected answer."
     )
     adapter_slots: AdapterSlotsPolicy = AdapterSlotsPolicy()
+    rollout: RolloutPolicy | None = Field(
+        None, description="The steps on live traffic a version takes before it is production; unset: it is promoted when its gates pass."
+    )
 
     @model_validator(mode="after")
     def _task_sections(self) -> "Policy":

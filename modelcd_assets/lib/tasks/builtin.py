@@ -3,7 +3,7 @@
 lib/tasks/names imports this module by name when the tasks are first asked for, as it imports a plugin's."""
 
 from modelcd_assets.lib.tasks.adapter_files import CLASSIFIER_ADAPTER_FILES, LM_ADAPTER_FILES
-from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, Gate, TaskDeclaration, declare_task
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, Gate, LiveMetric, TaskDeclaration, declare_task
 
 # The gates both built-in tasks have, each judged by its own measure.
 _FIDELITY = "INT8 agrees with FP32 by the task's measure (a classifier: top-1 agreement; a causal LM: tokens, KL and perplexity)."
@@ -13,6 +13,21 @@ _SPEED = (
     "adapter's values hold nothing that slows a CPU on it, and the build's own timing meets the TTFT SLO."
 )
 _COST = "What a unit of work costs (a request, an answer), under the policy's ceilings and against production's."
+# What every task's rollout judges on live traffic: the server's per-version request, error and NaN counters.
+_ERRORS = LiveMetric(
+    "error_rate",
+    "rate",
+    ("modelcd_request_errors_total", "modelcd_requests_total"),
+    "Requests that failed on the server's side, of those the version answered.",
+    critical=True,
+)
+_NAN = LiveMetric(
+    "nan_rate",
+    "rate",
+    ("modelcd_nan_outputs_total", "modelcd_requests_total"),
+    "Requests whose outputs held NaN or Inf, of those the version answered.",
+    critical=True,
+)
 
 declare_task(
     TaskDeclaration(
@@ -39,6 +54,29 @@ declare_task(
         served="modelcd_assets.lib.classifier.served:classifier_served",
         subjects=("registered-files", "int8-model", "tokenizer", "calibration-set"),
         slo_latency=(("p99_latency_ms", "modelcd_request_duration_seconds"),),
+        live_metrics=(
+            LiveMetric(
+                "latency_ms", "shift", ("modelcd_request_duration_seconds",), "Time to answer a classify request, ms.", scale=1000.0
+            ),
+            _ERRORS,
+            _NAN,
+            LiveMetric(
+                "label_agreement",
+                "agreement",
+                ("modelcd_shadow_agreements_total", "modelcd_shadow_pairs_total"),
+                "Shadowed texts the candidate labels as production did.",
+                arms=("shadow",),
+            ),
+            LiveMetric(
+                "confidence_shift",
+                "paired_shift",
+                ("modelcd_shadow_confidence_shift",),
+                "Per shadowed text: the candidate's top-class probability minus production's.",
+                higher_is_worse=False,
+                arms=("shadow",),
+                defaults=(("max_shift", 0.05),),
+            ),
+        ),
         server="modelcd_assets.serving.classifier.router:classifier_server",
         server_api="POST /v1/classify",
         faults="modelcd_assets.faults.classifier_faults:CLASSIFIER_FAULTS",
@@ -83,6 +121,49 @@ declare_task(
         slo_latency=(
             ("p99_ttft_ms", "modelcd_llm_time_to_first_token_seconds"),
             ("p99_tpot_ms", "modelcd_llm_time_per_output_token_seconds"),
+        ),
+        live_metrics=(
+            LiveMetric("ttft_ms", "shift", ("modelcd_llm_time_to_first_token_seconds",), "Time to first token, ms.", scale=1000.0),
+            LiveMetric(
+                "tpot_ms",
+                "shift",
+                ("modelcd_llm_time_per_output_token_seconds",),
+                "Mean time per output token after the first, ms.",
+                scale=1000.0,
+            ),
+            LiveMetric(
+                "answer_tokens",
+                "shift",
+                ("modelcd_llm_answer_tokens",),
+                "Tokens per answer, EOS included: what an answer costs.",
+                defaults=(("max_mean_ratio", 1.25), ("max_tail_ratio", 1.5)),
+            ),
+            _ERRORS,
+            _NAN,
+            LiveMetric(
+                "eos_share",
+                "rate",
+                ("modelcd_llm_answers_at_eos_total", "modelcd_requests_total"),
+                "Answers that ended with the model's end of turn, not cut at max_tokens.",
+                higher_is_worse=False,
+                defaults=(("max_rate_increase", 0.05),),
+            ),
+            LiveMetric(
+                "first_token_agreement",
+                "agreement",
+                ("modelcd_shadow_agreements_total", "modelcd_shadow_pairs_total"),
+                "Shadowed greedy generations whose first token is production's.",
+                arms=("shadow",),
+                defaults=(("min_share", 0.8),),
+            ),
+            LiveMetric(
+                "length_ratio",
+                "paired_shift",
+                ("modelcd_shadow_length_ratio",),
+                "Per shadowed generation: log2 of the candidate's answer tokens over production's (1: twice as long).",
+                arms=("shadow",),
+                defaults=(("max_shift", 0.5),),
+            ),
         ),
         server="modelcd_assets.serving.lm.router:lm_server",
         server_api="the OpenAI API: POST /v1/chat/completions, /v1/completions",

@@ -56,6 +56,35 @@ class Gate:
     policy: tuple[str, ...] = ()
 
 
+LIVE_KINDS = {
+    "shift": "one Prometheus histogram per version: the candidate's values against production's (a rank test and a tail test)",
+    "rate": "two Prometheus counters per version, events and trials: the candidate's rate against production's (an exact test)",
+    "agreement": "two counters of shadowed pairs, agreeing and all: the share of the candidate's answers that agree with production's",
+    "paired_shift": "one histogram of per-pair differences, candidate minus production on the same request: the median difference",
+}
+
+
+@dataclass(frozen=True)
+class LiveMetric:
+    """One metric a rollout step judges on live traffic, the candidate's against production's, never mixed in one query.
+
+    kind: one of LIVE_KINDS. source: the Prometheus series it is read from (a histogram; or events then trials counters),
+    each labelled model and version. scale: what a value is multiplied by for display and thresholds (1000: seconds to ms).
+    higher_is_worse: which way a difference blocks (agreement: lower always is). critical: a failure aborts the rollout at
+    once, whatever the score. arms: the steps it is judged at, "canary" (the candidate answers), "shadow" (it answers
+    copies) or both. defaults: its thresholds where its kind's (judging/rollout_policy.KIND_THRESHOLDS) do not fit."""
+
+    name: str
+    kind: str
+    source: tuple[str, ...]
+    describes: str
+    scale: float = 1.0
+    higher_is_worse: bool = True
+    critical: bool = False
+    arms: tuple[str, ...] = ("shadow", "canary")
+    defaults: tuple[tuple[str, float], ...] = ()  # thresholds of this metric where its kind's defaults do not fit (max_shift: 1.0)
+
+
 @dataclass(frozen=True)
 class TaskDeclaration:
     """A task as the registry of tasks knows it, before its implementation is imported (lib/tasks/task.py's task_of does that).
@@ -83,6 +112,8 @@ class TaskDeclaration:
         this task, and its clean controls (None: the sandbox refuses this task's models, naming it).
     demo: "package.module:function" (registry, home, phases) -> (gate runs, whether they showed what they must): this task's
         part of `modelcd demo` (None: the demo has none). demo_model: the registered model name it gates.
+    live_metrics: what a rollout step of this task's versions judges on live traffic (LiveMetric), its defaults; a task
+        without any cannot be rolled out (a policy with a rollout section for its model is refused).
     demo_head_start: "package.module:function" (home) -> None: what the task's demo can build from its files alone, before
         its turn: `modelcd demo` runs it in a process of its own, at the lowest CPU priority, while the demos before it run
         (None: nothing).
@@ -106,13 +137,15 @@ class TaskDeclaration:
     demo: str | None = None
     demo_model: str = ""
     demo_head_start: str | None = None
+    live_metrics: tuple[LiveMetric, ...] = ()
 
     def gate(self, name: str) -> Gate | None:
         return next((g for g in self.gates if g.name == name), None)
 
     def reads_policy(self) -> set[str]:
         """Every policy section this task reads."""
-        return {*COMMON_POLICY, *self.policy_sections, *(dict(self.policy_models)), *(p for g in self.gates for p in g.policy)}
+        rollout = ("rollout",) if self.live_metrics else ()
+        return {*COMMON_POLICY, *rollout, *self.policy_sections, *(dict(self.policy_models)), *(p for g in self.gates for p in g.policy)}
 
 
 _DECLARED: dict[str, TaskDeclaration] = {}
@@ -169,6 +202,17 @@ def declare_task(declaration: TaskDeclaration) -> None:
                     f"task {name!r}: gate {gate.name} sits on {gate.asset}, but task {other.name!r}'s gate of that name sits on "
                     f"{theirs.asset}; one check sits on one asset, so give the gate another name"
                 )
+    for metric in declaration.live_metrics:
+        if metric.kind not in LIVE_KINDS:
+            raise ModelcdError(f"task {name!r}: live metric {metric.name}'s kind {metric.kind!r} is none of {', '.join(LIVE_KINDS)}")
+        if len(metric.source) != (1 if metric.kind in ("shift", "paired_shift") else 2):
+            raise ModelcdError(
+                f"task {name!r}: live metric {metric.name} ({metric.kind}) reads {LIVE_KINDS[metric.kind]}, not {metric.source}"
+            )
+        if not metric.arms or set(metric.arms) - {"shadow", "canary"}:
+            raise ModelcdError(f"task {name!r}: live metric {metric.name}'s arms {metric.arms} must be among shadow and canary")
+    if len({m.name for m in declaration.live_metrics}) != len(declaration.live_metrics):
+        raise ModelcdError(f"task {name!r} declares two live metrics of one name")
     if len({g.name for g in declaration.gates}) != len(declaration.gates):
         raise ModelcdError(f"task {name!r} declares two gates of one name")
     _DECLARED[name] = declaration
