@@ -24,6 +24,7 @@ CACHE_DIR = "cache"
 CALIBRATION_DIR = "calibration"
 ATTESTATIONS_DIR = "attestations"
 TRAFFIC_DIR = "traffic"
+ROLLOUTS_DIR = "rollouts"
 LOCKS_DIR = "locks"
 
 ARTIFACT_DIR = "artifact"
@@ -126,6 +127,10 @@ class StateLayout:
 
     def traffic(self, model: str) -> Path:
         return Path(self.root) / TRAFFIC_DIR / model
+
+    def rollout(self, model: str, version: str) -> Path:
+        """What each step of a version's rollout found on live traffic (lib/release/rollout.RolloutHistory)."""
+        return Path(self.root) / ROLLOUTS_DIR / model / f"{version}.json"
 
     def locks(self) -> Path:
         """Lock files every writer on this machine and state folder shares (the production aliases')."""

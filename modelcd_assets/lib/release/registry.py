@@ -44,6 +44,7 @@ PREVIOUS_PRODUCTION = "modelcd.previous_production"  # the version production po
 ROLLED_BACK = "modelcd.rolled_back"  # on a version production was rolled back from: why, as JSON
 # Calibration: on a registered model, its current set; on a version, the set that calibrated its INT8 (pinned when first gated).
 CALIBRATION = "modelcd.calibration_sha256"
+ROLLOUT = "modelcd.rollout"  # on a registered model: its rollout's signed state (lib/release/rollout_state.py), JSON
 REVISION_OF = "modelcd.revision_of"  # on a calibration revision: the production version it re-quantizes
 WEIGHTS_VERSION = "modelcd.weights_version"  # on a calibration revision: the version whose weights it carries (the first one registered)
 MANIFEST_FILE = "modelcd_manifest.json"
@@ -379,6 +380,24 @@ class Registry:
     def set_calibration(self, name: str, sha256: str) -> None:
         with self._asking(f"set the calibration set of {name!r}", then="the set was not recorded"):
             self.client.set_registered_model_tag(name, CALIBRATION, sha256)
+
+    def rollout_envelope(self, name: str) -> dict | None:
+        """The signed rollout state stored on a registered model, unverified; None when it has none."""
+        with self._asking(f"read the rollout state of {name!r}"):
+            raw = self.client.get_registered_model(name).tags.get(ROLLOUT)
+        if raw is None:
+            return None
+        try:
+            envelope = json.loads(raw)
+        except ValueError as e:
+            raise BadCandidate(f"the rollout state stored on {name!r} is not JSON ({e}); refusing it") from e
+        if not isinstance(envelope, dict):
+            raise BadCandidate(f"the rollout state stored on {name!r} is not a signed envelope; refusing it")
+        return envelope
+
+    def put_rollout_envelope(self, name: str, envelope: dict) -> None:
+        with self._asking(f"store the rollout state of {name!r}", then="the rollout did not move"):
+            self.client.set_registered_model_tag(name, ROLLOUT, json.dumps(envelope, sort_keys=True, separators=(",", ":")))
 
     def register_revision(self, production: CandidateRef, calibration_sha256: str) -> CandidateRef:
         """A new version of production's model with production's registered files (no copy, no retraining), to be quantized

@@ -80,11 +80,18 @@ def subjects(
 
 
 def check(
-    registry: Registry, state_root: Path, ref: CandidateRef, *, int8_sha256: str | None = None, allow_rolled_back: bool = False
+    registry: Registry,
+    state_root: Path,
+    ref: CandidateRef,
+    *,
+    int8_sha256: str | None = None,
+    allow_rolled_back: bool = False,
+    production: bool = False,
 ) -> Servable:
     """ref's verdict, if a valid attestation covers exactly the bytes that would be used; NotServable (or RegistryUnavailable) otherwise.
 
     int8_sha256: the hash of the INT8 model's bytes as the caller read them (the server hashes and opens the same bytes).
+    production: ref would be production (a rollback's target): a rollout's first verdict (its offline gates only) is refused.
     """
     what = ref.uri
     try:
@@ -111,13 +118,17 @@ def check(
     found = attestation.problems(verdict, ref.name, ref.version, actual)
     if found:
         raise NotServable(f"{NO_VERDICT} for {what}: " + "; ".join(found))
+    if production and verdict.offline_only:
+        raise NotServable(
+            f"{what} passed its offline gates only: it is rolled out, and takes production's place only once its rollout promotes it"
+        )
     return Servable(ref, record, verdict, served.int8)
 
 
-def reason(registry: Registry, state_root: Path, ref: CandidateRef) -> str:
-    """'' when ref may be served, otherwise why not: for status tables and rollback's passed-over list."""
+def reason(registry: Registry, state_root: Path, ref: CandidateRef, production: bool = False) -> str:
+    """'' when ref may be served (production: as production), otherwise why not: for status tables and rollback's passed-over list."""
     try:
-        check(registry, state_root, ref)
+        check(registry, state_root, ref, production=production)
     except (NotServable, RegistryUnavailable) as e:
         return str(e)
     return ""
