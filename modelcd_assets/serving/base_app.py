@@ -1,6 +1,6 @@
 """What both public apps stand on, for one pool: metrics with every rejection reason at zero, the traffic log and its
-sampler, the swapper and the alias follower, a lifespan that runs the follower and closes the rest, the admin app, and
-the probes (/healthz, /readyz, /metrics)."""
+sampler, the swapper, the alias and rollout followers and the shadow lane, a lifespan that runs the followers and closes
+the rest, the admin app, and the probes (/healthz, /readyz, /metrics)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from modelcd_assets.lib.operations.traffic_log import TrafficLog, record_bytes_b
 from modelcd_assets.serving.admin import Swapper, admin_app, loader_executor
 from modelcd_assets.serving.follower import AliasFollower
 from modelcd_assets.serving.metrics import Metrics
+from modelcd_assets.serving.rollout import RolloutFollower
 from modelcd_assets.serving.sampler import Sampler
+from modelcd_assets.serving.shadow import ShadowLane
 from modelcd_assets.serving.versions import VersionPool
 
 
@@ -29,6 +31,8 @@ class BaseApp:
     sampler: Sampler
     swapper: Swapper
     follower: AliasFollower
+    rollout: RolloutFollower
+    shadow: ShadowLane
     app: FastAPI
     admin: FastAPI
     require_admin: object
@@ -61,13 +65,27 @@ def base_app(
         pool.registry, pool.model, swapper, on_refused=lambda version, why: metrics.alias_refused.labels(pool.model, version).set(1)
     )
 
+    rollout = RolloutFollower(pool.registry, pool.model, swapper, metrics)
+    shadow = ShadowLane(pool.state_root, pool.model, metrics, policy.max_shadow_in_flight)
+
+    async def follow() -> None:
+        """The alias first, then the rollout, which is judged against the production the alias gave."""
+        while True:
+            await follower.poll_once()
+            try:
+                await rollout.poll_once()
+            except Exception:  # said, and production alone answers until the next poll
+                rollout.failed()
+            await asyncio.sleep(poll_seconds)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        task = asyncio.create_task(follower.run(poll_seconds))
+        task = asyncio.create_task(follow())
         try:
             yield
         finally:
             task.cancel()
+            shadow.close()
             for close in closers:
                 close()
             sampler.close()
@@ -77,6 +95,7 @@ def base_app(
     admin, require_admin = admin_app(pool, swapper, admin_token)
     for a in (app, admin):
         a.state.pool, a.state.follower, a.state.metrics, a.state.traffic = pool, follower, metrics, traffic
+        a.state.rollout, a.state.shadow = rollout, shadow
     app.state.admin_app = admin
 
     @app.get("/healthz")
@@ -102,4 +121,4 @@ def base_app(
     async def metrics_endpoint():
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    return BaseApp(pool, metrics, traffic, sampler, swapper, follower, app, admin, require_admin)
+    return BaseApp(pool, metrics, traffic, sampler, swapper, follower, rollout, shadow, app, admin, require_admin)

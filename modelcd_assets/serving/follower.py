@@ -58,8 +58,3 @@ class AliasFollower:
         self.followed = prod.version
         log.info("followed production of %s to version %s in %.3f s", self.model, prod.version, report.seconds)
         return self.followed
-
-    async def run(self, poll_seconds: float) -> None:
-        while True:
-            await self.poll_once()
-            await asyncio.sleep(poll_seconds)

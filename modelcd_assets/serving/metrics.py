@@ -19,6 +19,11 @@ LATENCY_BUCKETS = (0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
 SWAP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# A shadowed classifier request: the candidate's top-class probability minus production's, per text.
+CONFIDENCE_SHIFT_BUCKETS = (-0.5, -0.25, -0.1, -0.05, -0.02, -0.01, -0.005, 0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5)
+# A shadowed generation: log2 of the candidate's answer tokens over production's (1: twice as long).
+LENGTH_RATIO_BUCKETS = (-2.0, -1.0, -0.5, -0.25, -0.1, 0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
+ANSWER_TOKEN_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096)
 
 
 class LiveDriftCollector:
@@ -107,6 +112,39 @@ class Metrics:
             ("model", "reason"),
             registry=self.registry,
         )
+        # A rollout (serving/rollout.py): the candidate's share, states not followed, and shadow copies.
+        self.rollout_share = Gauge(
+            "modelcd_rollout_share",
+            "Share of requests a rollout's candidate takes now, by arm: shadow (copies, never returned) or canary (it answers them).",
+            ("model", "arm"),
+            registry=self.registry,
+        )
+        self.rollout_refused = Counter(
+            "modelcd_rollout_refused",
+            "Polls that found a rollout state this server does not follow (unverified, stale, started against another "
+            "production, a version that may not be served, the registry unreadable), by reason; production alone answers.",
+            ("model", "reason"),
+            registry=self.registry,
+        )
+        self.shadow_dropped = Counter(
+            "modelcd_shadow_dropped",
+            "Shadow copies not sent to the candidate because the copies already in flight filled the server's shadow capacity.",
+            ("model",),
+            registry=self.registry,
+        )
+        self.shadow_pairs = Counter(
+            "modelcd_shadow_pairs",
+            "Answers production gave whose copy the candidate (the version label) gave too: a classifier's per text, a causal LM's per "
+            "greedy generation (sampled ones differ by chance).",
+            LABELS,
+            registry=self.registry,
+        )
+        self.shadow_agreements = Counter(
+            "modelcd_shadow_agreements",
+            "Shadowed pairs whose answers agree: a classifier's label, per text; a causal LM's first token, per greedy generation.",
+            LABELS,
+            registry=self.registry,
+        )
         self.samples_dropped = Counter(
             "modelcd_traffic_samples_dropped",
             "Sampled texts not written to the traffic log: its writer's queue was full, or the record was too long.",
@@ -131,6 +169,13 @@ class ServerMetrics(Metrics):
             registry=self.registry,
         )
         self.texts = Counter("modelcd_classified_texts", "Texts classified.", LABELS, registry=self.registry)
+        self.confidence_shift = Histogram(
+            "modelcd_shadow_confidence_shift",
+            "Per shadowed text: the candidate's (the version label) top-class probability minus production's.",
+            LABELS,
+            buckets=CONFIDENCE_SHIFT_BUCKETS,
+            registry=self.registry,
+        )
 
 
 class LmServerMetrics(Metrics):
@@ -155,6 +200,23 @@ class LmServerMetrics(Metrics):
         )
         self.prompt_tokens = Counter("modelcd_llm_prompt_tokens", "Prompt tokens of generations.", LABELS, registry=self.registry)
         self.completion_tokens = Counter("modelcd_llm_completion_tokens", "Tokens generated.", LABELS, registry=self.registry)
+        self.answer_tokens = Histogram(
+            "modelcd_llm_answer_tokens",
+            "Tokens each answer generated, EOS included.",
+            LABELS,
+            buckets=ANSWER_TOKEN_BUCKETS,
+            registry=self.registry,
+        )
+        self.answers_at_eos = Counter(
+            "modelcd_llm_answers_at_eos", "Answers that ended with the model's end of turn (EOS).", LABELS, registry=self.registry
+        )
+        self.length_ratio = Histogram(
+            "modelcd_shadow_length_ratio",
+            "Per shadowed generation: log2 of the candidate's (the version label) answer tokens over production's.",
+            LABELS,
+            buckets=LENGTH_RATIO_BUCKETS,
+            registry=self.registry,
+        )
         self.kv_cache_bytes = Gauge(
             "modelcd_llm_kv_cache_bytes",
             "KV cache allocated by the generations in flight (prompt + max_tokens each).",

@@ -111,6 +111,7 @@ class VersionPool(ABC):
         self._withdrawn: set[str] = set()  # versions production was rolled back from: never answered from again
         self._active: ServedVersion | None = None
         self._load_lock = threading.Lock()
+        self._offline_only: dict[str, bool] = {}  # versions whose verdict is a rollout's first: never the default
 
     @property
     def active(self) -> ServedVersion | None:
@@ -196,6 +197,7 @@ class VersionPool(ABC):
         except RegistryUnavailable as e:
             raise SwapRefused(f"{ref.uri} could not be checked: {e}") from e
         self._withdrawn.discard(ref.version)
+        self._offline_only[ref.version] = checked.verdict.offline_only
         return checked
 
     @abstractmethod
@@ -226,8 +228,14 @@ class VersionPool(ABC):
         """A version no longer loaded: its session goes with the last request holding it."""
 
     def activate(self, version: str) -> ServedVersion:
-        """Make a loaded version the default; one reference assignment, so no request sees a mix."""
+        """Make a loaded version the default; one reference assignment, so no request sees a mix. A version whose verdict is
+        a rollout's first (its offline gates only) may take a rollout's share, never the default's place."""
         served = self.resolve(str(version))
+        if self._offline_only.get(served.version, True):
+            raise SwapRefused(
+                f"version {served.version} of {self.model} passed its offline gates only: it may take a rollout's shadow or canary "
+                "share, and becomes the default only once its rollout promotes it (its verdict is then re-signed)"
+            )
         self._active = served
         return served
 

@@ -38,9 +38,13 @@ def record_bytes_bound(max_chars: int) -> int:
     return 6 * max_chars + 256
 
 
-def folder(state_root: Path, model: str) -> Path:
-    """Where one registered model's traffic log and live drift verdict live."""
-    return StateLayout(Path(state_root)).traffic(model)
+SHADOW_PAIRS = "shadow"  # traffic/<model>/shadow/: a rollout's shadowed pairs, production's and the candidate's answers
+
+
+def folder(state_root: Path, model: str, part: str = "") -> Path:
+    """Where one registered model's traffic log and live drift verdict live; with part, a log of its own below it (SHADOW_PAIRS)."""
+    where = StateLayout(Path(state_root)).traffic(model)
+    return where / part if part else where
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,12 @@ class Record:
     text: str
 
 
-def _private_folder(where: Path) -> None:
-    """Create traffic/ and traffic/<model> owner-only, and tighten them if an earlier version left them open."""
-    where.parent.parent.mkdir(parents=True, exist_ok=True)
-    for path in (where.parent, where):
+def _private_folder(where: Path, levels: int = 2) -> None:
+    """Create the last `levels` folders of where owner-only (traffic/ and traffic/<model>, and a part below it), and tighten
+    them if an earlier version left them open."""
+    chain = [*reversed(where.parents[: levels - 1]), where]
+    chain[0].parent.mkdir(parents=True, exist_ok=True)
+    for path in chain:
         path.mkdir(mode=FOLDER_MODE, exist_ok=True)
         if os.stat(path).st_mode & 0o077:
             os.chmod(path, FOLDER_MODE)
@@ -98,6 +104,7 @@ class TrafficLog:
         *,
         max_bytes: int = 64 * 2**20,
         max_record_bytes: int | None = None,
+        part: str = "",
     ):
         max_record_bytes = max_bytes // 2 - 1 if max_record_bytes is None else max_record_bytes
         if not 0 <= ratio <= 1 or max_records < 2 or not 0 < max_record_bytes < max_bytes // 2:
@@ -105,7 +112,8 @@ class TrafficLog:
                 f"a traffic log needs 0 <= ratio <= 1, max_records >= 2 and 0 < max_record_bytes < max_bytes // 2, got ratio {ratio}, "
                 f"max_records {max_records}, max_bytes {max_bytes}, max_record_bytes {max_record_bytes}"
             )
-        self.folder, self.ratio, self.max_records, self.max_bytes = folder(state_root, model), ratio, max_records, max_bytes
+        self.folder, self.ratio, self.max_records, self.max_bytes = folder(state_root, model, part), ratio, max_records, max_bytes
+        self._levels = 3 if part else 2
         self.per_file, self.per_file_bytes, self.max_record_bytes = max_records // 2, max_bytes // 2, max_record_bytes
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
@@ -123,13 +131,15 @@ class TrafficLog:
         """One record per text; returns how many were too long to keep. Raises OSError when the disk refuses (the caller
         decides what a failed sample costs)."""
         ts = time.time() if ts is None else ts
-        lines = [
-            json.dumps({"ts": ts, "version": str(version), "text": t}, ensure_ascii=False).encode("utf-8", "replace") + b"\n" for t in texts
-        ]
+        return self.append_records([{"ts": ts, "version": str(version), "text": t} for t in texts])
+
+    def append_records(self, records: Sequence[dict]) -> int:
+        """One JSON line per record, as append writes them; returns how many were too long to keep."""
+        lines = [json.dumps(r, ensure_ascii=False).encode("utf-8", "replace") + b"\n" for r in records]
         fits = [line for line in lines if len(line) <= self.max_record_bytes]
         pending = fits[-2 * self.per_file :]  # more would only rotate out what this call just wrote
         with self._lock:
-            _private_folder(self.folder)
+            _private_folder(self.folder, self._levels)
             with _locked(self.folder, fcntl.LOCK_EX):
                 current = self.folder / CURRENT
                 while pending:

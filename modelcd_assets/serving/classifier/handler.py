@@ -23,7 +23,9 @@ from modelcd_assets.serving.classifier.engine import Served
 from modelcd_assets.serving.classifier.pool import ClassifierPool
 from modelcd_assets.serving.metrics import ServerMetrics
 from modelcd_assets.serving.rejections import Rejected, not_served
+from modelcd_assets.serving.rollout import ARM_HEADER, RolloutFollower, caller_of
 from modelcd_assets.serving.sampler import Sampler
+from modelcd_assets.serving.shadow import ShadowLane
 from modelcd_assets.serving.versions import UnknownVersion
 
 log = logging.getLogger("modelcd.serve")
@@ -47,9 +49,18 @@ class ClassifyHandler:
     mix versions; a share serving.sample_ratio of the requests answered 200 have their texts sampled to the traffic log."""
 
     def __init__(
-        self, pool: ClassifierPool, metrics: ServerMetrics, traffic: TrafficLog, sampler: Sampler, inference: Executor, workers: int
+        self,
+        pool: ClassifierPool,
+        metrics: ServerMetrics,
+        traffic: TrafficLog,
+        sampler: Sampler,
+        inference: Executor,
+        workers: int,
+        rollout: RolloutFollower,
+        shadow: ShadowLane,
     ):
         self.pool, self.metrics, self.traffic, self.sampler = pool, metrics, traffic, sampler
+        self.rollout, self.shadow = rollout, shadow
         self.inference, self.workers = inference, workers
         self.faults: dict[str, FaultRequest] = {}
         # One batcher per loaded version, gone with it: a batch never mixes versions.
@@ -76,12 +87,46 @@ class ClassifyHandler:
             served = self.resolve(body.adapter)
         except Rejected as r:
             return account.reject(r).response()
+        # A request that names no version is production's, or, at a canary step, the candidate's for a canaried caller.
+        split = self.rollout.split if body.adapter is None else None
+        candidate = self.rollout.candidate() if split is not None else None
+        canary = candidate is not None and split.canaried(caller_of(request))
+        if canary:
+            served = candidate
         account.admit(served)
         status, payload = await self._answer(served, body.texts, account)
         if status == 200 and self.traffic.chosen():
             self.sampler.submit(served.version, body.texts)
         account.finish(failed=status >= 500)
-        return JSONResponse(payload, status_code=status, headers=served_headers(served))
+        if status == 200 and candidate is not None and not canary and split.shadowed():
+            self.shadow.offer(lambda: self._shadow(candidate, served, body.texts, payload))
+        headers = {**served_headers(served), **({ARM_HEADER: "canary"} if canary else {})}
+        return JSONResponse(payload, status_code=status, headers=headers)
+
+    async def _shadow(self, candidate: Served, production: Served, texts: list[str], answered: dict) -> dict:
+        """A copy of a request production answered, answered by the candidate, counted in its series, and compared per text:
+        the label, and the shift of the top-class probability."""
+        account = ClassifyAccount(self.metrics, self.pool.model)
+        account.admit(candidate)
+        status, payload = await self._answer(candidate, texts, account)
+        account.finish(failed=status >= 500)
+        record = {"ts": time.time(), "production": production.version, "candidate": candidate.version, "texts": texts}
+        if status != 200:
+            return {**record, "candidate_error": payload.get("error")}
+        theirs, ours = answered["predictions"], payload["predictions"]
+        agreed = sum(p["label"] == c["label"] for p, c in zip(theirs, ours, strict=True))
+        shifts = [_top_probability(c["logits"]) - _top_probability(p["logits"]) for p, c in zip(theirs, ours, strict=True)]
+        labels = account.labels
+        self.metrics.shadow_pairs.labels(*labels).inc(len(texts))
+        self.metrics.shadow_agreements.labels(*labels).inc(agreed)
+        for shift in shifts:
+            self.metrics.confidence_shift.labels(*labels).observe(shift)
+        return {
+            **record,
+            "production_labels": [p["label"] for p in theirs],
+            "candidate_labels": [c["label"] for c in ours],
+            "confidence_shift": shifts,
+        }
 
     async def _answer(self, served: Served, texts: list[str], account: ClassifyAccount) -> tuple[int, dict]:
         try:
@@ -119,3 +164,9 @@ class ClassifyHandler:
         else:
             self.faults.pop(body.version, None)
         return {"faults": {v: f.model_dump() for v, f in self.faults.items()}}
+
+
+def _top_probability(logits: list[float]) -> float:
+    z = np.asarray(logits, np.float64)
+    e = np.exp(z - z.max())
+    return float(e.max() / e.sum())

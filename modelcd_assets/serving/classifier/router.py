@@ -68,7 +68,9 @@ def create_app(pool: ClassifierPool, *, admin_token: str | None, poll_seconds: f
         description=f"Serves {pool.model}, following its production alias.",
         closers=(lambda: inference.shutdown(wait=False, cancel_futures=True),),
     )
-    base.app.state.classify = base.admin.state.classify = ClassifyHandler(pool, metrics, base.traffic, base.sampler, inference, workers)
+    base.app.state.classify = base.admin.state.classify = ClassifyHandler(
+        pool, metrics, base.traffic, base.sampler, inference, workers, base.rollout, base.shadow
+    )
     base.app.include_router(router)
     if chaos:  # without it the route does not exist: a production server cannot be made to misbehave on purpose
         base.admin.include_router(faults_router, dependencies=[Depends(base.require_admin)])

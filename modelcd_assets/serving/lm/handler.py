@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 
 from fastapi import Request
@@ -24,7 +25,9 @@ from modelcd_assets.serving.lm.openai_api import Answer, ApiError, ChatRequest, 
 from modelcd_assets.serving.lm.pool import LmPool, LmServed
 from modelcd_assets.serving.metrics import LmServerMetrics
 from modelcd_assets.serving.rejections import Rejected, bad_request, check_prompt, may_not_be_served, no_such_model, not_ready, read_json
+from modelcd_assets.serving.rollout import ARM_HEADER, RolloutFollower, caller_of
 from modelcd_assets.serving.sampler import Sampler
+from modelcd_assets.serving.shadow import ShadowLane
 from modelcd_assets.serving.versions import UnknownVersion
 
 log = logging.getLogger("modelcd.serve")
@@ -40,6 +43,7 @@ class CompletionAccount(RequestAccount):
         super().__init__(metrics, model)
         self.made, self.eos = 0, 0
         self.first: float | None = None
+        self.first_token: int | None = None  # None: none yet, or the model ended its turn at once
 
     @property
     def completion_tokens(self) -> int:
@@ -48,10 +52,10 @@ class CompletionAccount(RequestAccount):
     def prompt(self, tokens: int) -> None:
         self.metrics.prompt_tokens.labels(*self.labels).inc(tokens)
 
-    def token(self) -> None:
+    def token(self, token: int) -> None:
         self.made += 1
         if self.first is None:
-            self.first = time.perf_counter()
+            self.first, self.first_token = time.perf_counter(), int(token)
             self.metrics.ttft.labels(*self.labels).observe(self.first - self.started)
 
     def ended_turn(self) -> None:
@@ -61,6 +65,10 @@ class CompletionAccount(RequestAccount):
     def finish(self, failed: bool) -> None:
         super().finish(failed)
         self.metrics.completion_tokens.labels(*self.labels).inc(self.completion_tokens)
+        if not failed:
+            self.metrics.answer_tokens.labels(*self.labels).observe(self.completion_tokens)
+        if self.eos:
+            self.metrics.answers_at_eos.labels(*self.labels).inc()
         if self.first is not None and self.made > 1:
             self.metrics.tpot.labels(*self.labels).observe((time.perf_counter() - self.first) / (self.made - 1))
 
@@ -85,6 +93,7 @@ class Completion:
         self.headers = served_headers(served)
         self.finish_reason = "length"
         self.error: dict | None = None  # the OpenAI error body of a generation that failed
+        self.after = None  # called with this completion once it has finished, however it ended (a shadow copy is offered there)
 
     def usage(self) -> dict:
         return usage(len(self.prompt), self.account.completion_tokens)
@@ -93,8 +102,8 @@ class Completion:
         """The text to send, piece by piece, cut at a stop sequence; the finish reason and any error land on self."""
         cut = StopCut(self.body.stops)
         try:
-            async for _, piece in self.tokens:
-                self.account.token()
+            async for token, piece in self.tokens:
+                self.account.token(token)
                 text = cut.feed(piece)
                 if text:
                     yield text
@@ -115,9 +124,14 @@ class Completion:
         finally:
             await self.tokens.aclose()
 
+    def finish(self) -> None:
+        self.account.finish(failed=self.error is not None)
+        if self.after is not None:
+            self.after(self)
+
     async def whole(self) -> JSONResponse:
         text = "".join([p async for p in self.pieces()])
-        self.account.finish(failed=self.error is not None)
+        self.finish()
         if self.error is not None:
             return JSONResponse(self.error, status_code=500, headers=self.headers)
         return JSONResponse(self.answer.whole(text, self.finish_reason, self.usage()), headers=self.headers)
@@ -137,7 +151,7 @@ class Completion:
                 yield {"data": "[DONE]"}
         finally:  # also when the client went away: the generation stops with the token in hand
             await self.tokens.aclose()
-            self.account.finish(failed=self.error is not None)
+            self.finish()
 
 
 class CompletionHandler:
@@ -148,10 +162,18 @@ class CompletionHandler:
     it; anything else is 404. A generation runs start to end on the version it was admitted with."""
 
     def __init__(
-        self, pool: LmPool, metrics: LmServerMetrics, generations: Generations, swapper: Swapper, traffic: TrafficLog, sampler: Sampler
+        self,
+        pool: LmPool,
+        metrics: LmServerMetrics,
+        generations: Generations,
+        swapper: Swapper,
+        traffic: TrafficLog,
+        sampler: Sampler,
+        rollout: RolloutFollower,
+        shadow: ShadowLane,
     ):
         self.pool, self.metrics, self.generations, self.swapper = pool, metrics, generations, swapper
-        self.traffic, self.sampler = traffic, sampler
+        self.traffic, self.sampler, self.rollout, self.shadow = traffic, sampler, rollout, shadow
 
     def models(self) -> dict:
         """NAME while production is served, and NAME:VERSION for each version loaded now (each verified when it was loaded)."""
@@ -192,6 +214,13 @@ class CompletionHandler:
             raw = await read_json(request, self.pool.policy.max_body_bytes)
             body = parse(ChatRequest if chat else CompletionRequest, raw)
             served = await self.resolve(body.model)
+            # NAME is production's, or, at a canary step, the candidate's for a canaried caller (the `user` field, else the
+            # X-Modelcd-Caller header, else the client's address).
+            split = self.rollout.split if ":" not in body.model else None
+            candidate = self.rollout.candidate() if split is not None else None
+            canary = candidate is not None and split.canaried(caller_of(request, body.user))
+            if canary:
+                served = candidate
             decoder = served.decoder
             try:
                 prompt = decoder.encode_chat(body.chat()) if chat else decoder.encode(body.text())
@@ -207,4 +236,51 @@ class CompletionHandler:
         account.prompt(len(prompt))
         tokens = self.generations.tokens(served, prompt, admitted, Sampling(body.temperature, body.top_p, body.seed))
         completion = Completion(chat, body, served, prompt, admitted, tokens, account)
+        if canary:
+            completion.headers[ARM_HEADER] = "canary"
+        elif candidate is not None and split.shadowed():
+            completion.after = lambda answered: self._offer_shadow(candidate, answered)
         return completion.streamed() if body.stream else await completion.whole()
+
+    def _offer_shadow(self, candidate: LmServed, answered: Completion) -> None:
+        if answered.error is None:
+            self.shadow.offer(lambda: self._shadow(candidate, answered))
+
+    async def _shadow(self, candidate: LmServed, answered: Completion) -> dict | None:
+        """A copy of a generation production finished, generated by the candidate with the same prompt, bounds and sampling,
+        counted in its series, and compared: the first token (greedy generations only, since sampled ones differ by chance),
+        and the answer's length. A copy that finds every generation slot taken is dropped, as the lane drops one."""
+        body, prompt = answered.body, answered.prompt
+        account = CompletionAccount(self.metrics, self.pool.model)
+        try:
+            decoder = candidate.decoder
+            admitted = self.generations.admit(len(prompt), body.limit, decoder.context_length, decoder.kv_bytes_per_token)
+        except Rejected:
+            self.metrics.shadow_dropped.labels(self.pool.model).inc()
+            return None
+        account.admit(candidate)
+        account.prompt(len(prompt))
+        tokens = self.generations.tokens(candidate, prompt, admitted, Sampling(body.temperature, body.top_p, body.seed))
+        copy = Completion(answered.chat, body, candidate, prompt, admitted, tokens, account)
+        text = "".join([p async for p in copy.pieces()])
+        copy.finish()
+        ours, theirs = copy.account, answered.account
+        record = {"ts": time.time(), "production": answered.served.version, "candidate": candidate.version, "prompt_tokens": len(prompt)}
+        if copy.error is not None:
+            return {**record, "candidate_error": copy.error["error"]["message"]}
+        labels = ours.labels
+        if body.temperature == 0:
+            self.metrics.shadow_pairs.labels(*labels).inc()
+            if ours.first_token == theirs.first_token:
+                self.metrics.shadow_agreements.labels(*labels).inc()
+        ratio = math.log2(max(ours.completion_tokens, 1) / max(theirs.completion_tokens, 1))
+        self.metrics.length_ratio.labels(*labels).observe(ratio)
+        return {
+            **record,
+            "greedy": body.temperature == 0,
+            "first_token": {"production": theirs.first_token, "candidate": ours.first_token},
+            "tokens": {"production": theirs.completion_tokens, "candidate": ours.completion_tokens},
+            "eos": {"production": bool(theirs.eos), "candidate": bool(ours.eos)},
+            "log2_length_ratio": ratio,
+            "candidate_text": text,
+        }

@@ -64,6 +64,7 @@ class _Sampled(BaseModel):
     stop: str | list[str] | None = None
     stream: bool = False
     n: int = Field(1, ge=1)
+    user: str | None = Field(None, max_length=256, description="Who the request is for: a rollout's canary is sticky per user.")
 
     @field_validator("stop")
     @classmethod

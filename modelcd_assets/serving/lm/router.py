@@ -71,6 +71,8 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
     )
     for a in (base.app, base.admin):
         a.state.generations = generations
-    base.app.state.completions = CompletionHandler(pool, metrics, generations, base.swapper, base.traffic, base.sampler)
+    base.app.state.completions = CompletionHandler(
+        pool, metrics, generations, base.swapper, base.traffic, base.sampler, base.rollout, base.shadow
+    )
     base.app.include_router(router)
     return base.app
