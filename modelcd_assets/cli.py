@@ -92,13 +92,17 @@ def cmd_contract_diff(args) -> int:
 
 
 def _gated(run, label: str) -> int:
-    """Print a gated run's table as `modelcd gate` does; its exit code: 0 promoted, 3 blocked or superseded, 2 bad input, 1 error."""
-    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, REGISTRY_UNAVAILABLE, SUPERSEDED, print_gate_table
+    """Print a gated run's table as `modelcd gate` does; its exit code: 0 promoted or rolling out (every gate passed), 3 blocked or
+    superseded, 2 bad input, 1 error."""
+    from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, REGISTRY_UNAVAILABLE, ROLLING_OUT, SUPERSEDED, print_gate_table
 
     print_gate_table([(label, run)])
     print(f"run {run.run_id}")
     if run.outcome == SUPERSEDED:
         print(f"superseded: {run.error}")
+    elif run.outcome == ROLLING_OUT:
+        print(f"its rollout takes it to production on live traffic: follow it with 'modelcd rollout status {run.ref.name}'")
+        return EXIT_PROMOTED
     elif run.outcome not in (PROMOTED, BLOCKED, BAD_INPUT):  # the run failed: nothing was decided
         what = "registry unavailable" if run.outcome == REGISTRY_UNAVAILABLE else "error"
         print(
@@ -155,6 +159,7 @@ def cmd_status(args) -> int:
     from modelcd_assets.lib.presentation.report import table
     from modelcd_assets.lib.release import servable
     from modelcd_assets.lib.release.registry import REVISION_OF, ROLLED_BACK
+    from modelcd_assets.lib.release.rollout import read_state
 
     reg = _registry()
     names = [args.name] if args.name else reg.candidate_models()
@@ -172,6 +177,13 @@ def cmd_status(args) -> int:
             f"{name}: production = {prod.version if prod else 'none'}"
             + (f" ({servable.NO_VERDICT}; the server keeps serving the last version that had one: {refused})" if refused else "")
         )
+        try:
+            rolling = read_state(reg, name)
+        except ModelcdError as e:  # a state that does not verify is followed by nobody: say so
+            print(f"  rollout: its state is not followed ({e})")
+            rolling = None
+        if rolling is not None:
+            print(f"  rollout: {rolling.describe()}" + (f": {rolling.reason}" if rolling.reason else ""))
         rows = []
         for ref in reg.versions(name):
             gates, problems = latest_gate_rows(instance, ref, graph)
@@ -187,6 +199,8 @@ def cmd_status(args) -> int:
                 summary += "; " + problems[0]
             tags = reg.tags(ref)
             alias = "production" if prod == ref else ("rolled back from" if ROLLED_BACK in tags else "")
+            if rolling is not None and rolling.version == ref.version and rolling.serving_share:
+                alias = f"{rolling.kind} {rolling.share:g}"
             if REVISION_OF in tags:
                 alias = ", ".join(filter(None, [alias, f"calibration revision of {tags[REVISION_OF]}"]))
             why = refused if ref == prod else servable.reason(reg, state, ref)
@@ -297,6 +311,46 @@ def cmd_rollback(args) -> int:
     return 0
 
 
+def cmd_rollout(args) -> int:
+    """`modelcd rollout status|pause|resume|abort NAME`: where a model's rollout stands, each step's analysis, and a person's moves."""
+    from modelcd_assets.lib.release.registry import CandidateRef
+    from modelcd_assets.lib.release.rollout import RolloutHistory, read_state
+
+    reg = _registry()
+    reg.require_candidate_model(args.name)
+    state = read_state(reg, args.name)
+    if state is None:
+        print(f"{args.name} has no rollout: its policy has no rollout section, or no version passed its gates under one")
+        return 0 if args.action == "status" else EXIT_BAD_INPUT
+    ref = CandidateRef(args.name, state.version)
+    if args.action != "status":
+        from modelcd_assets.launch import run_rollout_move
+
+        who = os.environ.get("USER", "unknown")
+        moved = run_rollout_move(ref, args.action, state.sequence, by=f"{who} (modelcd rollout)", reason=args.reason)
+        print(f"{args.name}: {moved.state}" + (" (promoted)" if moved.promoted else ""))
+        return 0
+    print(state.describe() + (f": {state.reason}" if state.reason else ""))
+    rows = []
+    for entry in RolloutHistory(Path(os.environ["MODELCD_HOME"]), args.name, state.version).read():
+        analysis = entry.get("analysis") or {}
+        rows.append(
+            [
+                str(entry.get("step", 0) + 1),
+                f"{entry.get('kind')} {entry.get('share', 0):g}",
+                entry.get("action", ""),
+                entry.get("by", ""),
+                f"{analysis.get('outcome', '')} {analysis.get('score', '') if analysis else ''}".strip(),
+                "; ".join(f"{m['metric']} {m['classification']}" for m in analysis.get("metrics", [])),
+            ]
+        )
+    if rows:
+        from modelcd_assets.lib.presentation.report import table
+
+        print(table(["step", "what", "move", "by", "analysis", "metrics"], rows))
+    return 0
+
+
 def cmd_up(args) -> int:
     from modelcd_assets.stack import run_stack
 
@@ -359,8 +413,8 @@ def parser() -> argparse.ArgumentParser:
     g = sub.add_parser(
         "gate",
         help=(
-            "run the gated pipeline for one version; exit 0 promoted, 3 blocked or superseded, 2 bad input, 1 the run failed (nothing"
-            " promoted)"
+            "run the gated pipeline for one version; exit 0 promoted (or rolling out, under a rollout policy), 3 blocked or"
+            " superseded, 2 bad input, 1 the run failed (nothing promoted)"
         ),
     )
     g.add_argument("name")
@@ -436,6 +490,15 @@ def parser() -> argparse.ArgumentParser:
     rb.add_argument("name")
     rb.add_argument("--reason", default="rolled back by hand", help="why, recorded on the versions and the rollback materialization")
     rb.set_defaults(func=cmd_rollback)
+    ro = sub.add_parser(
+        "rollout",
+        help="where a model's rollout on live traffic stands (status), or move it by hand: pause, resume (an inconclusive step "
+        "paused), abort (the candidate's share goes to 0; production is untouched)",
+    )
+    ro.add_argument("action", choices=["status", "pause", "resume", "abort"])
+    ro.add_argument("name")
+    ro.add_argument("--reason", default="", help="why, recorded with the move")
+    ro.set_defaults(func=cmd_rollout)
     up = sub.add_parser("up", help="serving, Prometheus and the Dagster UI and daemon together, on loopback")
     up.add_argument(
         "names",

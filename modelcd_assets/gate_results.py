@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from modelcd_assets.lib.judging.promotion import GateRecord, gate_problems, lineage_problems
+from modelcd_assets.lib.release import attestation, servable
 from modelcd_assets.lib.tasks.names import DEFAULT_TASK, declaration_of
 
 PRODUCTION_KEY = dg.AssetKey("production_model")
@@ -121,9 +122,10 @@ def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | Non
     return records[0] if records else None
 
 
-def _lineage(instance: dg.DagsterInstance, graph: GateGraph, partition: str) -> list[str]:
-    """Problems with the lineage of every asset upstream of production_model, for this candidate."""
-    assets = graph.pipeline_order(graph.ancestors(PRODUCTION_KEY))
+def _lineage(instance: dg.DagsterInstance, graph: GateGraph, partition: str, of: dg.AssetKey) -> list[str]:
+    """Problems with the lineage of every asset upstream of `of` (production_model, or the rollout that precedes it), for this
+    candidate."""
+    assets = graph.pipeline_order(graph.ancestors(of))
     latest = {k: _latest(instance, k, partition if k in graph.partitioned else None) for k in assets}
     parents = {}
     for key in assets:
@@ -161,10 +163,11 @@ def candidate_task(instance: dg.DagsterInstance, partition: str) -> str:
     return str(getattr(value, "value", value)) if value is not None else DEFAULT_TASK
 
 
-def read_gates(instance: dg.DagsterInstance, partition: str, graph: GateGraph) -> GateDecision:
+def read_gates(instance: dg.DagsterInstance, partition: str, graph: GateGraph, of: dg.AssetKey = PRODUCTION_KEY) -> GateDecision:
     """The latest result of every gate the candidate's task requires, judged exactly as promotion judges it.
 
-    graph: inside a run, the `gate_graph` resource; outside one, launch.code_location_graph()."""
+    graph: inside a run, the `gate_graph` resource; outside one, launch.code_location_graph(). of: the asset about to act on
+    the decision, whose own materializations are not part of the lineage judged (the rollout asset, starting a rollout)."""
     task = candidate_task(instance, partition)
     keys = required_gates(graph, task)
     infos = {i.check_key: i for i in instance.event_log_storage.get_asset_check_partition_info(keys, partition_keys=[partition])}
@@ -196,8 +199,30 @@ def read_gates(instance: dg.DagsterInstance, partition: str, graph: GateGraph) -
     # ran: not a pass. (A graph without the candidate asset is not a gated graph of tasks: a test's own chain of assets.)
     if CANDIDATE_KEY in graph.parents:
         records += [GateRecord(name, None, None, False) for name in sorted(_declared_gates(task) - {k.name for k in keys})]
-    return GateDecision(partition, records, _lineage(instance, graph, partition))
+    return GateDecision(partition, records, _lineage(instance, graph, partition, of))
 
 
 def _declared_gates(task: str) -> set[str]:
     return {g.name for g in declaration_of(task).gates}
+
+
+def gate_verdict(reg, ref, record, decision: GateDecision, run_id: str, extra: dict | None = None):
+    """The verdict a promotion (or a rollout's start) signs: the digests of the bytes about to be used, hashed now, every gate's
+    result as read back, and the production it was judged against."""
+    return attestation.Verdict(
+        ref.name,
+        ref.version,
+        servable.subjects(reg, ref, record),
+        [
+            {"gate": r.gate, "verdict": r.shown, "measured": r.measured, "threshold": r.threshold, "reason": r.reason}
+            for r in decision.records
+        ],
+        (
+            {"version": record.production_version, attestation.REGISTERED_FILES: record.production_content_hash}
+            if record.production_version
+            else None
+        ),
+        attestation.policy_sha256(record.policy),
+        run_id,
+        dict(extra or {}),
+    )

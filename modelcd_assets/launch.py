@@ -11,7 +11,8 @@ from pathlib import Path
 import dagster as dg
 
 from modelcd_assets.defs.assets.production_rollback import production_rollback, rollback_run_config
-from modelcd_assets.defs.jobs import CALIBRATION_JOB, GATE_JOB, GATE_REPORT_JOB, ROLLBACK_JOB
+from modelcd_assets.defs.assets.rollout import NO_ROLLOUT, rollout_run_config
+from modelcd_assets.defs.jobs import CALIBRATION_JOB, GATE_JOB, GATE_REPORT_JOB, ROLLBACK_JOB, ROLLOUT_JOB
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.gate_results import GateGraph, read_gates
 from modelcd_assets.lib.errors import ModelcdError, RegistryUnavailable, Superseded
@@ -22,6 +23,7 @@ from modelcd_assets.run_recovery import CANDIDATE, LAUNCHED_BY, ROLLBACK, proces
 
 PROMOTED, BLOCKED, SUPERSEDED, BAD_INPUT, ERROR = "promoted", "blocked", "superseded", "bad input", "error"
 REGISTRY_UNAVAILABLE = "registry unavailable"
+ROLLING_OUT = "rolling out"  # every gate passed, and the policy's rollout steps take it to production on live traffic
 
 
 class RunFailed(Exception):
@@ -298,6 +300,8 @@ def _judge(ref: CandidateRef, result, rows: list[GateRow]) -> GateRun:
     ]
     if any(e.asset_key == dg.AssetKey("production_model") for e in result.get_asset_materialization_events()):
         return GateRun(ref, PROMOTED, result.run_id, rows)
+    if result.success and (started := _rollout_metadata(result)) and started.get("status") not in (None, NO_ROLLOUT):
+        return GateRun(ref, ROLLING_OUT, result.run_id, rows, str(started.get("state", "")))
     error = StepError.of(result)
     outcome, error_type = (error.outcome, error.type) if error else (ERROR, None)
     if outcome == SUPERSEDED:
@@ -309,6 +313,57 @@ def _judge(ref: CandidateRef, result, rows: list[GateRow]) -> GateRun:
         return GateRun(ref, REGISTRY_UNAVAILABLE, result.run_id, rows, f"{error.step}: {error.message}", error_type=error_type)
     # BAD_INPUT: the user's input or environment (lib/errors.ModelcdError and its kinds); ERROR: a bug, a crash, nothing decided.
     return GateRun(ref, outcome, result.run_id, rows, str(error or "") or "the run failed; see it in the Dagster UI", error_type=error_type)
+
+
+def _rollout_metadata(result) -> dict:
+    """The rollout asset's metadata in a run ({} when the run did not materialize it)."""
+    mats = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("rollout")]
+    if not mats:
+        return {}
+    return {k: getattr(v, "value", v) for k, v in mats[-1].event_specific_data.materialization.metadata.items()}
+
+
+@dataclass
+class RolloutMove:
+    """What a rollout move did: the state it left (rollout's metadata), and whether the same run promoted."""
+
+    ref: CandidateRef
+    action: str
+    run_id: str
+    state: str
+    status: str
+    promoted: bool
+
+
+def run_rollout_move(
+    ref: CandidateRef,
+    action: str,
+    expected_sequence: int,
+    *,
+    analysis: dict | None = None,
+    by: str = "cli",
+    reason: str = "",
+    instance: dg.DagsterInstance | None = None,
+) -> RolloutMove:
+    """Run the job rollout_sensor launches for a move, in this process: advance, pause, resume, abort or supersede ref's
+    rollout, only over the state of sequence expected_sequence. A refusal raises the step's error (ModelcdError for the
+    user's input, RolloutMoved when the state moved first)."""
+    instance = instance or dg.DagsterInstance.get()
+    recover_dead_runs(instance)
+    add_candidate(instance, ref)
+    job = definitions().resolve_job_def(ROLLOUT_JOB)
+    config = rollout_run_config(action, expected_sequence, analysis or {}, by, reason)
+    result = _run_for(ref, job, instance, config, _quiet_logger())
+    if not result.success:
+        error = StepError.of(result)
+        if error is not None and error.type is not None and issubclass(error.type, ModelcdError):
+            raise error.type(error.message)
+        raise RunFailed(f"the rollout run {result.run_id} failed: {error or 'see it in the Dagster UI'}")
+    meta = _rollout_metadata(result)
+    promoted = any(e.asset_key == dg.AssetKey("production_model") for e in result.get_asset_materialization_events())
+    if why := write_report(instance, ref, quiet=True):
+        logging.getLogger(__name__).warning("the gate report of %s was not written: %s", ref.uri, why)
+    return RolloutMove(ref, action, result.run_id, str(meta.get("state", "")), str(meta.get("status", "")), promoted)
 
 
 def latest_gate_rows(instance: dg.DagsterInstance, ref: CandidateRef, graph: GateGraph | None = None) -> tuple[list[GateRow], list[str]]:
@@ -348,5 +403,7 @@ def print_gate_table(runs: list[tuple[str, GateRun]]) -> None:
     print(table(["candidate", "gate", "result", "measured", "threshold"], rows))
     print()
     for label, run in runs:
-        verdict = {PROMOTED: "PROMOTED to production", BLOCKED: "BLOCKED"}.get(run.outcome, run.outcome.upper())
+        verdict = {PROMOTED: "PROMOTED to production", BLOCKED: "BLOCKED", ROLLING_OUT: "ROLLING OUT on live traffic"}.get(
+            run.outcome, run.outcome.upper()
+        )
         print(f"{label} {run.ref.key}: {verdict}" + (f": {run.error}" if run.error else ""))

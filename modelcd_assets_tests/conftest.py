@@ -53,10 +53,11 @@ class Env:
         return Path(self.env["MODELCD_DATA"])
 
     def sensor_resources(self, prometheus_url: str) -> dict:
-        """The resources slo_sensor takes, bound to this state folder and a Prometheus."""
+        """The resources slo_sensor and rollout_sensor take, bound to this state folder and a Prometheus."""
         from modelcd_assets.resources.policy import PolicyResource
         from modelcd_assets.resources.prometheus import PrometheusResource
         from modelcd_assets.resources.registry import MlflowRegistryResource
+        from modelcd_assets.resources.state import LocalStateResource
 
         return {
             "registry": MlflowRegistryResource(
@@ -64,6 +65,7 @@ class Env:
             ),
             "policy": PolicyResource(policy_dir=self.env["MODELCD_POLICY_DIR"]),
             "prometheus": PrometheusResource(url=prometheus_url),
+            "state": LocalStateResource(home=self.env["MODELCD_HOME"], data_dir=self.env["MODELCD_DATA"]),
         }
 
     def policy(self, model_name: str, text: str) -> Path:

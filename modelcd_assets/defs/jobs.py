@@ -44,3 +44,16 @@ write_gate_report = dg.define_asset_job(
     partitions_def=candidates,
     description="Write a candidate's gate decision on one page, after its gated run, whatever the gates decided.",
 )
+
+ROLLOUT_JOB = "advance_rollout"
+
+advance_rollout = dg.define_asset_job(
+    ROLLOUT_JOB,
+    selection=dg.AssetSelection.assets("rollout", "production_model"),
+    partitions_def=candidates,
+    config={"execution": {"config": {"in_process": {}}}},
+    description=(
+        "Move a candidate's rollout one step (advance, pause, resume, abort, supersede), as rollout_sensor or `modelcd rollout` "
+        "decided; at its promote step production_model moves the alias in the same run."
+    ),
+)

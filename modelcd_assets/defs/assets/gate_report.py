@@ -13,7 +13,9 @@ import dagster as dg
 from modelcd_assets.defs.partitions import candidates
 from modelcd_assets.gate_results import GateDecision, GateGraph, read_gates
 from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.presentation.rollout_report import rollout_markdown
 from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.release.rollout import RolloutHistory, read_state
 from modelcd_assets.resources.registry import MlflowRegistryResource
 from modelcd_assets.resources.state import LocalStateResource
 
@@ -60,6 +62,14 @@ def gate_report(
         f"## {ref.uri}\n\n**{verdict}**\n\n- judged against production version: {judged_against}\n- in production now: {in_production}\n"
         f"- policy: {record.policy_source if record else 'unknown'}\n\n{decision_markdown(decision)}\n"
     )
+    history = RolloutHistory(state.root, ref.name, ref.version).read()
+    if record is not None and record.effective_policy().rollout is not None:
+        try:
+            rolling = read_state(registry.registry(), ref.name)
+            now = rolling.describe() if rolling is not None and rolling.version == ref.version else "no rollout of this version now"
+        except ModelcdError as e:
+            now = f"rollout state unknown: {e}"
+        page += "\n" + rollout_markdown(history, now)
     return dg.MaterializeResult(
         metadata={
             "decision": dg.MetadataValue.md(page),

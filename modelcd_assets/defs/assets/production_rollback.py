@@ -46,7 +46,9 @@ def production_rollback(
             metadata={"outcome": "not needed", "model": config.model, "from_version": bad.version, "production_version": now}
         )
     # A target must hold a valid attestation over its bytes, as the server will check before it follows the alias there.
-    target, passed_over = rollback_target(reg, bad, lambda ref: [why] if (why := servable.reason(reg, state.root, ref)) else [])
+    target, passed_over = rollback_target(
+        reg, bad, lambda ref: [why] if (why := servable.reason(reg, state.root, ref, production=True)) else []
+    )
     reason = {"trigger": config.trigger, "run_id": context.run_id, "why": json.loads(config.reason)}
     roll_back(reg, bad, target, reason, alias_lock.lock(context.instance, state.root))
     context.log.info(f"production of {config.model} rolled back from {bad.version} to {target.version}")

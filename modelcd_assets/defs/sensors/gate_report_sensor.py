@@ -1,8 +1,9 @@
-"""gate_report_sensor: after every gated run the daemon ran, passed or blocked, that candidate's gate_report is written."""
+"""gate_report_sensor: after every gated run the daemon ran, passed or blocked, and every rollout move, that candidate's
+gate_report is written."""
 
 import dagster as dg
 
-from modelcd_assets.defs.jobs import gate_candidate, write_gate_report
+from modelcd_assets.defs.jobs import advance_rollout, gate_candidate, write_gate_report
 from modelcd_assets.run_recovery import LAUNCHED_BY
 
 PARTITION_TAG = "dagster/partition"
@@ -22,12 +23,13 @@ def report_request(run: dg.DagsterRun) -> dg.RunRequest | dg.SkipReason:
 
 @dg.run_status_sensor(
     run_status=dg.DagsterRunStatus.SUCCESS,
-    monitored_jobs=[gate_candidate],
+    monitored_jobs=[gate_candidate, advance_rollout],
     request_job=write_gate_report,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def gate_report_after_promotion(context: dg.RunStatusSensorContext):
-    """A gated run that succeeded: its candidate was promoted (or production already pointed at it)."""
+    """A gated run that succeeded: its candidate was promoted, production already pointed at it, or its rollout started; or a
+    rollout move: the page shows the step's live analysis under the offline gates."""
     return report_request(context.dagster_run)
 
 

@@ -1,0 +1,45 @@
+"""A rollout's steps as the gate report shows them, under the offline gates: each step's move, and every live metric it was
+judged on, with its samples, measurements, thresholds, p-value and the PromQL it was read with."""
+
+from __future__ import annotations
+
+import math
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return "n/a" if not math.isfinite(value) else f"{value:.4g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def rollout_markdown(history: list[dict], now: str) -> str:
+    """history: lib/release/rollout.RolloutHistory's entries; now: the rollout state, described."""
+    out = [f"### Rollout on live traffic\n\n**{now}**\n"]
+    if not history:
+        out.append("No step has been judged yet.\n")
+    for entry in history:
+        analysis = entry.get("analysis") or {}
+        head = f"#### step {entry.get('step', 0) + 1}: {entry.get('kind')} {entry.get('share', 0):g}: **{entry.get('action')}**"
+        said = f" by {entry.get('by')}" + (f" ({_cell(entry.get('reason'))})" if entry.get("reason") else "")
+        out.append(head + said + "\n")
+        if not analysis:
+            out.append("A person's move: no analysis.\n")
+            continue
+        reasons = _cell("; ".join(analysis.get("reasons", [])))
+        out.append(f"Outcome **{analysis.get('outcome')}**, score {_cell(float(analysis.get('score', 0)))}; {reasons}\n")
+        rows = [
+            "| metric | classification | critical | samples | measured | thresholds | why | PromQL |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for m in analysis.get("metrics", []):
+            samples = ", ".join(f"{k} {v}" for k, v in m.get("samples", {}).items())
+            measured = ", ".join(f"{k} {_cell(v if v is not None else math.nan)}" for k, v in m.get("measured", {}).items())
+            thresholds = ", ".join(f"{k} {_cell(v)}" for k, v in m.get("thresholds", {}).items())
+            promql = "<br>".join(f"{k}: `{_cell(q)}`" for k, q in m.get("queries", {}).items())
+            cls = m.get("classification", "")
+            rows.append(
+                f"| {m.get('metric')} | {'**' + cls + '**' if cls != 'pass' else cls} | {'yes' if m.get('critical') else ''} | {samples} |"
+                f" {measured} | {thresholds} | {_cell(m.get('reason', ''))} | {promql} |"
+            )
+        out.append("\n".join(rows) + "\n")
+    return "\n".join(out)
