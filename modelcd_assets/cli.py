@@ -341,7 +341,7 @@ def cmd_rollout(args) -> int:
                 entry.get("action", ""),
                 entry.get("by", ""),
                 f"{analysis.get('outcome', '')} {analysis.get('score', '') if analysis else ''}".strip(),
-                "; ".join(f"{m['metric']} {m['classification']}" for m in analysis.get("metrics", [])),
+                "; ".join(f"{m['metric']} {m['outcome']}" for m in analysis.get("metrics", [])),
             ]
         )
     if rows:

@@ -191,7 +191,7 @@ def test_a_candidate_whose_copies_fail_is_aborted_at_its_first_step(served, stac
     assert server.admin("POST", "/v1/admin/faults", json={"version": candidate.version, "error_ratio": 0.5}).status_code == 200
     moves, status = drive(served, prometheus.url, (PROMOTED, ABORTED))
     assert status == ABORTED and [m["action"] for m in moves] == ["abort"]
-    assert any(m["metric"] == "error_rate" and m["classification"] == "high" and m["critical"] for m in moves[0]["metrics"])
+    assert any(m["metric"] == "error_rate" and m["outcome"] == "high" and m["critical"] for m in moves[0]["metrics"])
     assert served.env.registry.production(MODEL) == production
     wait_for(lambda: of_name(metrics(server), "modelcd_rollout_share", arm="shadow") == 0, "the server dropping the aborted share")
 

@@ -25,7 +25,7 @@ from modelcd_assets.lib.judging.stats import median_ci, median_ci_min_n
 from modelcd_assets.lib.tasks.names import LiveMetric, declaration_of
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"  # a step's outcome
-GOOD, HIGH, LOW, NODATA = "pass", "high", "low", "nodata"  # a metric's classification, as Kayenta names them
+GOOD, HIGH, LOW, NODATA = "pass", "high", "low", "nodata"  # a metric's outcome, as Kayenta names them
 HL_TOLERANCE = 0.25  # Kayenta's: a shift counts only when its CI clears a quarter of the Hodges-Lehmann estimate
 
 
@@ -59,11 +59,11 @@ SAMPLE_KINDS = {"shift": ShiftSample, "rate": RateSample, "agreement": Agreement
 
 @dataclass(frozen=True)
 class MetricJudgement:
-    """One live metric's classification, with every number it was decided on."""
+    """One live metric's outcome, with every number it was decided on."""
 
     metric: str
     kind: str
-    classification: str
+    outcome: str
     critical: bool
     weight: float
     samples: dict[str, int]  # per arm (candidate, production) or pairs
@@ -74,13 +74,13 @@ class MetricJudgement:
 
     @property
     def failed(self) -> bool:
-        return self.classification in (HIGH, LOW)
+        return self.outcome in (HIGH, LOW)
 
     def as_dict(self) -> dict:
         return {
             "metric": self.metric,
             "kind": self.kind,
-            "classification": self.classification,
+            "outcome": self.outcome,
             "critical": self.critical,
             "weight": self.weight,
             "samples": self.samples,
@@ -133,8 +133,8 @@ def judge_metric(
     alpha = 1 - confidence
     critical, weight = _critical(metric, policy), policy.weight
 
-    def judged(classification: str, samples, measured, thresholds, reason) -> MetricJudgement:
-        return MetricJudgement(metric.name, metric.kind, classification, critical, weight, samples, measured, thresholds, reason, queries)
+    def judged(outcome: str, samples, measured, thresholds, reason) -> MetricJudgement:
+        return MetricJudgement(metric.name, metric.kind, outcome, critical, weight, samples, measured, thresholds, reason, queries)
 
     if metric.kind == "shift":
         samples = {"candidate": sample.candidate.n, "production": sample.baseline.n}
@@ -243,11 +243,11 @@ def judge_step(judgements: list[MetricJudgement], policy: RolloutPolicy) -> Step
     if not judgements:
         return StepAnalysis(INCONCLUSIVE, 0.0, ["no live metric was judged"], [])
     total = sum(j.weight for j in judgements)
-    score = 100.0 * sum(j.weight for j in judgements if j.classification == GOOD) / total
+    score = 100.0 * sum(j.weight for j in judgements if j.outcome == GOOD) / total
     critical = [j for j in judgements if j.critical and j.failed]
     if critical:
         return StepAnalysis(FAIL, score, [f"critical metric {j.metric} failed: {j.reason}" for j in critical], judgements)
-    nodata = [j for j in judgements if j.classification == NODATA]
+    nodata = [j for j in judgements if j.outcome == NODATA]
     if nodata:
         return StepAnalysis(INCONCLUSIVE, score, [f"{j.metric}: no verdict, {j.reason}" for j in nodata], judgements)
     failed = [f"{j.metric} failed: {j.reason}" for j in judgements if j.failed]

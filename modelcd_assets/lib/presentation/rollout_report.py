@@ -28,7 +28,7 @@ def rollout_markdown(history: list[dict], now: str) -> str:
         reasons = _cell("; ".join(analysis.get("reasons", [])))
         out.append(f"Outcome **{analysis.get('outcome')}**, score {_cell(float(analysis.get('score', 0)))}; {reasons}\n")
         rows = [
-            "| metric | classification | critical | samples | measured | thresholds | why | PromQL |",
+            "| metric | outcome | critical | samples | measured | thresholds | why | PromQL |",
             "|---|---|---|---|---|---|---|---|",
         ]
         for m in analysis.get("metrics", []):
@@ -36,7 +36,7 @@ def rollout_markdown(history: list[dict], now: str) -> str:
             measured = ", ".join(f"{k} {_cell(v if v is not None else math.nan)}" for k, v in m.get("measured", {}).items())
             thresholds = ", ".join(f"{k} {_cell(v)}" for k, v in m.get("thresholds", {}).items())
             promql = "<br>".join(f"{k}: `{_cell(q)}`" for k, q in m.get("queries", {}).items())
-            cls = m.get("classification", "")
+            cls = m.get("outcome", "")
             rows.append(
                 f"| {m.get('metric')} | {'**' + cls + '**' if cls != 'pass' else cls} | {'yes' if m.get('critical') else ''} | {samples} |"
                 f" {measured} | {thresholds} | {_cell(m.get('reason', ''))} | {promql} |"

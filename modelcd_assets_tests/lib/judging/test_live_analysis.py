@@ -42,52 +42,52 @@ def latency(ms: float, n: int, spread: float = 2.0):
 
 def test_a_slower_candidate_is_high_and_an_equal_one_passes():
     slow = judge_metric(LATENCY, ShiftSample(latency(60, 400), latency(40, 400)), DEFAULT, 100, 0.98)
-    assert slow.classification == HIGH and slow.failed and slow.measured["mean_ratio"] == pytest.approx(1.5, rel=0.02)
+    assert slow.outcome == HIGH and slow.failed and slow.measured["mean_ratio"] == pytest.approx(1.5, rel=0.02)
     assert "higher" in slow.reason and slow.measured["shift"] == pytest.approx(20, abs=1)  # in ms: scaled
     same = judge_metric(LATENCY, ShiftSample(latency(40, 400), latency(40, 400)), DEFAULT, 100, 0.98)
-    assert same.classification == GOOD
+    assert same.outcome == GOOD
 
 
 def test_a_significant_shift_under_the_effect_size_floor_passes():
     # 2% slower with a tight spread: significant, but below the 1.1 mean-ratio floor.
     small = judge_metric(LATENCY, ShiftSample(latency(40.8, 2000, 0.2), latency(40, 2000, 0.2)), DEFAULT, 100, 0.98)
-    assert small.measured["shift_lower"] > 0 and small.classification == GOOD
+    assert small.measured["shift_lower"] > 0 and small.outcome == GOOD
     strict = judge_metric(
         LATENCY, ShiftSample(latency(40.8, 2000, 0.2), latency(40, 2000, 0.2)), LiveMetricPolicy(max_mean_ratio=1.01), 100, 0.98
     )
-    assert strict.classification == HIGH
+    assert strict.outcome == HIGH
 
 
 def test_a_wider_tail_at_the_same_median_fails_on_the_tail():
     base = Binned.of(RNG.normal(40, 2, 2000) / 1000)
     wide = Binned.of(np.concatenate([RNG.normal(40, 2, 1940), RNG.normal(90, 5, 60)]) / 1000)
     j = judge_metric(LATENCY, ShiftSample(wide, base), DEFAULT, 100, 0.98)
-    assert j.classification == HIGH and j.reason.startswith("tail")
+    assert j.outcome == HIGH and j.reason.startswith("tail")
 
 
 def test_too_few_samples_in_either_arm_is_no_data():
     j = judge_metric(LATENCY, ShiftSample(latency(90, 20), latency(40, 400)), DEFAULT, 100, 0.98)
-    assert j.classification == NODATA and "20 candidate" in j.reason and "100 needed" in j.reason
+    assert j.outcome == NODATA and "20 candidate" in j.reason and "100 needed" in j.reason
 
 
 def test_rates_fail_on_errors_mostly_zero_and_on_eos_reached_less_often():
     bad = judge_metric(ERRORS, RateSample(10, 200, 0, 200), DEFAULT, 100, 0.98)
-    assert bad.classification == HIGH and bad.critical
+    assert bad.outcome == HIGH and bad.critical
     fine = judge_metric(ERRORS, RateSample(0, 200, 0, 200), DEFAULT, 100, 0.98)
-    assert fine.classification == GOOD
+    assert fine.outcome == GOOD
     fewer_eos = judge_metric(EOS, RateSample(140, 200, 198, 200), DEFAULT, 100, 0.98)
-    assert fewer_eos.classification == LOW
+    assert fewer_eos.outcome == LOW
     more_eos = judge_metric(EOS, RateSample(200, 200, 180, 200), DEFAULT, 100, 0.98)
-    assert more_eos.classification == GOOD
+    assert more_eos.outcome == GOOD
 
 
 def test_agreement_and_paired_shifts():
-    assert judge_metric(AGREE, AgreementSample(150, 200), DEFAULT, 100, 0.98).classification == LOW
-    assert judge_metric(AGREE, AgreementSample(196, 200), DEFAULT, 100, 0.98).classification == GOOD
+    assert judge_metric(AGREE, AgreementSample(150, 200), DEFAULT, 100, 0.98).outcome == LOW
+    assert judge_metric(AGREE, AgreementSample(196, 200), DEFAULT, 100, 0.98).outcome == GOOD
     twice_as_long = Binned.of(RNG.normal(1.0, 0.2, 300))  # log2(candidate / production tokens) ~ 1
     j = judge_metric(LENGTH, PairedSample(twice_as_long), DEFAULT, 100, 0.98)
-    assert j.classification == HIGH and j.thresholds["max_shift"] == 0.5  # the metric's own default
-    assert judge_metric(LENGTH, PairedSample(Binned.of(RNG.normal(0, 0.2, 300))), DEFAULT, 100, 0.98).classification == GOOD
+    assert j.outcome == HIGH and j.thresholds["max_shift"] == 0.5  # the metric's own default
+    assert judge_metric(LENGTH, PairedSample(Binned.of(RNG.normal(0, 0.2, 300))), DEFAULT, 100, 0.98).outcome == GOOD
 
 
 def test_a_sample_of_the_wrong_kind_is_refused():

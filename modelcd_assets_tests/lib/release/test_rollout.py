@@ -89,7 +89,7 @@ def test_a_move_is_written_only_over_the_state_it_was_decided_on(tmp_path, monke
     env = make_env(tmp_path / "home", monkeypatch)
     reg = env.registry
     reg.client.create_registered_model("m")
-    keys, lock = Keys.from_env(env.env), FileAliasLock(tmp_path / "locks")
+    keys, lock = Keys.from_env(env.env), FileAliasLock(tmp_path / "alias-locks")
     first = started(REF, "3", POLICY, "ab", None)
     write_state(reg, first, None, keys.private, lock)
     assert read_state(reg, "m") == first
