@@ -78,7 +78,7 @@ def run_stack(models: list[str], serve_port: int, prometheus_port: int, ui_port:
         )
         print(
             f"{served}\nPrometheus on {prometheus.url}\nDagster UI and daemon on http://127.0.0.1:{ui_port} (registry_sensor,"
-            " slo_sensor)\nCtrl-C stops everything.",
+            " trigger_sensor, rollout_sensor)\nCtrl-C stops everything.",
             flush=True,
         )
         while not stopping:

@@ -53,7 +53,7 @@ class Env:
         return Path(self.env["MODELCD_DATA"])
 
     def sensor_resources(self, prometheus_url: str) -> dict:
-        """The resources slo_sensor and rollout_sensor take, bound to this state folder and a Prometheus."""
+        """The resources trigger_sensor and rollout_sensor take, bound to this state folder and a Prometheus."""
         from modelcd_assets.resources.policy import PolicyResource
         from modelcd_assets.resources.prometheus import PrometheusResource
         from modelcd_assets.resources.registry import MlflowRegistryResource

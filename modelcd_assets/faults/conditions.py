@@ -151,11 +151,12 @@ def _closed_port() -> int:
 
 
 def prometheus_unreachable(sb: Sandbox) -> Outcome:
-    """One slo_sensor tick with Prometheus on a closed port: it must skip, launch nothing and keep its cursor."""
-    from modelcd_assets.defs.sensors.slo_sensor import slo_sensor
+    """One trigger_sensor tick with Prometheus on a closed port: it must skip, launch nothing and keep its cursor."""
+    from modelcd_assets.defs.sensors.trigger_sensor import trigger_sensor
     from modelcd_assets.resources.policy import PolicyResource
     from modelcd_assets.resources.prometheus import PrometheusResource
     from modelcd_assets.resources.registry import MlflowRegistryResource
+    from modelcd_assets.resources.state import LocalStateResource
 
     resources = {
         "registry": MlflowRegistryResource(
@@ -163,10 +164,12 @@ def prometheus_unreachable(sb: Sandbox) -> Outcome:
         ),
         "policy": PolicyResource(policy_dir=sb.env["MODELCD_POLICY_DIR"]),
         "prometheus": PrometheusResource(url=f"http://127.0.0.1:{_closed_port()}"),
+        "state": LocalStateResource(home=str(sb.home), data_dir=str(sb.data)),
     }
-    # A streak already under way: an unreachable Prometheus must neither extend it nor reset it.
-    cursor = json.dumps({sb.name: {"version": sb.production.version, "failures": [{"outcome": "fail"}], "rollbacks": 0}}, sort_keys=True)
-    result = slo_sensor(dg.build_sensor_context(cursor=cursor, instance=sb.instance, resources=resources))
+    # The SLO's failing streak already under way: an unreachable Prometheus must neither extend it nor reset it.
+    streak = {"version": sb.production.version, "since": 1.0, "fired": False, "count": 1, "evaluations": [{"outcome": "fail"}]}
+    cursor = json.dumps({sb.name: {"0:slo": streak}}, sort_keys=True)
+    result = trigger_sensor(dg.build_sensor_context(cursor=cursor, instance=sb.instance, resources=resources))
     if result.run_requests:
         return Outcome(LAUNCHED, detail=", ".join(r.run_key or "" for r in result.run_requests))
     if result.cursor != cursor:

@@ -7,6 +7,7 @@ thing lives; none of them joins a file name by hand.
     <state>/candidates/NAME/variants/  the INT8 variant chosen per base and calibration set, shared by NAME's versions
     <state>/cache/KIND/                content-addressed work shared by every candidate (bases, builds, tokens)
     <state>/calibration/               calibration sets under their sha256
+    <state>/calibration/from-traffic/  live texts a recalibrate trigger calibrates on (defs/sensors/trigger_sensor.py)
     <state>/attestations/NAME/         signed verdicts, VERSION.intoto.json
     <state>/traffic/NAME/              the sampled traffic and the live drift verdict (lib/operations/traffic_log.py)
     <state>/locks/                     the production aliases' flock files (lib/release/alias_lock.py)
@@ -22,6 +23,7 @@ CANDIDATES_DIR = "candidates"
 VARIANTS_DIR = "variants"
 CACHE_DIR = "cache"
 CALIBRATION_DIR = "calibration"
+FROM_TRAFFIC_DIR = "from-traffic"
 ATTESTATIONS_DIR = "attestations"
 TRAFFIC_DIR = "traffic"
 ROLLOUTS_DIR = "rollouts"
@@ -120,6 +122,10 @@ class StateLayout:
 
     def calibration(self) -> Path:
         return Path(self.root) / CALIBRATION_DIR
+
+    def calibration_from_traffic(self, model: str, stamp: int) -> Path:
+        """A recalibrate trigger's source: model's sampled live texts at stamp (seconds), as JSON lines."""
+        return Path(self.root) / CALIBRATION_DIR / FROM_TRAFFIC_DIR / f"{model}-{stamp}.jsonl"
 
     def attestation(self, model: str, version: str) -> Path:
         """The state folder's copy of a version's signed verdict (the registry keeps the other, with the version)."""

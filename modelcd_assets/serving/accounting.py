@@ -1,5 +1,5 @@
 """One request's account, the same object for every task: rejected before a model (counted by reason in
-modelcd_requests_rejected_total), or admitted to a version and counted in that version's series, which slo_sensor
+modelcd_requests_rejected_total), or admitted to a version and counted in that version's series, which trigger_sensor
 judges: a request, an error, non-finite outputs. Each task's account adds what its requests measure."""
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class LiveDriftCollector:
 
 
 class Metrics:
-    """What every server exports: its versions' requests, errors and NaN outputs (what slo_sensor judges), swaps, and
+    """What every server exports: its versions' requests, errors and NaN outputs (what trigger_sensor judges), swaps, and
     requests answered before they reached a model."""
 
     def __init__(self, live_drift: Collector | None = None) -> None:
@@ -104,7 +104,7 @@ class Metrics:
             ("model", "version"),
             registry=self.registry,
         )
-        # Apart from the version's series on purpose: what never reached a model must not move the latency or error ratio slo_sensor judges.
+        # Apart from the version's series on purpose: what never reached a model must not move the latency or error ratio the SLO judges.
         self.rejected = Counter(
             "modelcd_requests_rejected",
             "Requests answered before they reached a model (over a limit, malformed, "

@@ -60,7 +60,7 @@ def test_services_select_the_serve_pods_on_their_http_port():
     assert manifest("Service", "modelcd-serve-pods")["spec"]["clusterIP"] == "None"
 
 
-def test_prometheus_scrapes_every_serve_pod_and_slo_sensor_reads_that_prometheus():
+def test_prometheus_scrapes_every_serve_pod_and_trigger_sensor_reads_that_prometheus():
     config = yaml.safe_load(manifest("ConfigMap", "modelcd-prometheus")["data"]["prometheus.yml"])
     (job,) = config["scrape_configs"]
     assert (job["job_name"], job["metrics_path"]) == ("modelcd-serve", "/metrics")

@@ -24,6 +24,8 @@ FOLDERS = (
     layout.CALIBRATION_DIR,
     layout.ATTESTATIONS_DIR,
     layout.TRAFFIC_DIR,
+    layout.ROLLOUTS_DIR,
+    layout.FROM_TRAFFIC_DIR,
     layout.ARTIFACT_DIR,
     layout.LOCKS_DIR,
 )

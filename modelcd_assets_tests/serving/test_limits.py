@@ -2,7 +2,7 @@
 parsed or tokenized, named and counted apart, so it can move neither a version's latency nor the SLO that rolls back.
 
 The server used to take 64 texts of 5 MiB each, and a 4 MiB text cost 4 s of tokenization, observed in the very
-histogram slo_sensor reads: oversized garbage could have rolled production back.
+histogram trigger_sensor reads: oversized garbage could have rolled production back.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def served_counts(metrics: dict) -> tuple[float, float]:
 
 
 def p99_ms(metrics: dict, version: str) -> float | None:
-    """histogram_quantile(0.99, ...) over the version's buckets, as Prometheus computes it for slo_sensor."""
+    """histogram_quantile(0.99, ...) over the version's buckets, as Prometheus computes it for trigger_sensor."""
     buckets = sorted(
         (float(dict(ls)["le"]), v)
         for (n, ls), v in metrics.items()
@@ -263,14 +263,14 @@ def test_oversized_requests_beside_normal_ones_move_neither_the_latency_nor_the_
     after = samples(httpx.get(f"{server.url}/metrics").text)
     for reason in set(sent):
         assert rejected(after, reason) - rejected(before, reason) == sent.count(reason)
-    # Exactly the normal requests reached the model: the histogram and counters slo_sensor reads saw nothing else.
+    # Exactly the normal requests reached the model: the histogram and counters trigger_sensor reads saw nothing else.
     version = served.v2.version
     requests = of_name(after, "modelcd_requests_total", version=version) - of_name(before, "modelcd_requests_total", version=version)
     observed = of_name(after, "modelcd_request_duration_seconds_count", version=version) - of_name(
         before, "modelcd_request_duration_seconds_count", version=version
     )
     assert requests == observed == 2 * normal_per_client
-    # The SLO judged on this server's series, as slo_sensor judges Prometheus's: it passes, so nothing here can roll back.
+    # The SLO judged on this server's series, as trigger_sensor judges Prometheus's: it passes, so nothing here can roll back.
     values = {
         "samples": of_name(after, "modelcd_requests_total", version=version),
         "p99_latency_ms": p99_ms(after, version),

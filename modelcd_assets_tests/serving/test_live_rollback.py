@@ -1,4 +1,4 @@
-"""The real server, a real Prometheus scraping it, and slo_sensor reading Prometheus: all on loopback.
+"""The real server, a real Prometheus scraping it, and trigger_sensor judging the slo: section from Prometheus: all on loopback.
 
 A healthy window never rolls back; injected latency on production rolls it back to the previous
 version that passed its gates, and the server follows; injected errors with no earlier version to
@@ -15,7 +15,7 @@ import dagster as dg
 import httpx
 import pytest
 
-from modelcd_assets.defs.sensors.slo_sensor import slo_sensor
+from modelcd_assets.defs.sensors.trigger_sensor import trigger_sensor
 from modelcd_assets.lib.judging.slo import FAIL, evaluate_slo
 from modelcd_assets.lib.operations.prometheus_server import PrometheusServer
 from modelcd_assets.lib.release.registry import PROMOTION, ROLLED_BACK
@@ -65,7 +65,7 @@ def stack(served, tmp_path_factory):
 
 
 def tick(served, url: str, cursor: str | None):
-    return slo_sensor(dg.build_sensor_context(cursor=cursor, instance=served.instance, resources=served.env.sensor_resources(url)))
+    return trigger_sensor(dg.build_sensor_context(cursor=cursor, instance=served.instance, resources=served.env.sensor_resources(url)))
 
 
 def wait_for(outcome: str, served, url: str, version: str, timeout: float = 60):
@@ -95,7 +95,7 @@ def test_a_healthy_window_never_rolls_back(served, stack):
         result = tick(served, prometheus.url, cursor)
         assert not result.run_requests and "pass" in result.skip_reason.skip_message
         cursor = result.cursor
-    assert json.loads(cursor)[MODEL]["failures"] == []
+    assert json.loads(cursor)[MODEL]["0:slo"]["count"] == 0
     assert served.env.registry.production(MODEL) == served.v2
 
 
@@ -105,13 +105,13 @@ def test_injected_latency_rolls_back_and_the_server_follows(served, stack):
     failing = wait_for(FAIL, served, prometheus.url, served.v2.version)
     assert failing.values["p99_latency_ms"] > 150
     first = tick(served, prometheus.url, None)
-    assert not first.run_requests and "1/2 failures" in first.skip_reason.skip_message
+    assert not first.run_requests and "1/2 readings in a row" in first.skip_reason.skip_message
     second = tick(served, prometheus.url, first.cursor)
     assert len(second.run_requests) == 1
     result = run(served, second.run_requests[0])
     assert result.success
     metadata = result.asset_materializations_for_node("production_rollback")[0].metadata
-    assert metadata["to_version"].value == served.v1.version and metadata["trigger"].value == "slo_sensor"
+    assert metadata["to_version"].value == served.v1.version and metadata["trigger"].value == "trigger_sensor: slo"
     why = metadata["why"].value["slo_evaluations"]
     assert len(why) == 2 and all(
         e["values"]["p99_latency_ms"] > 150 and "histogram_quantile" in e["queries"]["p99_latency_ms"] for e in why
@@ -168,6 +168,6 @@ def test_prometheus_down_is_a_skip_that_keeps_the_cursor(served):
     assert (
         not result.run_requests
         and "unreachable" in result.skip_reason.skip_message
-        and "nothing rolled back" in result.skip_reason.skip_message
+        and "nothing launched" in result.skip_reason.skip_message
     )
     assert result.cursor == '{"kept": 1}'

@@ -9,6 +9,7 @@ from modelcd_assets.lib.errors import ModelcdError, Superseded
 from modelcd_assets.lib.hashing import folder_hash
 from modelcd_assets.lib.inference.builds import Build
 from modelcd_assets.lib.judging.live_analysis import refuse_foreign_rollout
+from modelcd_assets.lib.judging.triggers import refuse_foreign_triggers
 from modelcd_assets.lib.release.artifact import ADAPTER, inspect_artifact
 from modelcd_assets.lib.release.attestation import CALIBRATION_SET
 from modelcd_assets.lib.release.candidate import CandidateRecord, policy_snapshot
@@ -127,6 +128,7 @@ def candidate(
     refuse_foreign_policy(task, {*model_policy.model_fields_set, *(model_policy.model_extra or {})}, f"the policy file {source}")
     if model_policy.rollout is not None:
         refuse_foreign_rollout(task, model_policy.rollout, f"the policy file {source}")
+    refuse_foreign_triggers(task, model_policy.triggers, f"the policy file {source}")
     calibration = tags.get(CALIBRATION)
     if calibration is None and CALIBRATION_SET in declaration_of(task).subjects:  # its INT8 is calibrated (static)
         calibration = reg.calibration_of(ref.name) or state.default_calibration()

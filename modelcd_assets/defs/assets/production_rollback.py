@@ -17,12 +17,12 @@ from modelcd_assets.resources.state import LocalStateResource
 class RollbackConfig(dg.Config):
     model: str = Field(description="Registered model whose production alias moves back")
     from_version: str = Field(description="The production version being rolled back; nothing moves if production is no longer this version")
-    trigger: str = Field("manual", description="What decided the rollback: slo_sensor or manual")
+    trigger: str = Field("manual", description="What decided the rollback: trigger_sensor and its trigger, or manual")
     reason: str = Field("{}", description="Why, as JSON: the PromQL values and thresholds, or the operator's words")
 
 
 def rollback_run_config(model: str, from_version: str, trigger: str, reason: dict) -> dict:
-    """Run config of the rollback job, as the SLO sensor and `modelcd rollback` both launch it."""
+    """Run config of the rollback job, as trigger_sensor and `modelcd rollback` both launch it."""
     config = {"model": model, "from_version": from_version, "trigger": trigger, "reason": json.dumps(reason, sort_keys=True)}
     return {"ops": {production_rollback.op.name: {"config": config}}}
 

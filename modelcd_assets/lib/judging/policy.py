@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.judging.rollout_policy import RolloutPolicy
 from modelcd_assets.lib.judging.stats import median_ci_min_n
+from modelcd_assets.lib.judging.trigger_policy import TriggerPolicy
 from modelcd_assets.lib.operations.traffic_log import record_bytes_bound
 
 
@@ -409,9 +410,18 @@ class Policy(BaseModel):
         default_factory=list, description="Causal LMs: prompts whose greedy completion must contain (or equal) the expected answer."
     )
     adapter_slots: AdapterSlotsPolicy = AdapterSlotsPolicy()
+    triggers: list[TriggerPolicy] = Field(
+        default_factory=list,
+        description="Feedback triggers: a live metric held past a threshold for a while, and the action it calls for (trigger_sensor).",
+    )
     rollout: RolloutPolicy | None = Field(
         None, description="The steps on live traffic a version takes before it is production; unset: it is promoted when its gates pass."
     )
+
+    @property
+    def feedback_triggers(self) -> list[TriggerPolicy]:
+        """What trigger_sensor evaluates: the slo: section's rollback (TriggerPolicy.of_slo) first, then triggers: in order."""
+        return [TriggerPolicy.of_slo(self.slo.consecutive_failures), *self.triggers]
 
     @model_validator(mode="after")
     def _task_sections(self) -> "Policy":

@@ -35,8 +35,8 @@ REQUIRED_ROLES = {
     "speed": "how fast the artifact that would serve runs",
     "cost": "what a unit of work costs",
 }
-# Policy sections every task reads: the gates every task has (health, safety, drift), serving and the live SLOs.
-COMMON_POLICY = ("health", "safety", "drift", "serving", "slo")
+# Policy sections every task reads: the gates every task has (health, safety, drift), serving, the live SLOs and triggers.
+COMMON_POLICY = ("health", "safety", "drift", "serving", "slo", "triggers")
 
 
 @dataclass(frozen=True)

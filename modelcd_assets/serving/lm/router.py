@@ -3,7 +3,7 @@ streamed as server-sent events, and the models it serves), and a causal LM's ser
 readiness and metrics; its admin API is app.state.admin_app, as the classifier's.
 
 Every bound is checked before a token is generated (serving/rejections.py); a request refused is counted by reason in
-modelcd_requests_rejected_total, never in a version's series, which slo_sensor judges.
+modelcd_requests_rejected_total, never in a version's series, which trigger_sensor judges.
 """
 
 from __future__ import annotations
