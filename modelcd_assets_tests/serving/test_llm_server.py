@@ -7,6 +7,8 @@ version blocked by its perplexity gate."""
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -15,8 +17,12 @@ import pytest
 from modelcd_assets.faults.llm_builders import scaled_lora_b
 from modelcd_assets.launch import BLOCKED, PROMOTED, run_gate
 from modelcd_assets.lib.causal_lm.decoder import Decoder
+from modelcd_assets.lib.operations import traffic_log
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import ROLLED_BACK
+from modelcd_assets.lib.release.rollout import read_state
+from modelcd_assets.lib.release.rollout_state import RolloutState, sign_state
+from modelcd_assets.lib.release.signing import Keys
 from modelcd_assets_tests.conftest import module_state_fixtures
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, ServerProcess, of_name, samples, wait_for
 from modelcd_assets_tests.tiny_lm import TINY_LM_POLICY
@@ -208,6 +214,60 @@ def test_metrics_hold_time_to_first_token_tokens_and_cost(server, client):
     assert metric(server, "modelcd_llm_prompt_tokens_total", version="2") > 0
     assert metric(server, "modelcd_llm_cost_usd_per_1m_tokens") > 0
     assert metric(server, "modelcd_request_errors_total", version="2") == 0
+
+
+def rollout_state(env, versions, kind: str, share: float, status: str = "running"):
+    """Sign and store a rollout of v1 against production v2, as the rollout asset would."""
+    current = read_state(env.registry, MODEL)
+    state = RolloutState(
+        model=MODEL,
+        version=versions[0].version,
+        against=versions[1].version,
+        step=0,
+        steps=2,
+        kind=kind,
+        share=share,
+        status=status,
+        since=time.time(),
+        sequence=current.sequence + 1 if current else 0,
+        policy_sha256="test",
+    )
+    env.registry.put_rollout_envelope(MODEL, sign_state(state, Keys.from_env(env.env).private))
+
+
+def test_a_rollout_canaries_by_user_and_shadows_greedy_generations(server, client, env, versions):
+    v1, v2 = versions[0].version, versions[1].version
+    rollout_state(env, versions, "canary", 0.5)
+    wait_for(lambda: metric(server, "modelcd_rollout_share", arm="canary") == 0.5, "the server following the canary step")
+    answered = {}
+    for user in (f"user-{i}" for i in range(16)):
+        raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0, user=user)
+        answered[user] = (raw.headers["x-modelcd-version"], raw.headers.get("x-modelcd-arm"))
+        again = client.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES, max_tokens=4, temperature=0, user=user)
+        assert again.headers["x-modelcd-version"] == answered[user][0]  # sticky per user
+    assert {v for v, _ in answered.values()} == {v1, v2}
+    assert all(arm == "canary" for v, arm in answered.values() if v == v1)
+    assert all(arm is None for v, arm in answered.values() if v == v2)
+    assert (
+        metric(server, "modelcd_llm_answers_at_eos_total", version=v1) + metric(server, "modelcd_llm_answer_tokens_count", version=v1) > 0
+    )
+
+    rollout_state(env, versions, "shadow", 1.0)
+    wait_for(lambda: metric(server, "modelcd_rollout_share", arm="shadow") == 1.0, "the server following the shadow step")
+    before = metric(server, "modelcd_shadow_pairs_total", version=v1)
+    for _ in range(4):
+        raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES, max_tokens=8, temperature=0)
+        assert raw.headers["x-modelcd-version"] == v2  # a shadow's answers are never returned
+    wait_for(lambda: metric(server, "modelcd_shadow_pairs_total", version=v1) >= before + 1, "a shadowed greedy generation paired")
+    # v1's adapter is LoRA B x 1/1.001 of v2's: the same greedy first token, and about the same length.
+    assert metric(server, "modelcd_shadow_agreements_total", version=v1) >= 1
+    assert metric(server, "modelcd_shadow_length_ratio_count", version=v1) >= 1
+    shadow = traffic_log.folder(Path(env.env["MODELCD_HOME"]), MODEL, traffic_log.SHADOW_PAIRS)
+    pairs = (shadow / traffic_log.CURRENT).read_text().splitlines()
+    record = json.loads(pairs[-1])
+    assert record["production"] == v2 and record["candidate"] == v1 and record["greedy"] and "candidate_text" in record
+    rollout_state(env, versions, "shadow", 1.0, status="aborted")
+    wait_for(lambda: metric(server, "modelcd_rollout_share", arm="shadow") == 0, "the share dropped once the rollout ended")
 
 
 def test_a_version_whose_recorded_probe_or_adapter_changed_is_refused_and_the_old_one_keeps_serving(server, env, versions):
