@@ -55,6 +55,8 @@ class TriggerPolicy(BaseModel):
             raise ValueError(f"version is production or candidate, not {self.version!r}")
         if self.metric == SLO_METRIC and {"window", "min_samples"} & self.model_fields_set:
             raise ValueError("the slo metric is read over the slo: section's window and min_samples; set them there")
+        if self.promql is not None and {"window", "min_samples"} & self.model_fields_set:
+            raise ValueError("window and min_samples are how a named metric is read; a promql trigger sets its range in its own PromQL")
         if self.promql is not None and "$version" not in self.promql:
             raise ValueError("a trigger's promql must select one version ($version), or it would mix the candidate's and production's")
         return self

@@ -37,6 +37,7 @@ def test_the_seed_trigger_reads_as_policy():
         ({"for": "soon"}, "not a duration"),
         ({"version": "both"}, "production or candidate"),
         ({"metric": "slo", "window": "1m"}, "set them there"),
+        ({"metric": None, "promql": 'sum(up{version="$version"})', "min_samples": 5}, "in its own PromQL"),
         ({"times": 0}, "times"),
     ],
 )
