@@ -196,6 +196,21 @@ def test_a_candidate_whose_copies_fail_is_aborted_at_its_first_step(served, stac
     wait_for(lambda: of_name(metrics(server), "modelcd_rollout_share", arm="shadow") == 0, "the server dropping the aborted share")
 
 
+def test_a_first_version_under_a_rollout_policy_takes_production_when_its_gates_pass(served, tiny_adapters):
+    """With no production to be judged against on live traffic it is promoted at once, as Argo Rollouts' first deploy is;
+    a rollout started against nothing would wait for data no production can give and never end."""
+    from modelcd_assets.launch import PROMOTED
+
+    reg = served.env.registry
+    served.env.policy("tiny-first", POLICY + ROLLOUT)
+    ref = reg.register(tiny_adapters["good"], "tiny-first")
+    run = run_gate(ref, instance=served.instance)
+    assert run.outcome == PROMOTED, (run.outcome, run.error)
+    assert reg.production("tiny-first") == ref and read_state(reg, "tiny-first") is None
+    final = attestation.verify(reg.attestation(ref), Keys.from_env(served.env.env).public, ref.uri)
+    assert not final.offline_only
+
+
 def write(served, state: RolloutState, keys: Keys | None = None) -> None:
     keys = keys or Keys.from_env(served.env.env)
     served.env.registry.put_rollout_envelope(MODEL, sign_state(state, keys.private))

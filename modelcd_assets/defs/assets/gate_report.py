@@ -63,7 +63,7 @@ def gate_report(
         f"- policy: {record.policy_source if record else 'unknown'}\n\n{decision_markdown(decision)}\n"
     )
     history = RolloutHistory(state.root, ref.name, ref.version).read()
-    if record is not None and record.effective_policy().rollout is not None:
+    if record is not None and record.rollout() is not None:
         try:
             rolling = read_state(registry.registry(), ref.name)
             now = rolling.describe() if rolling is not None and rolling.version == ref.version else "no rollout of this version now"

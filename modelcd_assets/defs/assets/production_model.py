@@ -47,7 +47,7 @@ def production_model(
         raise ModelcdError(f"refusing to promote {ref.uri}: " + "; ".join(decision.problems))
     record = state.record(ref)
     reg = registry.registry()
-    policy = record.effective_policy().rollout
+    policy = record.rollout()
     extra, rolling = {}, None
     if policy is not None:
         rolling = read_state(reg, ref.name)

@@ -4,8 +4,8 @@ One materialization per move. The gated run starts it (action start): it re-read
 verdict that says the offline gates passed and no more (the server may then give the version a shadow or canary share,
 never production's place), and writes the rollout's first signed state to the registry. rollout_sensor then moves it
 (advance, pause, abort, supersede), and so can a person (`modelcd rollout`); each move is written only over the state
-it was decided on. Without a rollout section in the policy the gated run records that, and production_model promotes
-as it always has.
+it was decided on. Without a rollout section in the policy, for a first version and for a re-gated production
+(CandidateRecord.no_rollout_because) the gated run records why, and production_model promotes as it always has.
 """
 
 import json
@@ -76,14 +76,12 @@ def rollout(
         raise ModelcdError(f"rollout action {config.action!r} is none of {', '.join(a for a in ACTIONS if a != FINISH)}")
     ref = CandidateRef.parse(context.partition_key)
     record = state.record(ref)
-    policy = record.effective_policy().rollout
+    policy = record.rollout()
     reg = registry.registry()
     if policy is None:
         if config.action != START:
-            raise ModelcdError(f"{ref.uri} was gated under a policy without a rollout section: it has no rollout to {config.action}")
-        return dg.MaterializeResult(
-            metadata={"status": NO_ROLLOUT, "why": "the policy has no rollout section: production moves when the offline gates pass"}
-        )
+            raise ModelcdError(f"{ref.uri} has no rollout to {config.action}: {record.no_rollout_because()}")
+        return dg.MaterializeResult(metadata={"status": NO_ROLLOUT, "why": record.no_rollout_because()})
     lock = alias_lock.lock(context.instance, state.root)
     history = RolloutHistory(state.root, ref.name, ref.version)
     current = read_state(reg, ref.name)

@@ -61,9 +61,12 @@ def rollout_sensor(
             notes.append(f"{model} v{current.version}: superseded (production is {now})")
             continue
         record = state.record(ref)
-        policy = record.effective_policy().rollout
+        policy = record.rollout()
         if policy is None:
-            notes.append(f"{model} v{current.version}: gated without a rollout section, yet rolling out; pause it with modelcd rollout")
+            notes.append(
+                f"{model} v{current.version}: rolling out, yet it has no rollout ({record.no_rollout_because()}); abort it with "
+                f"'modelcd rollout abort {model}'"
+            )
             continue
         step = policy.steps[current.step]
         if step.kind == PROMOTE:  # the run that reached the promote step did not promote: asked for once more

@@ -9,6 +9,7 @@ from pathlib import Path
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.inference.builds import Build, read_json, write_json
 from modelcd_assets.lib.judging.policy import Policy
+from modelcd_assets.lib.judging.rollout_policy import RolloutPolicy
 from modelcd_assets.lib.layout import CandidateFiles, StateLayout
 from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.lib.tasks.names import DEFAULT_TASK
@@ -59,6 +60,26 @@ class CandidateRecord:
 
     def effective_policy(self) -> Policy:
         return Policy.model_validate(self.policy)
+
+    def rollout(self) -> RolloutPolicy | None:
+        """The steps this candidate takes on live traffic before it is production: its policy's rollout section, unless
+        no_rollout_because() says why it has none (then production moves when its offline gates pass)."""
+        return None if self.no_rollout_because() else self.effective_policy().rollout
+
+    def no_rollout_because(self) -> str:
+        """Why this candidate is not rolled out, in words; '' when its policy's rollout section applies. A first version has
+        no production to be judged against on live traffic (as Argo Rollouts' first deploy, it takes production at once),
+        and a re-gated production already serves every request."""
+        if self.effective_policy().rollout is None:
+            return "the policy has no rollout section: production moves when the offline gates pass"
+        if self.regated_production:
+            return "it is production already (judged again): there is no other version to roll it out against"
+        if self.production_version is None:
+            return (
+                "it is the first version: there is no production to judge it against on live traffic, so it takes production "
+                "when its offline gates pass"
+            )
+        return ""
 
     @property
     def files(self) -> CandidateFiles:

@@ -110,3 +110,18 @@ def test_the_history_keeps_each_step_in_order(tmp_path):
     assert [e["action"] for e in h.read()] == ["advance", "abort"]
     h.restart()
     assert h.read() == []
+
+
+def test_a_first_version_and_a_regated_production_take_no_rollout():
+    from modelcd_assets.lib.release.candidate import CandidateRecord
+
+    policy = {"rollout": POLICY.model_dump(mode="json", by_alias=True)}
+    fields = dict(name="m", version="4", kind="adapter", content_hash="c", artifact_dir="a", build_dir="b", candidate_dir="d")
+    later = CandidateRecord(**fields, production_version="3", policy=policy)
+    assert later.rollout() == POLICY and later.no_rollout_because() == ""
+    first = CandidateRecord(**fields, policy=policy)
+    assert first.rollout() is None and "first version" in first.no_rollout_because()
+    regated = CandidateRecord(**fields, production_version="3", regated_production=True, policy=policy)
+    assert regated.rollout() is None and "production already" in regated.no_rollout_because()
+    plain = CandidateRecord(**fields, production_version="3")
+    assert plain.rollout() is None and "no rollout section" in plain.no_rollout_because()
