@@ -44,6 +44,7 @@ class Sampling:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    min_new_tokens: int = 0  # EOS is not chosen before this many tokens (GenAI's min_length; vLLM's min_tokens)
 
     @property
     def greedy(self) -> bool:
@@ -114,9 +115,11 @@ class Decoder:
             self.adapters.unload(name)
             self._loaded.discard(name)
 
-    def _generator(self, max_length: int, adapter: str | None, sampling: Sampling = GREEDY):
+    def _generator(self, max_length: int, adapter: str | None, sampling: Sampling = GREEDY, min_length: int = 0):
         params = self._og.GeneratorParams(self.model)
         options = {"max_length": int(max_length), "batch_size": 1, "do_sample": not sampling.greedy}
+        if min_length:
+            options["min_length"] = int(min_length)
         if not sampling.greedy:
             options.update(temperature=float(sampling.temperature), top_p=float(sampling.top_p), top_k=0)
             if sampling.seed is not None:
@@ -200,7 +203,8 @@ class Decoder:
     def stream(self, prompt: list[int], max_new_tokens: int, adapter: str | None = None, sampling: Sampling = GREEDY) -> Iterator[int]:
         """The tokens after prompt as they are made (EOS not included), by greedy search or by sampling; NonFinite when a
         step's logits are not all finite. The KV cache is allocated for prompt + max_new_tokens and freed with the iterator."""
-        generator = self._generator(len(prompt) + max_new_tokens, adapter, sampling)
+        least = len(prompt) + min(sampling.min_new_tokens, max_new_tokens) if sampling.min_new_tokens else 0
+        generator = self._generator(len(prompt) + max_new_tokens, adapter, sampling, least)
         generator.append_tokens(np.asarray(prompt, np.int32))
         for token, logits in self._steps(generator, max_new_tokens):
             if not np.isfinite(logits).all():

@@ -4,9 +4,11 @@ events; one account per request."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
+import random
 import time
 
 from fastapi import Request
@@ -20,6 +22,7 @@ from modelcd_assets.lib.release.servable import NotServable
 from modelcd_assets.serving import served_headers
 from modelcd_assets.serving.accounting import RequestAccount
 from modelcd_assets.serving.admin import Swapper
+from modelcd_assets.serving.lm.chaos import INJECTED, LmFaultRequest
 from modelcd_assets.serving.lm.generation import Admitted, Generations, TokenStream
 from modelcd_assets.serving.lm.openai_api import Answer, ApiError, ChatRequest, CompletionRequest, StopCut, error_body, parse, usage
 from modelcd_assets.serving.lm.pool import LmPool, LmServed
@@ -94,6 +97,7 @@ class Completion:
         self.finish_reason = "length"
         self.error: dict | None = None  # the OpenAI error body of a generation that failed
         self.after = None  # called with this completion once it has finished, however it ended (a shadow copy is offered there)
+        self.fault: LmFaultRequest | None = None  # --chaos: the fault injected into its version (lm/chaos.py)
 
     def usage(self) -> dict:
         return usage(len(self.prompt), self.account.completion_tokens)
@@ -102,6 +106,11 @@ class Completion:
         """The text to send, piece by piece, cut at a stop sequence; the finish reason and any error land on self."""
         cut = StopCut(self.body.stops)
         try:
+            if self.fault is not None:
+                await asyncio.sleep(self.fault.latency_ms / 1000)
+                if random.random() < self.fault.error_ratio:
+                    self.error = error_body(INJECTED)
+                    return
             async for token, piece in self.tokens:
                 self.account.token(token)
                 text = cut.feed(piece)
@@ -174,6 +183,24 @@ class CompletionHandler:
     ):
         self.pool, self.metrics, self.generations, self.swapper = pool, metrics, generations, swapper
         self.traffic, self.sampler, self.rollout, self.shadow = traffic, sampler, rollout, shadow
+        self.faults: dict[str, LmFaultRequest] = {}  # --chaos only: the admin API's route to it exists only then
+
+    def inject(self, body: LmFaultRequest) -> dict:
+        """Chaos testing: set (or, all zero, clear) a version's fault."""
+        if body.clears:
+            self.faults.pop(body.version, None)
+        else:
+            self.faults[body.version] = body
+        return {"faults": {v: f.model_dump() for v, f in self.faults.items()}}
+
+    def _generate(self, served: LmServed, prompt: list[int], admitted: Admitted, body, account, chat: bool) -> Completion:
+        """A completion of prompt by served within admitted's bounds, with its version's injected fault, if any."""
+        fault = self.faults.get(served.version)
+        least = admitted.max_new_tokens if fault is not None and fault.ignore_eos else 0
+        tokens = self.generations.tokens(served, prompt, admitted, Sampling(body.temperature, body.top_p, body.seed, least))
+        completion = Completion(chat, body, served, prompt, admitted, tokens, account)
+        completion.fault = fault
+        return completion
 
     def models(self) -> dict:
         """NAME while production is served, and NAME:VERSION for each version loaded now (each verified when it was loaded)."""
@@ -234,8 +261,7 @@ class CompletionHandler:
             self.sampler.submit(served.version, [body.sampled_text()])
         account.admit(served)
         account.prompt(len(prompt))
-        tokens = self.generations.tokens(served, prompt, admitted, Sampling(body.temperature, body.top_p, body.seed))
-        completion = Completion(chat, body, served, prompt, admitted, tokens, account)
+        completion = self._generate(served, prompt, admitted, body, account, chat)
         if canary:
             completion.headers[ARM_HEADER] = "canary"
         elif candidate is not None and split.shadowed():
@@ -260,8 +286,7 @@ class CompletionHandler:
             return None
         account.admit(candidate)
         account.prompt(len(prompt))
-        tokens = self.generations.tokens(candidate, prompt, admitted, Sampling(body.temperature, body.top_p, body.seed))
-        copy = Completion(answered.chat, body, candidate, prompt, admitted, tokens, account)
+        copy = self._generate(candidate, prompt, admitted, body, account, answered.chat)
         text = "".join([p async for p in copy.pieces()])
         copy.finish()
         ours, theirs = copy.account, answered.account

@@ -8,10 +8,12 @@ modelcd_requests_rejected_total, never in a version's series, which trigger_sens
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI, Request
+import logging
 
-from modelcd_assets.lib.errors import ModelcdError
+from fastapi import APIRouter, Depends, FastAPI, Request
+
 from modelcd_assets.serving.base_app import base_app
+from modelcd_assets.serving.lm.chaos import LmFaultRequest
 from modelcd_assets.serving.lm.generation import Generations
 from modelcd_assets.serving.lm.handler import CompletionHandler
 from modelcd_assets.serving.lm.pool import LmPool
@@ -19,7 +21,9 @@ from modelcd_assets.serving.metrics import LiveDriftCollector, LmServerMetrics
 from modelcd_assets.serving.rejections import GENERATION_REASONS, REJECT_REASONS
 from modelcd_assets.serving.server import ServerInputs
 
+log = logging.getLogger("modelcd.serve")
 router = APIRouter()
+faults_router = APIRouter()  # on the admin app, and only with --chaos
 
 
 def handler(request: Request) -> CompletionHandler:
@@ -30,6 +34,11 @@ def handler(request: Request) -> CompletionHandler:
 async def models(request: Request):
     """NAME while production is served, and NAME:VERSION for each version loaded now (each verified when it was loaded)."""
     return handler(request).models()
+
+
+@faults_router.post("/v1/admin/faults")
+async def inject(body: LmFaultRequest, request: Request):
+    return request.app.state.completions.inject(body)
 
 
 @router.post("/v1/chat/completions")
@@ -46,17 +55,19 @@ def lm_server(inputs: ServerInputs) -> FastAPI:
     """A causal LM's server (lib/tasks/names.TaskDeclaration.server): one session per base build, its intra-op threads over all
     cores, since a decode step is one small matmul per layer."""
     if inputs.chaos:
-        raise ModelcdError(
-            f"--chaos injects faults into classify requests; {inputs.model} is a causal LM, served through the OpenAI API without it"
-        )
+        log.warning("--chaos: POST /v1/admin/faults can make any loaded version slow, failing or unable to stop before max_tokens")
     policy = inputs.policy
     pool = LmPool(inputs.model, inputs.registry, inputs.home, policy.serving, policy.safety.limits(), threads=None)
     return create_lm_app(
-        pool, admin_token=inputs.admin_token, poll_seconds=policy.serving.poll_seconds, node_usd_per_hour=policy.cost.node_usd_per_hour
+        pool,
+        admin_token=inputs.admin_token,
+        poll_seconds=policy.serving.poll_seconds,
+        node_usd_per_hour=policy.cost.node_usd_per_hour,
+        chaos=inputs.chaos,
     )
 
 
-def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float, node_usd_per_hour: float) -> FastAPI:
+def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float, node_usd_per_hour: float, chaos: bool = False) -> FastAPI:
     metrics = LmServerMetrics(live_drift=LiveDriftCollector(pool.state_root, pool.model))
     policy = pool.policy
     generations = Generations(pool.model, policy, metrics, node_usd_per_hour)
@@ -71,8 +82,10 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
     )
     for a in (base.app, base.admin):
         a.state.generations = generations
-    base.app.state.completions = CompletionHandler(
+    base.app.state.completions = base.admin.state.completions = CompletionHandler(
         pool, metrics, generations, base.swapper, base.traffic, base.sampler, base.rollout, base.shadow
     )
     base.app.include_router(router)
+    if chaos:  # without it the route does not exist: a production server cannot be made to misbehave on purpose
+        base.admin.include_router(faults_router, dependencies=[Depends(base.require_admin)])
     return base.app
