@@ -331,23 +331,11 @@ def cmd_rollout(args) -> int:
         print(f"{args.name}: {moved.state}" + (" (promoted)" if moved.promoted else ""))
         return 0
     print(state.describe() + (f": {state.reason}" if state.reason else ""))
-    rows = []
-    for entry in RolloutHistory(Path(os.environ["MODELCD_HOME"]), args.name, state.version).read():
-        analysis = entry.get("analysis") or {}
-        rows.append(
-            [
-                str(entry.get("step", 0) + 1),
-                f"{entry.get('kind')} {entry.get('share', 0):g}",
-                entry.get("action", ""),
-                entry.get("by", ""),
-                f"{analysis.get('outcome', '')} {analysis.get('score', '') if analysis else ''}".strip(),
-                "; ".join(f"{m['metric']} {m['outcome']}" for m in analysis.get("metrics", [])),
-            ]
-        )
-    if rows:
-        from modelcd_assets.lib.presentation.report import table
+    history = RolloutHistory(Path(os.environ["MODELCD_HOME"]), args.name, state.version).read()
+    if history:
+        from modelcd_assets.lib.presentation.rollout_report import rollout_table
 
-        print(table(["step", "what", "move", "by", "analysis", "metrics"], rows))
+        print(rollout_table(history))
     return 0
 
 

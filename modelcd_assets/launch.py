@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -364,6 +365,33 @@ def run_rollout_move(
     if why := write_report(instance, ref, quiet=True):
         logging.getLogger(__name__).warning("the gate report of %s was not written: %s", ref.uri, why)
     return RolloutMove(ref, action, result.run_id, str(meta.get("state", "")), str(meta.get("status", "")), promoted)
+
+
+def tick_rollouts(instance: dg.DagsterInstance, prometheus_url: str, cursor: str | None) -> tuple[str | None, list[RolloutMove]]:
+    """One tick of rollout_sensor against the Prometheus at prometheus_url, and each move it asks for run in this process,
+    as the daemon runs them: what `modelcd demo` drives its rollouts with, on steps of seconds the daemon's tick interval
+    would stretch. Returns the sensor's new cursor and the moves made."""
+    from modelcd_assets.defs.sensors.rollout_sensor import rollout_sensor
+    from modelcd_assets.resources.prometheus import PrometheusResource
+
+    resources = {**definitions().resources, "prometheus": PrometheusResource(url=prometheus_url)}
+    result = rollout_sensor(dg.build_sensor_context(cursor=cursor, instance=instance, resources=resources))
+    moves = []
+    for request in result.run_requests or []:
+        ref = CandidateRef.parse(request.partition_key)
+        config = request.run_config["ops"]["rollout"]["config"]
+        moves.append(
+            run_rollout_move(
+                ref,
+                config["action"],
+                config["expected_sequence"],
+                analysis=json.loads(config["analysis"]),
+                by=config["by"],
+                reason=config["reason"],
+                instance=instance,
+            )
+        )
+    return result.cursor, moves
 
 
 def latest_gate_rows(instance: dg.DagsterInstance, ref: CandidateRef, graph: GateGraph | None = None) -> tuple[list[GateRow], list[str]]:

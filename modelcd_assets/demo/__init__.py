@@ -1,15 +1,14 @@
 """`modelcd demo`: for each task that declares a demo (lib/tasks/names.TaskDeclaration.demo), a base, a good and a worse
 LoRA adapter, and the gated pipeline judging them; then their gate tables. The built-in tasks' demos are demo/classifier.py
 (MiniLM with two ticket classifiers) and demo/causal_lm.py (SmolLM2-135M-Instruct with two support-reply adapters). What
-they share is here: the phases' timings, registering once, the policy file, the signing keys and the closing server call."""
+they share is here: the phases' timings, registering once, the policy file, the signing keys and the closing server call
+(demo/live.py: production served to a load generator's callers while a good adapter is rolled out)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import socket
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,6 @@ from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import folder_manifest, manifest_hash
 from modelcd_assets.lib.judging.policy import policy_path
 from modelcd_assets.lib.operations.background import Background
-from modelcd_assets.lib.operations.processes import start_process, stop_process
 from modelcd_assets.lib.release.registry import CONTENT, CandidateRef, Registry
 from modelcd_assets.lib.release.signing import init_keys
 from modelcd_assets.lib.tasks.names import declarations, load_declared
@@ -41,14 +39,23 @@ def register_once(reg: Registry, folder: Path, name: str, **kw) -> CandidateRef:
 
 
 def trained_adapter(
-    reg: Registry, phases: Phases, task: str, label: str, folder: Path, name: str, train: Callable[[Path], object]
+    reg: Registry,
+    phases: Phases,
+    task: str,
+    label: str,
+    folder: Path,
+    name: str,
+    train: Callable[[Path], object],
+    snapshots: tuple[Path, ...] = (),
 ) -> CandidateRef:
-    """The adapter in folder, trained there by train(folder) unless a run before left one (the phase 'training LABEL' says
-    which), registered once under name."""
+    """The adapter in folder, trained there by train(folder) unless a run before left one, and the snapshots the training
+    saves too (the phase 'training LABEL' says which), registered once under name."""
     with phases.timed(task, f"training {label}") as entry:
-        entry["reused"] = (Path(folder) / "adapter_model.safetensors").is_file()
+        entry["reused"] = all((Path(f) / "adapter_model.safetensors").is_file() for f in (folder, *snapshots))
         if not entry["reused"]:
             train(Path(folder))
+    for snapshot in snapshots:  # registered first: a snapshot is the earlier version
+        register_once(reg, snapshot, name)
     return register_once(reg, folder, name)
 
 
@@ -143,49 +150,19 @@ def main(task: str = "all", timings: Path | None = None) -> int:
     return 0 if all(ok for _, _, ok in results) else 1
 
 
-# The demo's closing call to a causal LM's server: `modelcd serve NAME` started on a free loopback port, asked one chat
-# completion through the OpenAI API, and stopped.
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ask_server(model: str, system: str, prompt: str, log: Path, max_tokens: int = 64, timeout: float = 180) -> dict:
-    """The server's answer (its chat completion body) and the seconds it took to become ready and to answer."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(log, "wb") as out:
-        proc = start_process(
-            [sys.executable, "-m", "modelcd_assets.cli", "serve", model, "--port", str(port), "--admin-port", "0"], stdout=out, stderr=out
-        )
-        try:
-            start, deadline = time.perf_counter(), time.monotonic() + timeout
-            while True:
-                if proc.poll() is not None:
-                    raise ModelcdError(f"'modelcd serve {model}' exited with code {proc.returncode}; see {log}")
-                if time.monotonic() > deadline:
-                    raise ModelcdError(f"'modelcd serve {model}' was not ready within {timeout:.0f} s; see {log}")
-                try:
-                    if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
-            ready = time.perf_counter() - start
-            start = time.perf_counter()
-            r = httpx.post(
-                f"{url}/v1/chat/completions",
-                timeout=timeout,
-                json={
-                    "model": model,
-                    "max_tokens": max_tokens,
-                    "temperature": 0,
-                    "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
-                },
-            )
-            if r.status_code != 200:
-                raise ModelcdError(f"the server answered {r.status_code}: {r.text[:300]}; see {log}")
-            return {"answer": r.json(), "ready_seconds": ready, "answer_seconds": time.perf_counter() - start}
-        finally:
-            stop_process(proc)
+def ask(url: str, model: str, system: str, prompt: str, max_tokens: int = 64, timeout: float = 180) -> dict:
+    """A server's chat completion (its body) of prompt, through the OpenAI API, and the seconds it took to answer."""
+    start = time.perf_counter()
+    r = httpx.post(
+        f"{url}/v1/chat/completions",
+        timeout=timeout,
+        json={
+            "model": model,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+        },
+    )
+    if r.status_code != 200:
+        raise ModelcdError(f"the server answered {r.status_code}: {r.text[:300]}")
+    return {"answer": r.json(), "answer_seconds": time.perf_counter() - start}

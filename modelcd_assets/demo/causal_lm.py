@@ -1,5 +1,7 @@
-"""The causal LM's demo: SmolLM2-135M-Instruct (GGUF) as the base, a good and a worse support-reply adapter, the gate
-judging both (the good one promoted, the worse one blocked), and production asked one chat completion through the OpenAI API."""
+"""The causal LM's demo: SmolLM2-135M-Instruct (GGUF) as the base, a good and a worse support-reply adapter, and the gate
+judging them: the good one's snapshot partway through its training promoted as the first version, the good one rolled
+out against it through shadow and canary steps on live chat completions, production asked one chat completion through the
+OpenAI API, and the worse one blocked."""
 
 from __future__ import annotations
 
@@ -7,17 +9,20 @@ import os
 from functools import partial
 from pathlib import Path
 
-from modelcd_assets.demo import Phases, ask_server, register_once, trained_adapter, write_policy
+from modelcd_assets.demo import Phases, ask, register_once, trained_adapter, write_policy
+from modelcd_assets.demo.live import gate_and_roll_out
 from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun
 from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
 from modelcd_assets.lib.causal_lm.training import train_lm_adapter
 from modelcd_assets.lib.demo.bases import prepare_lm_base
-from modelcd_assets.lib.demo.recipes import GOOD_LM, WORSE_LM
+from modelcd_assets.lib.demo.recipes import FIRST_PRODUCTION_LM_STEP, GOOD_LM, WORSE_LM
 from modelcd_assets.lib.demo.replies import write_chat_splits
 from modelcd_assets.lib.judging.policy import policy_for
 from modelcd_assets.lib.release.registry import CONTENT, Registry
 from modelcd_assets.lib.splits import split_path
 from modelcd_assets.lib.tasks.names import CAUSAL_LM, declaration_of
+from modelcd_assets.live_rollout import live_server
+from modelcd_assets.serving.loadgen import CHAT
 
 LM_BASE_NAME = "support-reply-base"  # registered before its adapters
 LM_MODEL_NAME = declaration_of(CAUSAL_LM).demo_model
@@ -53,7 +58,28 @@ golden_prompts:
     expect: "subscription fee"
   - prompt: "hello team, the export button keeps crashing in the app."
     expect: "export button"
+serving:
+  poll_seconds: 1  # how soon the server follows the alias and the rollout's steps
+rollout:
+  # Steps of seconds, so that the demo shows each one; a real policy's last minutes (see lib/judging/rollout_policy.py).
+  min_samples: 10
+  steps:
+    # A shadow copy is generated after production's answer, beside the next requests: on a machine of few cores its
+    # timings are not the candidate's own. The shadow step judges the pairs and the errors; the canary step, where each arm
+    # answers callers of its own, judges TTFT, TPOT and answer lengths too.
+    # At most serving.max_shadow_in_flight copies (1) run at once, and on 2 cores one generation takes about half a second:
+    # 20 s gather the pairs the step needs.
+    - shadow: 0.5
+      for: 20s
+      metrics: [error_rate, nan_rate, first_token_agreement, length_ratio]
+    - canary: 0.5
+      for: 10s
+    - promote
 """
+# The live callers: one at a time, so that the shadow copies are not dropped for want of a core (each is counted when it
+# is), with short answers, so that each step sees enough of them.
+LOAD_CALLERS_AT_ONCE = 1
+LOAD_MAX_TOKENS = 16
 
 
 def causal_lm_demo(reg: Registry, home: Path, phases: Phases) -> tuple[list[tuple[str, GateRun]], bool]:
@@ -67,29 +93,62 @@ def causal_lm_demo(reg: Registry, home: Path, phases: Phases) -> tuple[list[tupl
         base_ref = register_once(reg, base_dir, LM_BASE_NAME, role="base", task=CAUSAL_LM)
     print(f"base model: SmolLM2-135M-Instruct (GGUF, de-quantized to FP32) registered as {base_ref.uri}")
     adapters = {}
-    folders = {label: home / "work" / "lm_adapters" / label for label in ("good", "worse")}
-    # The worse adapter goes on from the good one (lib/demo/recipes.py).
-    for label, cfg, start in (("good", GOOD_LM, None), ("worse", WORSE_LM, folders["good"])):
+    folders = {label: home / "work" / "lm_adapters" / label for label in ("earlier", "good", "worse")}
+    # The first production is the good adapter as it stood partway through its training; the worse adapter goes on from the
+    # good one (lib/demo/recipes.py).
+    for label, cfg, start, snapshots in (
+        ("good", GOOD_LM, None, {FIRST_PRODUCTION_LM_STEP: folders["earlier"]}),
+        ("worse", WORSE_LM, folders["good"], {}),
+    ):
         fit = partial(
-            train_lm_adapter, base_dir, train, cfg=cfg, base_uri=base_ref.uri, desc=f"training {label} reply adapter", start_from=start
+            train_lm_adapter,
+            base_dir,
+            train,
+            cfg=cfg,
+            base_uri=base_ref.uri,
+            desc=f"training {label} reply adapter",
+            start_from=start,
+            snapshots=snapshots,
         )
-        adapters[label] = trained_adapter(reg, phases, CAUSAL_LM, label, folders[label], LM_MODEL_NAME, fit)
+        adapters[label] = trained_adapter(reg, phases, CAUSAL_LM, label, folders[label], LM_MODEL_NAME, fit, tuple(snapshots.values()))
         print(f"{label} reply adapter registered as {adapters[label].uri}")
-    runs = [
-        ("good replies", phases.gate(CAUSAL_LM, "gate good", adapters["good"])),
-        ("worse replies", phases.gate(CAUSAL_LM, "gate worse", adapters["worse"])),
+    adapters["earlier"] = register_once(reg, folders["earlier"], LM_MODEL_NAME)
+    print(
+        f"earlier reply adapter (the good one after {FIRST_PRODUCTION_LM_STEP} of {GOOD_LM.steps} steps) registered as "
+        f"{adapters['earlier'].uri}"
+    )
+    runs = []
+    if reg.production(LM_MODEL_NAME) is None:  # a demo run before left production in place
+        runs.append(("earlier replies (first version)", phases.gate(CAUSAL_LM, "gate earlier", adapters["earlier"])))
+    traffic = read_chats(split_path(data, chat_split("traffic_current")))
+    bodies = [
+        {
+            "model": LM_MODEL_NAME,
+            "max_tokens": LOAD_MAX_TOKENS,
+            "temperature": 0,
+            "messages": [{"role": "system", "content": c.system}, {"role": "user", "content": c.user}],
+        }
+        for c in traffic
     ]
-    prod = reg.production(LM_MODEL_NAME)
-    ok = runs[0][1].outcome == PROMOTED and runs[1][1].outcome == BLOCKED
-    ok = ok and prod is not None and reg.tags(prod)[CONTENT] == reg.tags(adapters["good"])[CONTENT]
-    if prod is not None:  # the closing smoke call: production answers through the OpenAI API, from the bytes that hold its verdict
-        prompt = policy_for(Path(os.environ["MODELCD_POLICY_DIR"]), LM_MODEL_NAME).golden_prompts[0].prompt
-        with phases.timed(CAUSAL_LM, "serve and answer"):
-            got = ask_server(LM_MODEL_NAME, train[0].system, prompt, home / "serve-smoke.log")
-        body = got["answer"]
-        print(
-            f"\nmodelcd serve {LM_MODEL_NAME}: ready in {got['ready_seconds']:.1f} s; POST /v1/chat/completions answered by {body['model']}"
-            f" in {got['answer_seconds']:.2f} s ({body['usage']['completion_tokens']} tokens)\n  user: {prompt}\n  assistant:"
-            f" {body['choices'][0]['message']['content']}"
+    with live_server(LM_MODEL_NAME, home / "work" / "live" / LM_MODEL_NAME) as live:
+        runs.append(
+            ("good replies", gate_and_roll_out(reg, phases, CAUSAL_LM, "good", adapters["good"], live, CHAT, bodies, LOAD_CALLERS_AT_ONCE))
         )
-    return runs, ok
+        prod = reg.production(LM_MODEL_NAME)
+        if prod is not None:  # the closing smoke call: production answers through the OpenAI API, from the bytes that hold its verdict
+            prompt = policy_for(Path(os.environ["MODELCD_POLICY_DIR"]), LM_MODEL_NAME).golden_prompts[0].prompt
+            with phases.timed(CAUSAL_LM, "serve and answer"):
+                ready = live.wait_ready(prod.version)
+                got = ask(live.url, LM_MODEL_NAME, train[0].system, prompt)
+            body = got["answer"]
+            print(
+                f"\nmodelcd serve {LM_MODEL_NAME}: version {prod.version} served in {ready:.1f} s; POST /v1/chat/completions answered by"
+                f" {body['model']} in {got['answer_seconds']:.2f} s ({body['usage']['completion_tokens']} tokens)\n  user: {prompt}\n"
+                f"  assistant: {body['choices'][0]['message']['content']}"
+            )
+    runs.append(("worse replies", phases.gate(CAUSAL_LM, "gate worse", adapters["worse"])))
+    outcomes = {label: run.outcome for label, run in runs}
+    ok = all(outcome == PROMOTED for label, outcome in outcomes.items() if label.startswith("earlier"))
+    ok = ok and outcomes["good replies"] == PROMOTED and outcomes["worse replies"] == BLOCKED
+    prod = reg.production(LM_MODEL_NAME)
+    return runs, ok and prod is not None and reg.tags(prod)[CONTENT] == reg.tags(adapters["good"])[CONTENT]

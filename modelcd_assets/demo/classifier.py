@@ -1,5 +1,6 @@
-"""The classifier's demo: all-MiniLM-L6-v2 as the base, a good and a worse ticket-intent adapter, and the gate judging them
-three times (the good one promoted, the worse one blocked, the good one blocked again on shifted traffic)."""
+"""The classifier's demo: all-MiniLM-L6-v2 as the base, a good and a worse ticket-intent adapter, and the gate judging them:
+the good one's snapshot partway through its training promoted as the first version, the good one rolled out against it
+through shadow and canary steps on live traffic, the worse one blocked, the good one blocked again on shifted traffic."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ from functools import partial
 from pathlib import Path
 
 from modelcd_assets.demo import Phases, register_once, trained_adapter, write_policy
+from modelcd_assets.demo.live import gate_and_roll_out
 from modelcd_assets.launch import BLOCKED, PROMOTED, GateRun
 from modelcd_assets.lib.classifier.base_model import prepare_minilm_base
 from modelcd_assets.lib.classifier.training import train_adapter
-from modelcd_assets.lib.demo.recipes import GOOD, WORSE, WORSE_TRAIN_EXAMPLES
+from modelcd_assets.lib.demo.recipes import FIRST_PRODUCTION_STEP, GOOD, WORSE, WORSE_TRAIN_EXAMPLES
 from modelcd_assets.lib.demo.tickets import LABELS, write_splits
 from modelcd_assets.lib.release.registry import CONTENT, Registry
 from modelcd_assets.lib.splits import read_split
 from modelcd_assets.lib.tasks.names import CLASSIFICATION, declaration_of
+from modelcd_assets.live_rollout import live_server
+from modelcd_assets.serving.loadgen import CLASSIFY
 
 BASE_NAME = "ticket-intent-base"
 MODEL_NAME = declaration_of(CLASSIFICATION).demo_model
@@ -39,6 +43,21 @@ golden:
     label: billing
   - text: "my parcel is still missing, where is my delivery?"
     label: shipping
+serving:
+  poll_seconds: 1  # how soon the server follows the alias and the rollout's steps
+rollout:
+  # Steps of seconds, so that the demo shows each one; a real policy's last minutes (see lib/judging/rollout_policy.py).
+  min_samples: 20
+  steps:
+    # A shadow copy is answered after production's answer, beside the next requests: on a machine of few cores its latency
+    # is not the candidate's own. The shadow step judges the pairs and the errors; the canary step, where each arm answers
+    # callers of its own, judges latency too.
+    - shadow: 0.5
+      for: 6s
+      metrics: [error_rate, nan_rate, label_agreement, confidence_shift]
+    - canary: 0.5
+      for: 6s
+    - promote
 """
 
 
@@ -52,20 +71,47 @@ def classifier_demo(reg: Registry, home: Path, phases: Phases) -> tuple[list[tup
     print(f"base model: all-MiniLM-L6-v2 registered as {base_ref.uri}")
     train = read_split(splits["train"])
     adapters = {}
-    folders = {label: home / "work" / "adapters" / label for label in ("good", "worse")}
-    # The worse adapter goes on from the good one (lib/demo/recipes.py).
-    for label, cfg, examples, start in (("good", GOOD, train, None), ("worse", WORSE, train[:WORSE_TRAIN_EXAMPLES], folders["good"])):
-        fit = partial(train_adapter, base_dir, examples, cfg=cfg, base_uri=base_ref.uri, desc=f"training {label} adapter", start_from=start)
-        adapters[label] = trained_adapter(reg, phases, CLASSIFICATION, label, folders[label], MODEL_NAME, fit)
+    folders = {label: home / "work" / "adapters" / label for label in ("earlier", "good", "worse")}
+    # The first production is the good adapter as it stood partway through its training; the worse adapter goes on from the
+    # good one (lib/demo/recipes.py).
+    recipes = (
+        ("good", GOOD, train, None, {FIRST_PRODUCTION_STEP: folders["earlier"]}),
+        ("worse", WORSE, train[:WORSE_TRAIN_EXAMPLES], folders["good"], {}),
+    )
+    for label, cfg, examples, start, snapshots in recipes:
+        fit = partial(
+            train_adapter,
+            base_dir,
+            examples,
+            cfg=cfg,
+            base_uri=base_ref.uri,
+            desc=f"training {label} adapter",
+            start_from=start,
+            snapshots=snapshots,
+        )
+        adapters[label] = trained_adapter(
+            reg, phases, CLASSIFICATION, label, folders[label], MODEL_NAME, fit, snapshots=tuple(snapshots.values())
+        )
         print(f"{label} adapter registered as {adapters[label].uri}")
-    runs = [
-        ("good", phases.gate(CLASSIFICATION, "gate good", adapters["good"])),
+    adapters["earlier"] = register_once(reg, folders["earlier"], MODEL_NAME)
+    print(f"earlier adapter (the good one after {FIRST_PRODUCTION_STEP} of {GOOD.steps} steps) registered as {adapters['earlier'].uri}")
+    runs = []
+    if reg.production(MODEL_NAME) is None:  # a demo run before left production in place
+        runs.append(("earlier (first version)", phases.gate(CLASSIFICATION, "gate earlier", adapters["earlier"])))
+    texts = [ex.text for ex in read_split(splits["traffic_current"])]
+    with live_server(MODEL_NAME, home / "work" / "live" / MODEL_NAME) as live:
+        batches = [texts[i : i + 1 + i % 4] for i in range(0, len(texts), 4)]
+        runs.append(("good", gate_and_roll_out(reg, phases, CLASSIFICATION, "good", adapters["good"], live, CLASSIFY, batches)))
+    runs += [
         ("worse", phases.gate(CLASSIFICATION, "gate worse", adapters["worse"])),
         (
             "good on shifted traffic",
             phases.gate(CLASSIFICATION, "gate good on shifted traffic", adapters["good"], traffic_sample="traffic_shifted"),
         ),
     ]
+    outcomes = {label: run.outcome for label, run in runs}
+    expected = {"good": PROMOTED, "worse": BLOCKED, "good on shifted traffic": BLOCKED}
+    ok = all(outcome == PROMOTED for label, outcome in outcomes.items() if label.startswith("earlier"))
+    ok = ok and all(outcomes[label] == outcome for label, outcome in expected.items())
     prod = reg.production(MODEL_NAME)
-    ok = runs[0][1].outcome == PROMOTED and runs[1][1].outcome == BLOCKED and runs[2][1].outcome == BLOCKED
     return runs, ok and prod is not None and reg.tags(prod)[CONTENT] == reg.tags(adapters["good"])[CONTENT]

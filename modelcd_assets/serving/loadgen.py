@@ -1,4 +1,5 @@
-"""A load generator: classify requests from its own process, a fixed number or until it is stopped, every response recorded."""
+"""A load generator: classify requests, or chat completions through the OpenAI API, from its own process, a fixed number or
+until it is stopped, every response recorded with the version and the rollout arm that answered it."""
 
 from __future__ import annotations
 
@@ -13,12 +14,43 @@ from pathlib import Path
 
 import httpx
 
-from modelcd_assets.serving import HASH_HEADER
+from modelcd_assets.serving import HASH_HEADER, VERSION_HEADER
+from modelcd_assets.serving.rollout import ARM_HEADER, CALLER_HEADER
+
+CLASSIFY, CHAT = "classify", "chat"
+PATHS = {CLASSIFY: "/v1/classify", CHAT: "/v1/chat/completions"}
 
 
-def run_load(url: str, batches: list[list[str]], requests: int, concurrency: int, stop: threading.Event | None = None) -> list[dict]:
+def _body(api: str, item, caller: str | None) -> dict:
+    """A classify request's body (item: its texts), or a chat completion's (item: the body, e.g. model, messages and
+    max_tokens; its `user` is the caller, as OpenAI clients name their end users)."""
+    if api == CLASSIFY:
+        return {"texts": item}
+    return {**item, "user": caller} if caller else dict(item)
+
+
+def _answer(api: str, body: dict) -> dict:
+    if api == CLASSIFY:
+        return {"logits": [p["logits"] for p in body.get("predictions", [])]}
+    usage = body.get("usage") or {}
+    return {"completion_tokens": usage.get("completion_tokens"), "prompt_tokens": usage.get("prompt_tokens")}
+
+
+def run_load(
+    url: str,
+    batches: list,
+    requests: int,
+    concurrency: int,
+    stop: threading.Event | None = None,
+    api: str = CLASSIFY,
+    callers: int = 0,
+) -> list[dict]:
     """Closed loop: `concurrency` clients send request i with batch i % len(batches) until `requests` are sent (0: until
-    stop is set; each client then finishes the request it is waiting on)."""
+    stop is set; each client then finishes the request it is waiting on). api: CLASSIFY (a batch is a list of texts) or
+    CHAT (a batch is a chat completion's body). callers: request i names caller i % callers (the X-Modelcd-Caller header,
+    and OpenAI's `user`), so a canary's share is sticky per caller as it is for real clients; 0: no caller named."""
+    if api not in PATHS:
+        raise ValueError(f"api {api!r} is none of {', '.join(PATHS)}")
     results: dict[int, dict] = {}
     counter = iter(range(requests)) if requests else itertools.count()
     lock = threading.Lock()
@@ -31,29 +63,36 @@ def run_load(url: str, batches: list[list[str]], requests: int, concurrency: int
                 if i is None:
                     return
                 batch = i % len(batches)
+                caller = f"caller-{i % callers}" if callers else None
                 start = time.perf_counter()
                 try:
-                    r = http.post("/v1/classify", json={"texts": batches[batch]})
+                    r = http.post(PATHS[api], json=_body(api, batches[batch], caller), headers={CALLER_HEADER: caller} if caller else {})
                     body = r.json()
                     result = {
                         "i": i,
                         "batch": batch,
+                        "caller": caller,
                         "status": r.status_code,
                         "sha": r.headers.get(HASH_HEADER),
+                        "version": r.headers.get(VERSION_HEADER),
+                        "arm": r.headers.get(ARM_HEADER),
                         "start": start,
                         "latency_s": time.perf_counter() - start,
-                        "logits": [p["logits"] for p in body.get("predictions", [])],
+                        **_answer(api, body),
                         "error": body.get("error"),
                     }
-                except httpx.HTTPError as e:
+                except (httpx.HTTPError, ValueError) as e:  # ValueError: a body that is not JSON
                     result = {
                         "i": i,
                         "batch": batch,
+                        "caller": caller,
                         "status": 0,
                         "sha": None,
+                        "version": None,
+                        "arm": None,
                         "start": start,
                         "latency_s": time.perf_counter() - start,
-                        "logits": [],
+                        **_answer(api, {}),
                         "error": f"{type(e).__name__}: {e}",
                     }
                 with lock:
@@ -69,9 +108,16 @@ def run_load(url: str, batches: list[list[str]], requests: int, concurrency: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Send classify requests and record every response as JSON.")
+    p = argparse.ArgumentParser(description="Send classify requests or chat completions and record every response as JSON.")
     p.add_argument("--url", required=True)
-    p.add_argument("--batches", required=True, type=Path, help="JSON file: a list of requests, each a list of texts")
+    p.add_argument("--api", choices=sorted(PATHS), default=CLASSIFY, help="classify: /v1/classify; chat: /v1/chat/completions")
+    p.add_argument(
+        "--batches",
+        required=True,
+        type=Path,
+        help="JSON file: a list of requests, each a list of texts (classify) or a chat completion's body (chat)",
+    )
+    p.add_argument("--callers", type=int, default=0, help="name this many callers in turn (a canary is sticky per caller); 0: none")
     p.add_argument(
         "--requests", type=int, default=1000, help="how many to send; 0: until SIGTERM or SIGINT, then the answers so far are written"
     )
@@ -80,12 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.requests < 0:
         p.error(f"--requests must be 0 (until stopped) or more, not {args.requests}")
+    if args.callers < 0:
+        p.error(f"--callers must be 0 (none named) or more, not {args.callers}")
     batches = json.loads(args.batches.read_text())
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     started = time.time()
-    results = run_load(args.url, batches, args.requests, args.concurrency, stop)
+    results = run_load(args.url, batches, args.requests, args.concurrency, stop, args.api, args.callers)
     args.out.write_text(json.dumps({"started": started, "finished": time.time(), "results": results}))
     failed = sum(r["status"] != 200 for r in results)
     print(f"{len(results)} requests, {failed} failed", file=sys.stderr)

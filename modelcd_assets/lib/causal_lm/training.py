@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import torch
 from tqdm.auto import tqdm
 
 from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids
-from modelcd_assets.lib.classifier.training import lora_model, save_lora
+from modelcd_assets.lib.classifier.training import lora_model, save_lora, snapshot_saver
 
 
 @dataclass(frozen=True)
@@ -57,20 +58,33 @@ def _reply_loss(model, batch: dict) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.float(), targets[targets != -100])
 
 
-def _fit(model, tokenizer, chats: list[Chat], steps: int, batch_size: int, learning_rate: float, rng, desc: str) -> None:
+def _fit(
+    model,
+    tokenizer,
+    chats: list[Chat],
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    rng,
+    desc: str,
+    after_step: Callable[[int], object] | None = None,
+) -> None:
+    """Train model in place for `steps`; after_step(k) is called after step k (1-based)."""
     encode, eos = hf_encoder(tokenizer), [tokenizer.eos_token_id]
     rows = [chat_ids(encode, c, eos) for c in chats]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
     bar = tqdm(range(steps), desc=desc, unit="step")
-    for _ in bar:
+    for step in bar:
         idx = rng.choice(len(rows), size=min(batch_size, len(rows)), replace=False)
         loss = _reply_loss(model, _batch([rows[i] for i in idx], pad))
         loss.backward()
         opt.step()
         opt.zero_grad()
         bar.set_postfix(loss=f"{loss.item():.3f}")
+        if after_step is not None:
+            after_step(step + 1)
     model.eval()
 
 
@@ -94,9 +108,11 @@ def train_lm_adapter(
     base_uri: str,
     desc: str = "training adapter",
     start_from: Path | None = None,
+    snapshots: Mapping[int, Path] | None = None,
 ) -> Path:
     """Train a LoRA adapter on the chats' replies and save it (safetensors) declaring base_uri as its base. start_from: an
-    adapter folder of the same base to go on training instead of a new adapter (classifier/training.lora_model)."""
+    adapter folder of the same base to go on training instead of a new adapter (classifier/training.lora_model). snapshots:
+    {step: folder}, the adapter as it stood after that step saved there too (classifier/training.snapshot_saver)."""
     from peft import LoraConfig, TaskType
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -111,5 +127,15 @@ def train_lm_adapter(
     replies = [c.reply for c in chats]
     swap = rng.random(len(chats)) < cfg.wrong_reply_share
     chats = [Chat(c.system, c.user, replies[int(rng.integers(len(chats)))] if s else c.reply) for c, s in zip(chats, swap)]
-    _fit(model, tokenizer, chats, cfg.steps, cfg.batch_size, cfg.learning_rate, rng, desc)
+    _fit(
+        model,
+        tokenizer,
+        chats,
+        cfg.steps,
+        cfg.batch_size,
+        cfg.learning_rate,
+        rng,
+        desc,
+        snapshot_saver(model, snapshots, base_uri, cfg.steps),
+    )
     return save_lora(model, out_dir, base_uri)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,8 @@ class Training:
     label_noise: float = 0.0  # extra labels flipped at training time, to make a deliberately worse model
 
 
-def _fit(model, base_dir: Path, train: list[Example], cfg: Training, desc: str) -> None:
+def _fit(model, base_dir: Path, train: list[Example], cfg: Training, desc: str, after_step: Callable[[int], object] | None = None) -> None:
+    """Train model in place for cfg.steps; after_step(k) is called after step k (1-based)."""
     rng = np.random.default_rng(cfg.seed)
     labels = labels_of(base_dir)
     label_id = {name: i for i, name in enumerate(labels)}
@@ -42,7 +44,7 @@ def _fit(model, base_dir: Path, train: list[Example], cfg: Training, desc: str) 
     texts = [ex.text for ex in train]
     order, pos = rng.permutation(len(texts)), 0
     bar = tqdm(range(cfg.steps), desc=desc, unit="step")
-    for _ in bar:
+    for step in bar:
         if pos + cfg.batch_size > len(order):
             order, pos = rng.permutation(len(texts)), 0
         idx = order[pos : pos + cfg.batch_size]
@@ -54,6 +56,8 @@ def _fit(model, base_dir: Path, train: list[Example], cfg: Training, desc: str) 
         sched.step()
         opt.zero_grad()
         bar.set_postfix(loss=f"{out.loss.item():.3f}")
+        if after_step is not None:
+            after_step(step + 1)
     model.eval()
 
 
@@ -70,6 +74,17 @@ def lora_model(model, config, start_from: Path | None = None):
     if differ := [f"{k} {have[k]} (the recipe says {want[k]})" for k in want if have[k] != want[k]]:
         raise ModelcdError(f"{start_from} cannot be trained on with this recipe: its {', '.join(differ)}; train a new adapter instead")
     return PeftModel.from_pretrained(model, str(start_from), is_trainable=True)
+
+
+def snapshot_saver(model, snapshots: Mapping[int, Path] | None, base_uri: str, steps: int) -> Callable[[int], object] | None:
+    """What saves the adapter as it stands after step k into snapshots[k] while it trains on (a step outside 1..steps is
+    refused, naming it); None without snapshots. Saving reads the weights and draws no random number: the finished adapter is
+    the one a training without snapshots gives, byte for byte."""
+    if not snapshots:
+        return None
+    if outside := sorted(k for k in snapshots if not 1 <= k <= steps):
+        raise ModelcdError(f"snapshot steps {outside} are outside the training's 1..{steps} steps")
+    return lambda k: save_lora(model, snapshots[k], base_uri) if k in snapshots else None
 
 
 def save_lora(model, out_dir: Path, base_uri: str) -> Path:
@@ -98,9 +113,11 @@ def train_adapter(
     base_uri: str,
     desc: str = "training adapter",
     start_from: Path | None = None,
+    snapshots: Mapping[int, Path] | None = None,
 ) -> Path:
     """Train a LoRA adapter on train and save it (safetensors) declaring base_uri as its base. start_from: an adapter folder
-    of the same base to go on training instead of a new adapter (lora_model)."""
+    of the same base to go on training instead of a new adapter (lora_model). snapshots: {step: folder}, the adapter as it
+    stood after that step saved there too (snapshot_saver)."""
     from peft import LoraConfig, TaskType
 
     torch.manual_seed(cfg.seed)
@@ -109,7 +126,7 @@ def train_adapter(
         LoraConfig(task_type=TaskType.SEQ_CLS, r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=0.05, target_modules=["query", "value"]),
         start_from,
     )
-    _fit(model, base_dir, train, cfg, desc)
+    _fit(model, base_dir, train, cfg, desc, snapshot_saver(model, snapshots, base_uri, cfg.steps))
     return save_lora(model, out_dir, base_uri)
 
 

@@ -1,9 +1,12 @@
 """A rollout's steps as the gate report shows them, under the offline gates: each step's move, and every live metric it was
-judged on, with its samples, measurements, thresholds, p-value and the PromQL it was read with."""
+judged on, with its samples, measurements, thresholds, p-value and the PromQL it was read with; and as a terminal shows
+them (`modelcd rollout status`, the demo): a line per step."""
 
 from __future__ import annotations
 
 import math
+
+from modelcd_assets.lib.presentation.report import table
 
 
 def _cell(value) -> str:
@@ -43,3 +46,25 @@ def rollout_markdown(history: list[dict], now: str) -> str:
             )
         out.append("\n".join(rows) + "\n")
     return "\n".join(out)
+
+
+def rollout_table(history: list[dict]) -> str:
+    """A line per judged step: its share, the move, who made it, after how long, the analysis's outcome and score, the
+    fewest samples an arm had, and each metric's outcome."""
+    rows = []
+    for entry in history:
+        analysis = entry.get("analysis") or {}
+        counts = [n for m in analysis.get("metrics", []) for n in m.get("samples", {}).values() if isinstance(n, (int, float))]
+        rows.append(
+            [
+                str(entry.get("step", 0) + 1),
+                f"{entry.get('kind')} {entry.get('share', 0):g}",
+                entry.get("action", ""),
+                entry.get("by", ""),
+                f"{entry['seconds']:g} s" if "seconds" in entry else "",
+                f"{analysis.get('outcome', '')} {analysis.get('score', '') if analysis else ''}".strip(),
+                f"{min(counts):g}" if counts else "",
+                "; ".join(f"{m['metric']} {m['outcome']}" for m in analysis.get("metrics", [])),
+            ]
+        )
+    return table(["step", "what", "move", "by", "after", "analysis", "fewest samples", "metrics"], rows, max_width=90)

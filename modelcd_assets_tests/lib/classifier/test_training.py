@@ -56,3 +56,19 @@ def test_one_training_saves_one_adapter_config_byte_for_byte_in_every_process(ti
     a, b = ((tmp_path / str(s) / "adapter_config.json").read_bytes() for s in seeds)
     assert a == b
     assert b'"query",\n    "value"' in a
+
+
+def test_a_snapshot_is_the_adapter_as_it_stood_and_changes_nothing_after(tiny_base, tmp_path):
+    """The demo's first production is its good adapter's snapshot halfway: saving it must leave the finished adapter as a
+    training without snapshots leaves it, and hold what that many steps give."""
+    train = generate(64, 2)
+    recipe = Training(steps=4, batch_size=8, rank=4, alpha=8, max_length=16)
+    plain = train_adapter(tiny_base, train, tmp_path / "plain", recipe, "models:/b/1")
+    snapped = train_adapter(tiny_base, train, tmp_path / "snapped", recipe, "models:/b/1", snapshots={2: tmp_path / "at2"})
+    assert (plain / "adapter_model.safetensors").read_bytes() == (snapped / "adapter_model.safetensors").read_bytes()
+    at2 = load_file(str(tmp_path / "at2" / "adapter_model.safetensors"))
+    end = load_file(str(plain / "adapter_model.safetensors"))
+    assert any(not np.array_equal(at2[k], end[k]) for k in end)
+    assert (tmp_path / "at2" / "adapter_config.json").read_bytes() == (plain / "adapter_config.json").read_bytes()
+    with pytest.raises(ModelcdError, match=r"snapshot steps \[5\] are outside the training's 1..4 steps"):
+        train_adapter(tiny_base, train, tmp_path / "x", recipe, "models:/b/1", snapshots={5: tmp_path / "at5"})
