@@ -31,6 +31,7 @@ class FaultClass:
     reproducible: Callable[..., tuple[bool, str]] | None = None
     traffic: str = "traffic_current"
     adapter_only: bool = False
+    live: bool = False  # rolled out on live traffic (faults/live_faults.py); the others end at their offline gates
 
     @property
     def summary(self) -> str:
@@ -48,13 +49,16 @@ class FaultSuite:
 
     controls(sandbox, identical_n, retrained_n, notes) -> the controls, trained (where retrained) before any is gated; a
     control that cannot be made as asked says why in notes.
-    load_texts(sandbox) -> what a server under load is asked while half the controls are gated (the load generator speaks
-    POST /v1/classify); None: the task's server speaks another API, no_load says so, and the controls are gated without load."""
+    load_texts(sandbox) -> what a server under load is asked while half the controls are gated (POST /v1/classify); None:
+    no_load says why the controls are gated without load.
+    live_load(sandbox, split) -> (the load generator's api, its requests) from the split: what live callers ask while a
+    candidate is rolled out (faults/live_faults.py); None: the suite has no live classes and no control is rolled out."""
 
     classes: tuple[FaultClass, ...]
     controls: Callable[[Sandbox, int, int, list[str]], list[Control]]
     load_texts: Callable[[Sandbox], list[str]] | None = None
     no_load: str = ""
+    live_load: Callable[[Sandbox, str], tuple[str, list]] | None = None
 
     def __post_init__(self) -> None:
         names = [fc.name for fc in self.classes]
@@ -62,6 +66,8 @@ class FaultSuite:
             raise ModelcdError(f"a fault suite names a class twice: {sorted({n for n in names if names.count(n) > 1})}")
         if self.load_texts is None and not self.no_load:
             raise ModelcdError("a fault suite without load_texts says why its controls are gated without load (no_load)")
+        if self.live_load is None and any(fc.live for fc in self.classes):
+            raise ModelcdError("a fault suite with live classes says what their callers ask (live_load)")
 
 
 def unlike_the_base(name: str) -> Outcome:

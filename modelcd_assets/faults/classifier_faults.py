@@ -6,6 +6,7 @@ from __future__ import annotations
 from modelcd_assets.faults import builders as b
 from modelcd_assets.faults import bypasses as v
 from modelcd_assets.faults import conditions as c
+from modelcd_assets.faults import live_faults as live
 from modelcd_assets.faults.catalog import Control, FaultClass, FaultSuite, unlike_the_base
 from modelcd_assets.faults.controls import base_files_control, identical_controls, retrained_controls
 from modelcd_assets.faults.outcomes import (
@@ -14,6 +15,8 @@ from modelcd_assets.faults.outcomes import (
     NEVER_SERVED,
     REFUSED,
     REJECTED,
+    ROLLOUT_ABORTED,
+    ROLLOUT_PAUSED,
     RUN_FAILED,
     SKIPPED,
     SUPERSEDED,
@@ -22,6 +25,7 @@ from modelcd_assets.faults.outcomes import (
 )
 from modelcd_assets.faults.sandbox import Sandbox
 from modelcd_assets.lib.splits import read_split, split_path
+from modelcd_assets.serving.loadgen import CLASSIFY
 
 LOAD_TEXTS = 256  # evaluation texts the server under load is asked, round and round
 
@@ -152,6 +156,14 @@ CLASSES: tuple[FaultClass, ...] = (
         Outcome(REJECTED, detail="counted in modelcd_requests_rejected_total, none observed"),
         probe=v.oversized_requests,
     ),
+    # Live-only: every offline gate passes, and only the rollout's steps on live traffic can stop them (faults/live_faults.py).
+    FaultClass(
+        "slower_under_live_load", "live", Outcome(ROLLOUT_ABORTED, detail="latency_ms high"), probe=live.slower_under_live_load, live=True
+    ),
+    FaultClass(
+        "errors_on_live_requests", "live", Outcome(ROLLOUT_ABORTED, detail="error_rate high"), probe=live.errors_on_live_requests, live=True
+    ),
+    FaultClass("too_little_traffic", "live", Outcome(ROLLOUT_PAUSED, detail="fewer than"), probe=live.too_little_traffic, live=True),
 )
 
 
@@ -179,4 +191,10 @@ def _load_texts(sb: Sandbox) -> list[str]:
     return [ex.text for ex in read_split(split_path(sb.data, "evaluation"))[:LOAD_TEXTS]]
 
 
-CLASSIFIER_FAULTS = FaultSuite(CLASSES, classifier_controls, load_texts=_load_texts)
+def _live_load(sb: Sandbox, split: str) -> tuple[str, list]:
+    """Classify requests of 1 to 4 texts from the split."""
+    texts = [ex.text for ex in read_split(split_path(sb.data, split))]
+    return CLASSIFY, [texts[i : i + 1 + i % 4] for i in range(0, len(texts), 4)]
+
+
+CLASSIFIER_FAULTS = FaultSuite(CLASSES, classifier_controls, load_texts=_load_texts, live_load=_live_load)

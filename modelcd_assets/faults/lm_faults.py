@@ -4,12 +4,15 @@ causal-lm`), and its clean controls. lib/tasks/builtin.py declares it as the cau
 from __future__ import annotations
 
 from modelcd_assets.faults import builders as b
+from modelcd_assets.faults import live_faults as live
 from modelcd_assets.faults import llm_builders as lm
 from modelcd_assets.faults.catalog import Control, FaultClass, FaultSuite, unlike_the_base
 from modelcd_assets.faults.controls import base_files_control, identical_controls, retrained_controls
-from modelcd_assets.faults.outcomes import BAD_INPUT, BLOCKED, Outcome, blocked
+from modelcd_assets.faults.outcomes import BAD_INPUT, BLOCKED, ROLLOUT_ABORTED, ROLLOUT_STOPPED, Outcome, blocked
 from modelcd_assets.faults.sandbox import Sandbox
+from modelcd_assets.lib.judging.policy import policy_for
 from modelcd_assets.lib.splits import split_path
+from modelcd_assets.serving.loadgen import CHAT
 
 
 def _lm(name: str, group: str, expected: Outcome, build=None, **kw) -> FaultClass:
@@ -59,6 +62,24 @@ CLASSES: tuple[FaultClass, ...] = (
         b.identical,
         during=lm.golden_prompt_beyond_context,
     ),
+    # Live-only: every offline gate passes (byte-identical copies), and only the rollout's steps on live traffic can stop
+    # them (faults/live_faults.py): answers that never end their turn (each runs to max_tokens), and 5% failing. The first
+    # fails eos_share everywhere, and length_ratio too where production's answers are well under max_tokens (SmolLM2: then
+    # aborted); on the tiny test model, whose answers run near its max_new_tokens, eos_share alone: a marginal score, paused.
+    FaultClass(
+        "lm_answers_run_to_max_tokens",
+        "live",
+        Outcome(ROLLOUT_STOPPED, detail="eos_share low"),
+        probe=live.answers_run_to_max_tokens,
+        live=True,
+    ),
+    FaultClass(
+        "lm_errors_on_live_requests",
+        "live",
+        Outcome(ROLLOUT_ABORTED, detail="error_rate high"),
+        probe=live.errors_on_live_requests,
+        live=True,
+    ),
 )
 
 
@@ -82,8 +103,25 @@ def lm_controls(sb: Sandbox, identical_n: int, retrained_n: int, notes: list[str
     ]
 
 
+def _live_load(sb: Sandbox, split: str) -> tuple[str, list]:
+    """Greedy chat completions of the split's tickets, each allowed the policy's generation.max_new_tokens: as long as the
+    gates let production's answers run, so that an answer that does not end its turn shows."""
+    from modelcd_assets.lib.causal_lm.chats import chat_split, read_chats
+
+    limit = policy_for(sb.policy_path.parent, sb.name).generation.max_new_tokens
+    messages = [
+        [{"role": "system", "content": c.system}, {"role": "user", "content": c.user}]
+        for c in read_chats(split_path(sb.data, chat_split(split)))
+    ]
+    return CHAT, [{"model": sb.name, "max_tokens": limit, "temperature": 0, "messages": m} for m in messages]
+
+
 LM_FAULTS = FaultSuite(
     CLASSES,
     lm_controls,
-    no_load="the controls were gated without a server under load beside them (the load generator speaks POST /v1/classify only)",
+    no_load=(
+        "the controls were gated without a server under load beside them (serving_under_load asks POST /v1/classify); the "
+        "live classes and the rolled-out controls were served to callers of the OpenAI API"
+    ),
+    live_load=_live_load,
 )

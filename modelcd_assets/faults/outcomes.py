@@ -12,6 +12,11 @@ SUPERSEDED = "superseded"
 RUN_FAILED = "run failed, nothing promoted"
 SKIPPED = "sensor skipped, nothing launched"
 NEVER_SERVED = "never served"  # servable.check and the server's loader refused a version without a valid verdict over its bytes
+ROLLOUT_ABORTED = "aborted on live traffic"  # stopped at a shadow or canary step: its share back to 0, production untouched
+ROLLOUT_PAUSED = "paused on live traffic"  # no verdict at a step's end (too few samples): never promoted without a person
+# Only ever expected: aborted, or paused (a failure of metrics that are not critical scores marginal on one model, below
+# it on another), at a shadow or canary step; either way never promoted without a person.
+ROLLOUT_STOPPED = "stopped on live traffic"
 REJECTED = "rejected before inference"  # answered 413/422, counted in modelcd_requests_rejected_total, never in the latency histogram
 # Counted apart, neither caught nor missed: the fault could not be produced on the model under test (the detail says what was measured).
 NOT_REPRODUCIBLE = "not reproducible on this model"
@@ -44,7 +49,8 @@ class Outcome:
     def satisfies(self, expected: "Outcome") -> bool:
         """An actual outcome meets the expected one: same kind, for the stated reason if any, and for a block the expected gate among those
         that failed."""
-        if self.kind != expected.kind or expected.detail not in self.detail:
+        kinds = (ROLLOUT_ABORTED, ROLLOUT_PAUSED) if expected.kind == ROLLOUT_STOPPED else (expected.kind,)
+        if self.kind not in kinds or expected.detail not in self.detail:
             return False
         return expected.kind != BLOCKED or bool({expected.gate, *expected.alternatives} & set(self.gates))
 

@@ -12,12 +12,16 @@ from pathlib import Path
 
 from modelcd_assets.faults.builders import Candidate
 from modelcd_assets.faults.catalog import FaultClass, FaultSuite, select, suite_of
+from modelcd_assets.faults.live_faults import live_notes, offline_only, roll_out
 from modelcd_assets.faults.outcomes import CODE_RAN, ERROR, NOT_REPRODUCIBLE, REFUSED, Outcome
 from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport
 from modelcd_assets.faults.sandbox import Sandbox, open_sandbox
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError
 from modelcd_assets.lib.release.registry import Registry
 from modelcd_assets.lib.tasks.names import DEFAULT_TASK
+
+ROLLED_OUT_KIND = "rolled out on live traffic"
+ROLLED_OUT_KINDS = ("byte-identical", "retrained")  # the last control of each is rolled out (a kind's first word)
 
 
 def _gate_candidate(sb: Sandbox, fc: FaultClass, cand: Candidate) -> Outcome:
@@ -38,13 +42,14 @@ def class_outcome(sb: Sandbox, fc: FaultClass) -> Outcome:
             reproduced, measured = fc.reproducible(sb)
             if not reproduced:
                 return Outcome(NOT_REPRODUCIBLE, detail=measured)
-        if fc.probe is not None:
-            outcome = fc.probe(sb)
-        elif fc.build is None:
-            outcome = sb.judge(sb.production, sb.gate(sb.production, fc.traffic), fc.expected.gate)
-        else:
-            cand = fc.build(sb.prod, sb.work / fc.name)
-            outcome = _gate_candidate(sb, fc, cand)
+        with contextlib.nullcontext() if fc.live else offline_only(sb):
+            if fc.probe is not None:
+                outcome = fc.probe(sb)
+            elif fc.build is None:
+                outcome = sb.judge(sb.production, sb.gate(sb.production, fc.traffic), fc.expected.gate)
+            else:
+                cand = fc.build(sb.prod, sb.work / fc.name)
+                outcome = _gate_candidate(sb, fc, cand)
     except Exception as e:  # noqa: BLE001 - a class the sandbox could not build or gate is reported, never counted as caught
         outcome = Outcome(ERROR, detail=f"{type(e).__name__}: {e}")
     finally:
@@ -65,22 +70,28 @@ def run_classes(sb: Sandbox, classes: list[FaultClass], echo: Callable[[str], No
     return results
 
 
-def _gate_control(sb: Sandbox, label: str, kind: str, folder: Path, under_load: bool) -> ControlResult:
+def _gate_control(sb: Sandbox, label: str, kind: str, folder: Path, under_load: bool, rolled_out: bool = False) -> ControlResult:
+    """A clean candidate gated (offline_only), or rolled out on live traffic (live_faults.roll_out): it must become production."""
     start = time.perf_counter()
     try:
         ref = sb.register(Candidate(folder))
-        outcome = sb.judge(ref, sb.gate(ref))
+        if rolled_out:
+            outcome = roll_out(sb, ref)
+        else:
+            with offline_only(sb):
+                outcome = sb.judge(ref, sb.gate(ref))
     except Exception as e:  # noqa: BLE001 - a control that could not be gated counts as blocked
         outcome = Outcome(ERROR, detail=f"{type(e).__name__}: {e}")
     finally:
         sb.restore_production()
-    return ControlResult(label, kind, under_load, outcome, time.perf_counter() - start)
+    return ControlResult(label, f"{kind}, {ROLLED_OUT_KIND}" if rolled_out else kind, under_load, outcome, time.perf_counter() - start)
 
 
 def run_controls(
     sb: Sandbox, suite: FaultSuite, identical_n: int, retrained_n: int, under_load: bool, echo: Callable[[str], None], notes: list[str]
 ) -> tuple[list[ControlResult], dict]:
-    """The suite's clean candidates, which must all be promoted; half of each kind (rounded up) gated beside a server under load."""
+    """The suite's clean candidates, which must all be promoted; half of each kind (rounded up) gated beside a server under
+    load, and the last of each kind rolled out on live traffic when the suite has live classes (FaultSuite.live_load)."""
     controls = suite.controls(sb, identical_n, retrained_n, notes)
     if under_load and suite.load_texts is None:
         notes.append(f"{sb.task}: {suite.no_load}")
@@ -89,11 +100,13 @@ def run_controls(
     for label, kind, _ in controls:
         by_kind.setdefault(kind.split(",")[0], []).append(label)
     loaded = {label for labels in by_kind.values() for label in labels[: (len(labels) + 1) // 2]} if under_load else set()
+    rolled = {labels[-1] for kind, labels in by_kind.items() if kind in ROLLED_OUT_KINDS} if suite.live_load else set()
+    loaded -= rolled
     results, load = [], {}
 
     def gate_all(batch):
         for label, kind, folder in batch:
-            result = _gate_control(sb, label, kind, folder, label in loaded)
+            result = _gate_control(sb, label, kind, folder, label in loaded, label in rolled)
             results.append(result)
             echo(f"control {label} ({kind}{', server under load' if result.under_load else ''}): {result.outcome}")
 
@@ -144,6 +157,8 @@ def run_selftest(
             skipped = [fc.name for fc in classes if fc.adapter_only and not sb.prod.is_adapter]
             if skipped:
                 report.notes.append(f"production is a full model: adapter classes not run ({', '.join(skipped)})")
+            if suite.live_load is not None:
+                report.notes += live_notes(sb)
             report.classes = run_classes(sb, [fc for fc in classes if fc.name not in skipped], echo)
             if identical_controls or retrained_controls:
                 report.controls, report.load = run_controls(

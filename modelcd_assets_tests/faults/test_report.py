@@ -4,7 +4,19 @@ import json
 
 import pytest
 
-from modelcd_assets.faults.outcomes import BAD_INPUT, BLOCKED, NOT_REPRODUCIBLE, PROMOTED, REFUSED, Outcome, blocked, blocked_by
+from modelcd_assets.faults.outcomes import (
+    BAD_INPUT,
+    BLOCKED,
+    NOT_REPRODUCIBLE,
+    PROMOTED,
+    REFUSED,
+    ROLLOUT_ABORTED,
+    ROLLOUT_PAUSED,
+    ROLLOUT_STOPPED,
+    Outcome,
+    blocked,
+    blocked_by,
+)
 from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport, clopper_pearson
 
 
@@ -18,6 +30,12 @@ from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestRep
         (Outcome(BAD_INPUT), Outcome(REFUSED), False),
         (Outcome(BAD_INPUT, detail="adapter x does not fit base y: ..."), Outcome(BAD_INPUT, detail="does not fit base"), True),
         (Outcome(BAD_INPUT, detail="FileNotFoundError: no split"), Outcome(BAD_INPUT, detail="does not fit base"), False),
+        # Stopped on live traffic: aborted or paused, for the stated reason; never promoted, and never an offline block.
+        (Outcome(ROLLOUT_ABORTED, detail="at step 1: eos_share low"), Outcome(ROLLOUT_STOPPED, detail="eos_share low"), True),
+        (Outcome(ROLLOUT_PAUSED, detail="at step 1: eos_share low"), Outcome(ROLLOUT_STOPPED, detail="eos_share low"), True),
+        (Outcome(ROLLOUT_PAUSED, detail="at step 1: fewer than 20"), Outcome(ROLLOUT_STOPPED, detail="eos_share low"), False),
+        (Outcome(PROMOTED, detail="eos_share low"), Outcome(ROLLOUT_STOPPED, detail="eos_share low"), False),
+        (Outcome(ROLLOUT_PAUSED, detail="error_rate high"), Outcome(ROLLOUT_ABORTED, detail="error_rate high"), False),
     ],
 )
 def test_an_outcome_satisfies_only_its_kind_and_for_a_block_its_gate(actual, expected, ok):

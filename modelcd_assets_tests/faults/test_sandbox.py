@@ -69,12 +69,16 @@ def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_p
         "sensor skipped, nothing launched",
     }
     # Two byte-identical copies and the base's tokenizer and config files copied beside production's adapter; the first
-    # of each kind gated first, beside the sandbox's server answering a load generator process until those gates had ended.
-    assert [(c.label, c.outcome.kind, c.under_load) for c in report.controls] == [
-        ("identical-1", PROMOTED, True),
-        ("base-files", PROMOTED, True),
-        ("identical-2", PROMOTED, False),
+    # of each kind gated first, beside the sandbox's server answering a load generator process until those gates had ended,
+    # and the last byte-identical copy rolled out on live traffic to production (the policy has no rollout section: the
+    # sandbox's default one).
+    assert [(c.label, c.kind, c.outcome.kind, c.under_load) for c in report.controls] == [
+        ("identical-1", "byte-identical", PROMOTED, True),
+        ("base-files", "base's tokenizer and config files copied", PROMOTED, True),
+        ("identical-2", "byte-identical, rolled out on live traffic", PROMOTED, False),
     ], [c.outcome.detail for c in report.controls]
+    assert "through 2 steps on live traffic" in report.controls[-1].outcome.detail
+    assert any("the fault sandbox's default rollout" in n for n in report.notes), report.notes
     assert report.load["requests"] > 0 and report.load["errors"] == 0, (report.load, report.notes)
     assert not any("load generator exited" in n for n in report.notes), report.notes
     assert report.exit_code == 0 and report.false_block_upper == pytest.approx(0.7076, abs=1e-4)
@@ -82,6 +86,34 @@ def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_p
     assert "modelcd.contract" not in reg.tags(prod)  # never gated here: the sandbox gated its own copy
     assert {k: os.environ.get(k) for k in env.env} == env.env  # the sandbox's environment is gone
     assert not (tmp_path / "sandbox").exists()
+
+
+# Live-only regressions (issue 29): each passes every offline gate, and only its rollout's steps on live traffic stop it.
+LIVE = ["slower_under_live_load", "errors_on_live_requests", "too_little_traffic"]
+
+
+def test_live_only_faults_are_stopped_on_live_traffic_and_never_promoted(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
+    from modelcd_assets.faults.outcomes import ROLLOUT_ABORTED, ROLLOUT_PAUSED
+
+    env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
+    rollout = "rollout:\n  min_samples: 20\n  steps:\n    - shadow: 0.5\n      for: 30m\n      metrics: [error_rate, nan_rate]\n"
+    env.policy(MODEL, POLICY + rollout + "    - canary: 0.5\n      for: 6s\n    - promote\n")
+    report = run_selftest(MODEL, env.env, only=LIVE, identical_controls=1, retrained_controls=0, under_load=False, root=tmp_path / "sb")
+    print(report.render())
+    assert {r.name: f"{r.actual}: {r.actual.detail}" for r in report.classes if not r.ok} == {}
+    outcomes = {r.name: r.actual for r in report.classes}
+    # The delay is judged where each arm answers callers of its own: the canary step; the errors at the first step.
+    assert outcomes["slower_under_live_load"].kind == ROLLOUT_ABORTED and "step 2 (canary" in outcomes["slower_under_live_load"].detail
+    assert outcomes["errors_on_live_requests"].kind == ROLLOUT_ABORTED and "step 1 (shadow" in outcomes["errors_on_live_requests"].detail
+    assert outcomes["too_little_traffic"].kind == ROLLOUT_PAUSED and "step 1 (shadow" in outcomes["too_little_traffic"].detail
+    # The clean copy is rolled out through both steps, under the policy's own section with its 30-minute step cut (said).
+    assert [(c.label, c.kind, c.outcome.kind) for c in report.controls] == [
+        ("identical-1", "byte-identical, rolled out on live traffic", PROMOTED),
+        ("base-files", "base's tokenizer and config files copied", PROMOTED),
+    ], [c.outcome.detail for c in report.controls]
+    assert any("cut to 10 s (the policy's: 30m)" in n for n in report.notes), report.notes
+    assert any("gated without the policy's rollout section" in n for n in report.notes), report.notes
+    assert report.exit_code == 0 and env.registry.production(MODEL) == prod
 
 
 # Ways around the gates closed by issue 17, each in seconds on the tiny model: the two outcome kinds the FAST subset lacks
@@ -213,6 +245,9 @@ LM_FAST = [
     "lm_adapter_of_another_base",
     "lm_prompt_beyond_context",
     "lm_subnormal_lora",
+    # Live-only (issue 29): byte-identical copies that only the rollout's steps on live chat completions stop.
+    "lm_answers_run_to_max_tokens",
+    "lm_errors_on_live_requests",
 ]
 
 
@@ -236,6 +271,8 @@ def test_causal_lm_classes_end_as_expected_and_the_clean_controls_pass(tmp_path,
     assert [r.name for r in report.classes if r.actual.kind == NOT_REPRODUCIBLE] == []
     subnormal = next(r for r in report.classes if r.name == "lm_subnormal_lora")
     assert "served values are subnormal" in subnormal.actual.detail, subnormal.actual.detail
+    live = {r.name: r.actual.detail for r in report.classes if r.name.startswith(("lm_answers", "lm_errors"))}
+    assert "step 1 (shadow" in live["lm_answers_run_to_max_tokens"] and "step 1 (shadow" in live["lm_errors_on_live_requests"], live
     assert [(c.label, c.outcome.kind) for c in report.controls] == [
         ("identical-1", PROMOTED),
         ("lora-b-x1.001", PROMOTED),
@@ -243,5 +280,6 @@ def test_causal_lm_classes_end_as_expected_and_the_clean_controls_pass(tmp_path,
         ("bf16", PROMOTED),
         ("fp16", PROMOTED),
     ], [c.outcome.detail for c in report.controls]
+    assert report.controls[0].kind == "byte-identical, rolled out on live traffic", report.controls[0]
     assert any("without a server under load" in n for n in report.notes)
     assert report.exit_code == 0 and env.registry.production("tiny-reply") == prod

@@ -1,0 +1,159 @@
+"""Live-only faults: a candidate that passes every offline gate and regresses only on live traffic, taken through a rollout
+in the sandbox (a real `modelcd serve --chaos`, a real Prometheus, callers speaking the task's API) and expected to be
+stopped at a shadow or canary step: aborted, or paused when too few requests reached it. A clean copy rolled out the same
+way is a control: it must reach production.
+
+The rollout is the model's policy's own section, each step cut to at most STEP_CAP_SECONDS so that a class takes seconds
+(the report's notes say so); a policy without one is rolled out through DEFAULT_ROLLOUT. The offline classes and controls
+are gated without the section (offline_only): each of them ends at its offline gates, as it did before rollouts existed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from modelcd_assets import launch
+from modelcd_assets.faults.builders import identical
+from modelcd_assets.faults.outcomes import ERROR, PROMOTED, ROLLOUT_ABORTED, ROLLOUT_PAUSED, Outcome
+from modelcd_assets.faults.sandbox import Sandbox
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.judging.rollout_policy import PROMOTE, duration_seconds
+from modelcd_assets.lib.release.registry import CandidateRef
+from modelcd_assets.lib.release.rollout import ABORT
+from modelcd_assets.lib.release.rollout_state import ABORTED, PAUSED, RolloutState
+from modelcd_assets.lib.release.rollout_state import PROMOTED as ROLLED_OUT
+from modelcd_assets.lib.tasks.names import declaration_of
+from modelcd_assets.live_rollout import follow_rollout, live_server, rollout_history
+
+STEP_CAP_SECONDS = 10.0
+
+
+def default_rollout(task: str) -> dict:
+    """The fault sandbox's rollout for a policy without one. A shadow copy is answered after production's answer, beside
+    the next requests, so on few cores its timings are not the candidate's own: the shadow step judges every metric but
+    the shifts (the pairs, the rates), and the canary step, where each arm answers callers of its own, judges all of them
+    (the demo's policies are built the same way)."""
+    unshifted = [m.name for m in declaration_of(task).live_metrics if m.kind != "shift"]
+    return {
+        "min_samples": 20,
+        "steps": [{"shadow": 0.5, "for": "8s", "metrics": unshifted}, {"canary": 0.5, "for": "8s"}, PROMOTE],
+    }
+
+
+def sandbox_rollout(policy: dict, task: str) -> tuple[dict, str]:
+    """The rollout section the live classes run under, from the model's policy (a dict as its file holds it), and what was
+    changed, in words."""
+    section = policy.get("rollout")
+    if not section:
+        return default_rollout(task), "the policy has no rollout section: the live classes ran under the fault sandbox's default rollout"
+    steps, cut = [], []
+    for step in section.get("steps", []):
+        if isinstance(step, dict) and "for" in step and duration_seconds(step["for"]) > STEP_CAP_SECONDS:
+            cut.append(f"{step['for']}")
+            step = {**step, "for": f"{STEP_CAP_SECONDS:g}s"}
+        steps.append(step)
+    said = f"the live classes' steps were cut to {STEP_CAP_SECONDS:g} s (the policy's: {', '.join(cut)})" if cut else ""
+    return {**section, "steps": steps}, said
+
+
+def live_notes(sb: Sandbox) -> list[str]:
+    """What the report says of the sandbox's rollouts: the section the live classes run under, and the offline ones without it."""
+    import yaml
+
+    policy = (yaml.safe_load(sb.policy_path.read_text()) if sb.policy_path.is_file() else None) or {}
+    _, said = sandbox_rollout(policy, sb.task)
+    offline = "the offline classes and controls were gated without the policy's rollout section: each ends at its offline gates"
+    return [n for n in (said, offline if policy.get("rollout") else "") if n]
+
+
+@contextlib.contextmanager
+def rolling_out(sb: Sandbox) -> Iterator[str]:
+    """The sandbox's policy with the live classes' rollout section, and the server following each step within a second."""
+    said = []
+
+    def edit(policy: dict) -> None:
+        section, why = sandbox_rollout(policy, sb.task)
+        said.append(why)
+        policy["rollout"] = section
+        policy["serving"] = {**(policy.get("serving") or {}), "poll_seconds": 1}
+
+    with sb.policy_edited(edit):
+        yield said[0]
+
+
+@contextlib.contextmanager
+def offline_only(sb: Sandbox) -> Iterator[bool]:
+    """The sandbox's policy without its rollout section while the block runs: an offline class or control ends at its
+    offline gates. Yields whether the policy had one."""
+    had = []
+
+    def edit(policy: dict) -> None:
+        had.append(policy.pop("rollout", None) is not None)
+
+    with sb.policy_edited(edit):
+        yield had[0]
+
+
+def _outcome(state: RolloutState, history: list[dict]) -> Outcome:
+    last = history[-1] if history else {}
+    analysis = last.get("analysis") or {}
+    counts = [n for m in analysis.get("metrics", []) for n in m.get("samples", {}).values() if isinstance(n, (int, float))]
+    where = f"step {state.step + 1} ({state.kind} {last.get('share', state.share):g})"
+    took = f", the fewest samples an arm had {min(counts):g}" if counts else ""
+    failed = [f"{m['metric']} {m['outcome']}" for m in analysis.get("metrics", []) if m.get("outcome") not in ("pass", None)]
+    detail = f"at {where}{took}: " + "; ".join(filter(None, [", ".join(failed), state.reason]))
+    if state.status == ROLLED_OUT:
+        return Outcome(PROMOTED, detail=f"through {len(history)} steps on live traffic")
+    if state.status == ABORTED:
+        return Outcome(ROLLOUT_ABORTED, detail=detail)
+    if state.status == PAUSED:
+        return Outcome(ROLLOUT_PAUSED, detail=detail)
+    return Outcome(ERROR, detail=f"the rollout ended {state.status}: {state.describe()}")
+
+
+def roll_out(sb: Sandbox, ref: CandidateRef, fault: dict | None = None, traffic: str | None = "traffic_current") -> Outcome:
+    """ref gated under the live classes' rollout while production serves, then taken through its steps: with `fault` set
+    on the server's chaos hook for ref, and callers asking the task's API on the `traffic` split (None: no callers at all).
+    A rollout left paused is aborted afterwards, so that the next class starts from none."""
+    from modelcd_assets.faults.catalog import suite_of
+
+    suite = suite_of(sb.task)
+    if suite.live_load is None:
+        raise ModelcdError(f"the {sb.task} fault suite has no live load (FaultSuite.live_load): its rollouts cannot be judged")
+    folder = sb.work / "live" / ref.version
+    with rolling_out(sb), sb.active(), live_server(sb.name, folder, sb.env, chaos=fault is not None) as live:
+        run = sb.gate(ref)
+        if run.outcome != launch.ROLLING_OUT:
+            return sb.judge(ref, run)
+        live.wait_ready(sb.production.version)
+        if fault:
+            live.inject(ref.version, **fault)
+        if traffic is not None:
+            live.load(*suite.live_load(sb, traffic))
+        state = follow_rollout(sb.registry, ref, live, sb.instance, timeout=180, echo=lambda _: None)
+        history = rollout_history(ref)
+        if state.status == PAUSED:
+            launch.run_rollout_move(ref, ABORT, state.sequence, by="fault sandbox", reason="the class is over", instance=sb.instance)
+    return _outcome(state, history)
+
+
+def slower_under_live_load(sb: Sandbox) -> Outcome:
+    """A byte-identical copy that the server's chaos hook delays by 25 ms a request: no offline gate can see it."""
+    return roll_out(sb, sb.register(identical(sb.prod, sb.work / "slower_under_live_load")), {"latency_ms": 25})
+
+
+def errors_on_live_requests(sb: Sandbox) -> Outcome:
+    """A byte-identical copy that fails 5% of the live requests it answers (the chaos hook), shadow copies included."""
+    return roll_out(sb, sb.register(identical(sb.prod, sb.work / "errors_on_live_requests")), {"error_ratio": 0.05})
+
+
+def answers_run_to_max_tokens(sb: Sandbox) -> Outcome:
+    """A byte-identical copy of a causal LM that the chaos hook keeps from ending its turn before max_tokens: every live
+    answer runs to its limit, what a forgotten stop costs per request."""
+    return roll_out(sb, sb.register(identical(sb.prod, sb.work / "answers_run_to_max_tokens")), {"ignore_eos": True})
+
+
+def too_little_traffic(sb: Sandbox) -> Outcome:
+    """A byte-identical copy rolled out while no caller asks anything: no step may pass on no data."""
+    return roll_out(sb, sb.register(identical(sb.prod, sb.work / "too_little_traffic")), traffic=None)
