@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 # process compiled everything it imports again.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-seeds llama-cpp docs clean
+.PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-seeds bench-rollout llama-cpp docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,12 @@ bench-llm: install
 	$(BIN)/python bench/render_docs.py
 
 # The good LM recipe's seed spread under the perplexity gate (after make demo): what the demo's tolerance is set from.
+# Rollouts on live traffic in a sandbox copy of the demo classifier's production: shadowing's cost to production's p99,
+# clean rollouts that must all reach production, and where each live-only fault is stopped (bench/bench_rollout.py).
+bench-rollout: install
+	$(BIN)/python bench/bench_rollout.py
+	$(BIN)/python bench/render_docs.py
+
 bench-lm-seeds: install
 	$(BIN)/python bench/bench_lm_seeds.py
 

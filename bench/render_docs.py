@@ -427,11 +427,47 @@ def demo(d: dict) -> str:
         + " |"
         for p in d["phases"]
     )
+    rolled = {p["task"]: p for p in d["phases"] if p["phase"] == "roll out good"}
+    gated = {p["task"]: p for p in d["phases"] if p["phase"] == "gate good"}
+    to_production = "; ".join(
+        f"{task} {gated[task]['seconds'] + p['seconds']:.0f} s (its gates {gated[task]['seconds']:.0f} s, its steps on live traffic"
+        f" {p['seconds']:.0f} s, {p['status']})"
+        for task, p in rolled.items()
+    )
     return (
         f"{_machine(d['machine'])}, at {d['commit'][:7]}; load averages before {', '.join(f'{x:.2f}' for x in d['load_before'])}.\n\n"
         f"`make install` {d['install_seconds']:.0f} s, then `make demo` {d['demo_seconds']:.0f} s: **{total['measured']:.0f} s** "
         f"against {total['target']:.0f} s ({_met(total)}); the demo's outcomes as expected: {_met(outcomes)}.\n\n"
-        "| task | phase | s | its steps, s (1 s or more, longest first) |\n|---|---|---|---|\n" + rows
+        + (f"The good adapter from registration to 100% of traffic under the demo's rollout policy: {to_production}.\n\n" if rolled else "")
+        + "| task | phase | s | its steps, s (1 s or more, longest first) |\n|---|---|---|---|\n"
+        + rows
+    )
+
+
+def rollout(d: dict) -> str:
+    cost, t = d["shadow_cost"], d["targets"]
+    phases = "\n".join(
+        f"| {i + 1} | {'shadow ' + format(d['shadow_share'], 'g') if p['shadow'] else 'none'} | {p['requests']} | {p['failed']} |"
+        f" {p['p50_ms']:.1f} | {p['p99_ms']:.1f} | {p['shadow_dropped']:.0f} |"
+        for i, p in enumerate(cost["phases"])
+    )
+    (shadow_key, shadow_t), (clean_key, clean_t), (found_key, found_t) = t.items()
+    clean = d["clean_rollouts"]
+    found = "\n".join(
+        f"| {f['class']} | {f['expected']} | {f['actual']} | {'yes' if f['ok'] else 'NO'} | {f['detail']} |" for f in d["detection"]
+    )
+    return (
+        f"{_machine(d['machine'])}; {d['model']} in a fault sandbox, {d['seconds']:.0f} s in all.\n\n"
+        f"Production's p99 with a shadow {d['shadow_share']:g} state over none, side by side on one server (2 callers, closed loop):"
+        f" **{shadow_t['measured']:.2f}×** against ≤ {shadow_t['target']:g}× ({_met(shadow_t)}; pairs"
+        f" {', '.join(f'{r:.2f}' for r in cost['p99_ratios'])}).\n\n"
+        "| phase | rollout | production's answers | failed | p50 ms | p99 ms | shadow copies dropped |\n|---|---|---|---|---|---|---|\n"
+        + phases
+        + f"\n\nClean rollouts (byte-identical copies through the demo policy's steps): {len(clean) - clean_t['measured']} of {len(clean)}"
+        f" reached production, {clean_t['measured']} not ({_met(clean_t)}); {statistics.median(c['seconds'] for c in clean):.0f} s each"
+        " (median), gate included.\n\n"
+        f"Live-only faults stopped as expected: {found_t['measured']} of {found_t['target']} ({_met(found_t)}).\n\n"
+        "| class | expected | actual | ok | where, and the samples it took |\n|---|---|---|---|---|\n" + found
     )
 
 
@@ -459,6 +495,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "llm_serving": ("benchmarks.md", "llm_serving.json", llm_serving, "make bench-llm-serving"),
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "demo": ("benchmarks.md", "demo.json", demo, "python bench/bench_demo.py"),
+    "rollout": ("benchmarks.md", "rollout.json", rollout, "make bench-rollout"),
     "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
     "faults_llm": (
         "reliability.md",
