@@ -35,5 +35,5 @@ def gate_and_roll_out(
         state = follow_rollout(reg, ref, live)
         entry["status"] = state.status
     if state.status == ROLLED_OUT:
-        return replace(run, outcome=PROMOTED)
+        return replace(run, outcome=PROMOTED, error="")
     return replace(run, outcome=f"rollout {state.status}", error=state.reason)
