@@ -70,19 +70,20 @@ rollout:
     # out: it asks a candidate to answer as production does (a re-quantized or recalibrated production), and the good
     # adapter words its replies anew (measured against the demo's earlier adapter: 7 of 18 greedy first tokens agreed);
     # their quality is the offline perplexity gate's to judge.
-    # On 2 cores one generation takes about half a second, and at most serving.max_shadow_in_flight copies (1) run at once:
-    # 20 s gather the pairs the shadow step needs, and the answers each arm of the canary step needs.
+    # On 2 cores one generation of 12 tokens takes under half a second, and at most serving.max_shadow_in_flight copies (1)
+    # run at once: 15 s gather the pairs the shadow step needs (20 pairs in 20 s at 16 tokens), and the answers each arm of
+    # the canary step needs.
     - shadow: 0.5
-      for: 20s
+      for: 15s
       metrics: [error_rate, nan_rate, length_ratio]
     - canary: 0.5
-      for: 20s
+      for: 15s
     - promote
 """
 # The live callers: one at a time, so that the shadow copies are not dropped for want of a core (each is counted when it
 # is), with short answers, so that each step sees enough of them.
 LOAD_CALLERS_AT_ONCE = 1
-LOAD_MAX_TOKENS = 16
+LOAD_MAX_TOKENS = 12
 
 
 def causal_lm_demo(reg: Registry, home: Path, phases: Phases) -> tuple[list[tuple[str, GateRun]], bool]:

@@ -53,10 +53,10 @@ rollout:
     # is not the candidate's own. The shadow step judges the pairs and the errors; the canary step, where each arm answers
     # callers of its own, judges latency too.
     - shadow: 0.5
-      for: 6s
+      for: 4s
       metrics: [error_rate, nan_rate, label_agreement, confidence_shift]
     - canary: 0.5
-      for: 6s
+      for: 4s
     - promote
 """
 
