@@ -71,10 +71,10 @@ rollout:
     # adapter words its replies anew (measured against the demo's earlier adapter: 7 of 18 greedy first tokens agreed);
     # their quality is the offline perplexity gate's to judge.
     # On 2 cores one generation of 12 tokens takes under half a second, and at most serving.max_shadow_in_flight copies (1)
-    # run at once: 15 s gather the pairs the shadow step needs (20 pairs in 20 s at 16 tokens), and the answers each arm of
-    # the canary step needs.
+    # run at once: 20 s gather the pairs the shadow step needs (11 in 15 s, against 10 needed), and 15 s the answers each
+    # arm of the canary step needs (34).
     - shadow: 0.5
-      for: 15s
+      for: 20s
       metrics: [error_rate, nan_rate, length_ratio]
     - canary: 0.5
       for: 15s

@@ -47,16 +47,18 @@ serving:
   poll_seconds: 1  # how soon the server follows the alias and the rollout's steps
 rollout:
   # Steps of seconds, so that the demo shows each one; a real policy's last minutes (see lib/judging/rollout_policy.py).
+  # A step's clock starts when the gated run starts the rollout, and the demo's callers a few seconds later: at 4 s the
+  # shadow step ended before any of them had asked, and paused; at 6 s it had 171 pairs.
   min_samples: 20
   steps:
     # A shadow copy is answered after production's answer, beside the next requests: on a machine of few cores its latency
     # is not the candidate's own. The shadow step judges the pairs and the errors; the canary step, where each arm answers
     # callers of its own, judges latency too.
     - shadow: 0.5
-      for: 4s
+      for: 6s
       metrics: [error_rate, nan_rate, label_agreement, confidence_shift]
     - canary: 0.5
-      for: 4s
+      for: 6s
     - promote
 """
 

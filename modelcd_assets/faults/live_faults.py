@@ -3,8 +3,8 @@ in the sandbox (a real `modelcd serve --chaos`, a real Prometheus, callers speak
 stopped at a shadow or canary step: aborted, or paused when too few requests reached it. A clean copy rolled out the same
 way is a control: it must reach production.
 
-The rollout is the model's policy's own section, each step cut to at most STEP_CAP_SECONDS so that a class takes seconds
-(the report's notes say so); a policy without one is rolled out through DEFAULT_ROLLOUT. The offline classes and controls
+The rollout is the model's policy's own section, each step set to STEP_SECONDS (the report's notes give the policy's
+durations); a policy without one is rolled out through default_rollout(). The offline classes and controls
 are gated without the section (offline_only): each of them ends at its offline gates, as it did before rollouts existed.
 """
 
@@ -26,7 +26,9 @@ from modelcd_assets.lib.release.rollout_state import PROMOTED as ROLLED_OUT
 from modelcd_assets.lib.tasks.names import declaration_of
 from modelcd_assets.live_rollout import follow_rollout, live_server, rollout_history
 
-STEP_CAP_SECONDS = 10.0
+# Every step of a live class lasts this long, whatever the policy says: a policy's minutes would make each class take an
+# hour, and a step of a few seconds may end before the callers, started once the gates passed, have asked anything.
+STEP_SECONDS = 10.0
 
 
 def default_rollout(task: str) -> dict:
@@ -47,13 +49,13 @@ def sandbox_rollout(policy: dict, task: str) -> tuple[dict, str]:
     section = policy.get("rollout")
     if not section:
         return default_rollout(task), "the policy has no rollout section: the live classes ran under the fault sandbox's default rollout"
-    steps, cut = [], []
+    steps, changed = [], []
     for step in section.get("steps", []):
-        if isinstance(step, dict) and "for" in step and duration_seconds(step["for"]) > STEP_CAP_SECONDS:
-            cut.append(f"{step['for']}")
-            step = {**step, "for": f"{STEP_CAP_SECONDS:g}s"}
+        if isinstance(step, dict) and "for" in step and duration_seconds(step["for"]) != STEP_SECONDS:
+            changed.append(f"{step['for']}")
+            step = {**step, "for": f"{STEP_SECONDS:g}s"}
         steps.append(step)
-    said = f"the live classes' steps were cut to {STEP_CAP_SECONDS:g} s (the policy's: {', '.join(cut)})" if cut else ""
+    said = f"the live classes' steps were set to {STEP_SECONDS:g} s each (the policy's: {', '.join(changed)})" if changed else ""
     return {**section, "steps": steps}, said
 
 

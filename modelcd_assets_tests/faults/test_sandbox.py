@@ -106,12 +106,12 @@ def test_live_only_faults_are_stopped_on_live_traffic_and_never_promoted(tmp_pat
     assert outcomes["slower_under_live_load"].kind == ROLLOUT_ABORTED and "step 2 (canary" in outcomes["slower_under_live_load"].detail
     assert outcomes["errors_on_live_requests"].kind == ROLLOUT_ABORTED and "step 1 (shadow" in outcomes["errors_on_live_requests"].detail
     assert outcomes["too_little_traffic"].kind == ROLLOUT_PAUSED and "step 1 (shadow" in outcomes["too_little_traffic"].detail
-    # The clean copy is rolled out through both steps, under the policy's own section with its 30-minute step cut (said).
+    # The clean copy is rolled out through both steps, under the policy's own section with each step set to 10 s (said).
     assert [(c.label, c.kind, c.outcome.kind) for c in report.controls] == [
         ("identical-1", "byte-identical, rolled out on live traffic", PROMOTED),
         ("base-files", "base's tokenizer and config files copied", PROMOTED),
     ], [c.outcome.detail for c in report.controls]
-    assert any("cut to 10 s (the policy's: 30m)" in n for n in report.notes), report.notes
+    assert any("set to 10 s each (the policy's: 30m, 6s)" in n for n in report.notes), report.notes
     assert any("gated without the policy's rollout section" in n for n in report.notes), report.notes
     assert report.exit_code == 0 and env.registry.production(MODEL) == prod
 
