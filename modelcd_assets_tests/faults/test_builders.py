@@ -37,6 +37,8 @@ def test_the_catalog_covers_every_outcome_and_at_least_25_classes():
         "sensor skipped, nothing launched",
         "never served",
         "rejected before inference",
+        "aborted on live traffic",
+        "paused on live traffic",
     }
     # A block is judged by the gate named, never by whichever gate a particular production happens to trip.
     assert (
