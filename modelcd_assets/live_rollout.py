@@ -89,7 +89,9 @@ class LiveServer:
         raise ModelcdError(f"'modelcd serve {self.model}' was not ready{serving} within {timeout:.0f} s; see {self.folder / 'server.log'}")
 
     def inject(self, version: str, **fault) -> None:
-        """The chaos hook: `fault` (latency_ms, error_ratio, nan_ratio) for every request `version` answers, shadow copies included."""
+        """The chaos hook: `fault` for every request `version` answers, shadow copies included; its fields are the task's
+        server's (a classifier's FaultRequest: latency_ms, error_ratio, nan_ratio; a causal LM's LmFaultRequest: latency_ms,
+        error_ratio, ignore_eos), which refuses any other by name."""
         if not self.chaos:
             raise ModelcdError("this server was started without --chaos: it takes no faults")
         r = httpx.post(

@@ -11,7 +11,6 @@ are gated without the section (offline_only): each of them ends at its offline g
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 
 from modelcd_assets import launch
 from modelcd_assets.faults.builders import identical
@@ -19,6 +18,7 @@ from modelcd_assets.faults.outcomes import ERROR, PROMOTED, ROLLOUT_ABORTED, ROL
 from modelcd_assets.faults.sandbox import Sandbox
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.judging.rollout_policy import PROMOTE, duration_seconds
+from modelcd_assets.lib.presentation.rollout_report import fewest_samples
 from modelcd_assets.lib.release.registry import CandidateRef
 from modelcd_assets.lib.release.rollout import ABORT
 from modelcd_assets.lib.release.rollout_state import ABORTED, PAUSED, RolloutState
@@ -69,40 +69,29 @@ def live_notes(sb: Sandbox) -> list[str]:
     return [n for n in (said, offline if policy.get("rollout") else "") if n]
 
 
-@contextlib.contextmanager
-def rolling_out(sb: Sandbox) -> Iterator[str]:
-    """The sandbox's policy with the live classes' rollout section, and the server following each step within a second."""
-    said = []
+def rolling_out(sb: Sandbox) -> contextlib.AbstractContextManager[None]:
+    """The sandbox's policy with the live classes' rollout section (live_notes says what it changed), and the server
+    following each step within a second."""
 
     def edit(policy: dict) -> None:
-        section, why = sandbox_rollout(policy, sb.task)
-        said.append(why)
-        policy["rollout"] = section
+        policy["rollout"] = sandbox_rollout(policy, sb.task)[0]
         policy["serving"] = {**(policy.get("serving") or {}), "poll_seconds": 1}
 
-    with sb.policy_edited(edit):
-        yield said[0]
+    return sb.policy_edited(edit)
 
 
-@contextlib.contextmanager
-def offline_only(sb: Sandbox) -> Iterator[bool]:
+def offline_only(sb: Sandbox) -> contextlib.AbstractContextManager[None]:
     """The sandbox's policy without its rollout section while the block runs: an offline class or control ends at its
-    offline gates. Yields whether the policy had one."""
-    had = []
-
-    def edit(policy: dict) -> None:
-        had.append(policy.pop("rollout", None) is not None)
-
-    with sb.policy_edited(edit):
-        yield had[0]
+    offline gates (live_notes says so)."""
+    return sb.policy_edited(lambda policy: policy.pop("rollout", None))
 
 
 def _outcome(state: RolloutState, history: list[dict]) -> Outcome:
     last = history[-1] if history else {}
     analysis = last.get("analysis") or {}
-    counts = [n for m in analysis.get("metrics", []) for n in m.get("samples", {}).values() if isinstance(n, (int, float))]
+    fewest = fewest_samples(analysis)
     where = f"step {state.step + 1} ({state.kind} {last.get('share', state.share):g})"
-    took = f", the fewest samples an arm had {min(counts):g}" if counts else ""
+    took = f", the fewest samples an arm had {fewest:g}" if fewest is not None else ""
     failed = [f"{m['metric']} {m['outcome']}" for m in analysis.get("metrics", []) if m.get("outcome") not in ("pass", None)]
     detail = f"at {where}{took}: " + "; ".join(filter(None, [", ".join(failed), state.reason]))
     if state.status == ROLLED_OUT:

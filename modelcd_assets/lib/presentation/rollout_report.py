@@ -48,13 +48,19 @@ def rollout_markdown(history: list[dict], now: str) -> str:
     return "\n".join(out)
 
 
+def fewest_samples(analysis: dict) -> float | None:
+    """The fewest samples any arm of any metric had in a step's analysis (a judged entry's `analysis`); None without any."""
+    counts = [n for m in analysis.get("metrics", []) for n in m.get("samples", {}).values() if isinstance(n, (int, float))]
+    return min(counts) if counts else None
+
+
 def rollout_table(history: list[dict]) -> str:
     """A line per judged step: its share, the move, who made it, after how long, the analysis's outcome and score, the
     fewest samples an arm had, and each metric's outcome."""
     rows = []
     for entry in history:
         analysis = entry.get("analysis") or {}
-        counts = [n for m in analysis.get("metrics", []) for n in m.get("samples", {}).values() if isinstance(n, (int, float))]
+        fewest = fewest_samples(analysis)
         rows.append(
             [
                 str(entry.get("step", 0) + 1),
@@ -63,7 +69,7 @@ def rollout_table(history: list[dict]) -> str:
                 entry.get("by", ""),
                 f"{entry['seconds']:g} s" if "seconds" in entry else "",
                 f"{analysis.get('outcome', '')} {analysis.get('score', '') if analysis else ''}".strip(),
-                f"{min(counts):g}" if counts else "",
+                f"{fewest:g}" if fewest is not None else "",
                 "; ".join(f"{m['metric']} {m['outcome']}" for m in analysis.get("metrics", [])),
             ]
         )
