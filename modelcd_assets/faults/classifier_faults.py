@@ -3,6 +3,9 @@ controls. lib/tasks/builtin.py declares it as the classification task's."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 from modelcd_assets.faults import builders as b
 from modelcd_assets.faults import bypasses as v
 from modelcd_assets.faults import conditions as c
@@ -13,6 +16,7 @@ from modelcd_assets.faults.outcomes import (
     BAD_INPUT,
     MANIFEST,
     NEVER_SERVED,
+    NOT_REPRODUCIBLE,
     REFUSED,
     REJECTED,
     ROLLOUT_ABORTED,
@@ -24,10 +28,68 @@ from modelcd_assets.faults.outcomes import (
     blocked,
 )
 from modelcd_assets.faults.sandbox import Sandbox
-from modelcd_assets.lib.splits import read_split, split_path
+from modelcd_assets.lib.errors import ModelcdError
+from modelcd_assets.lib.splits import Example, read_split, split_path
 from modelcd_assets.serving.loadgen import CLASSIFY
 
 LOAD_TEXTS = 256  # evaluation texts the server under load is asked, round and round
+
+# The shifted traffic's first half teaches the fault; its second half is what the live callers ask.
+SHIFTED = "traffic_shifted"
+# Measured on the tiny test classifier (a throwaway script over these numbers): 300 steps at 2e-3 from production's adapter,
+# on the train split and the relabelled half, kept its evaluation accuracy (93.7% against production's 88.8%) and agreed
+# with production on 45% of the other half; 30 steps on 300 of each agreed on 95% and lost 4 points of accuracy.
+SHIFT_STEPS, SHIFT_LEARNING_RATE, SHIFT_SEED = 300, 2e-3, 7
+MAX_AGREEMENT = 0.8  # reproduced when the built adapter agrees with production on at most this share of the live texts (FP32)
+
+
+def disagrees_on_shifted_live_texts(sb: Sandbox) -> Outcome:
+    """Production's adapter trained on with the shifted channel's tickets relabelled (each label the next one): as good on
+    every offline split, it labels the live traffic's new channel otherwise than production."""
+    from modelcd_assets.lib.classifier.config import labels_of
+    from modelcd_assets.lib.classifier.training import Training, train_adapter
+
+    path = split_path(sb.data, SHIFTED)
+    if not path.is_file():
+        raise ModelcdError(f"{path} is missing: this class teaches and asks the {SHIFTED!r} split; add it to the data folder")
+    shifted = read_split(path)
+    learn, asked = shifted[: len(shifted) // 2], [ex.text for ex in shifted[len(shifted) // 2 :]]
+    labels = labels_of(sb.prod.base)
+    relabelled = [Example(ex.text, labels[(labels.index(ex.label) + 1) % len(labels)]) for ex in learn]
+    config = json.loads((sb.prod.artifact / "adapter_config.json").read_text())
+    recipe = Training(steps=SHIFT_STEPS, learning_rate=SHIFT_LEARNING_RATE, rank=config["r"], alpha=config["lora_alpha"], seed=SHIFT_SEED)
+    folder = train_adapter(
+        sb.prod.base,
+        read_split(split_path(sb.data, "train")) + relabelled,
+        sb.work / "disagrees_on_shifted_live_texts",
+        recipe,
+        sb.prod.base_uri,
+        desc="training disagrees_on_shifted_live_texts",
+        start_from=sb.prod.artifact,
+    )
+    agreed = _fp32_agreement(sb, folder, asked)
+    measured = (
+        f"the adapter, trained {SHIFT_STEPS} steps on from production's with {len(learn)} {SHIFTED} tickets relabelled, "
+        f"agrees with production on {agreed:.1%} of the other {len(asked)} (FP32)"
+    )
+    if agreed > MAX_AGREEMENT:
+        return Outcome(NOT_REPRODUCIBLE, detail=f"{measured}, above the {MAX_AGREEMENT:.0%} a disagreement needs")
+    outcome = live.roll_out(sb, sb.register(b.Candidate(folder)), traffic=None, load=_classify_requests(asked))
+    return replace(outcome, detail=f"reproduced: {measured}; {outcome.detail}")
+
+
+def _fp32_agreement(sb: Sandbox, adapter, texts: list[str]) -> float:
+    """The share of texts the adapter's FP32 model labels as production's does."""
+    from modelcd_assets.lib.classifier.export import torch_logits
+    from modelcd_assets.lib.classifier.model_io import merge_adapter
+    from modelcd_assets.lib.inference.tokens import encode
+
+    merged = sb.work / f"{adapter.name}-merged"
+    merge_adapter(sb.prod.base, adapter, merged)
+    feeds = encode(merged, texts)
+    ours, theirs = torch_logits(merged, feeds).argmax(-1), torch_logits(sb.prod.full_model(), feeds).argmax(-1)
+    return float((ours == theirs).mean())
+
 
 CLASSES: tuple[FaultClass, ...] = (
     # Weights and numerics
@@ -164,6 +226,15 @@ CLASSES: tuple[FaultClass, ...] = (
         "errors_on_live_requests", "live", Outcome(ROLLOUT_ABORTED, detail="error_rate high"), probe=live.errors_on_live_requests, live=True
     ),
     FaultClass("too_little_traffic", "live", Outcome(ROLLOUT_PAUSED, detail="fewer than"), probe=live.too_little_traffic, live=True),
+    # Judged only where the shadow step compares the pairs: a policy whose shadow step leaves label_agreement out lets it through.
+    FaultClass(
+        "disagrees_on_shifted_live_texts",
+        "live",
+        Outcome(ROLLOUT_ABORTED, detail="label_agreement low"),
+        probe=disagrees_on_shifted_live_texts,
+        adapter_only=True,
+        live=True,
+    ),
 )
 
 
@@ -191,10 +262,14 @@ def _load_texts(sb: Sandbox) -> list[str]:
     return [ex.text for ex in read_split(split_path(sb.data, "evaluation"))[:LOAD_TEXTS]]
 
 
+def _classify_requests(texts: list[str]) -> tuple[str, list]:
+    """Classify requests of 1 to 4 texts."""
+    return CLASSIFY, [texts[i : i + 1 + i % 4] for i in range(0, len(texts), 4)]
+
+
 def _live_load(sb: Sandbox, split: str) -> tuple[str, list]:
     """Classify requests of 1 to 4 texts from the split."""
-    texts = [ex.text for ex in read_split(split_path(sb.data, split))]
-    return CLASSIFY, [texts[i : i + 1 + i % 4] for i in range(0, len(texts), 4)]
+    return _classify_requests([ex.text for ex in read_split(split_path(sb.data, split))])
 
 
 CLASSIFIER_FAULTS = FaultSuite(CLASSES, classifier_controls, load_texts=_load_texts, live_load=_live_load)

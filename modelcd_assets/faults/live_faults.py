@@ -103,15 +103,24 @@ def _outcome(state: RolloutState, history: list[dict]) -> Outcome:
     return Outcome(ERROR, detail=f"the rollout ended {state.status}: {state.describe()}")
 
 
-def roll_out(sb: Sandbox, ref: CandidateRef, fault: dict | None = None, traffic: str | None = "traffic_current") -> Outcome:
+def roll_out(
+    sb: Sandbox,
+    ref: CandidateRef,
+    fault: dict | None = None,
+    traffic: str | None = "traffic_current",
+    load: tuple[str, list] | None = None,
+) -> Outcome:
     """ref gated under the live classes' rollout while production serves, then taken through its steps: with `fault` set
-    on the server's chaos hook for ref, and callers asking the task's API on the `traffic` split (None: no callers at all).
-    A rollout left paused is aborted afterwards, so that the next class starts from none."""
+    on the server's chaos hook for ref, and callers asking the task's API on the `traffic` split (None: no callers at all),
+    or asking `load` instead, as FaultSuite.live_load gives it: (api, requests). A rollout left paused is aborted
+    afterwards, so that the next class starts from none."""
     from modelcd_assets.faults.catalog import suite_of
 
     suite = suite_of(sb.task)
     if suite.live_load is None:
         raise ModelcdError(f"the {sb.task} fault suite has no live load (FaultSuite.live_load): its rollouts cannot be judged")
+    if load is not None and traffic is not None:
+        raise ModelcdError(f"a rollout's callers ask either the {traffic!r} split or the requests given, not both")
     folder = sb.work / "live" / ref.version
     with rolling_out(sb), sb.active(), live_server(sb.name, folder, sb.env, chaos=fault is not None) as live:
         run = sb.gate(ref)
@@ -120,8 +129,8 @@ def roll_out(sb: Sandbox, ref: CandidateRef, fault: dict | None = None, traffic:
         live.wait_ready(sb.production.version)
         if fault:
             live.inject(ref.version, **fault)
-        if traffic is not None:
-            live.load(*suite.live_load(sb, traffic))
+        if load is not None or traffic is not None:
+            live.load(*(load or suite.live_load(sb, traffic)))
         state = follow_rollout(sb.registry, ref, live, sb.instance, timeout=180, echo=lambda _: None)
         history = rollout_history(ref)
         if state.status == PAUSED:

@@ -135,3 +135,12 @@ def test_the_bases_own_files_copied_beside_the_adapter_pass_the_file_list(task, 
     assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= set(copied), copied
     assert all(folder_manifest(cand.folder)[n] == folder_manifest(prod.base)[n] for n in copied)
     assert scan_artifact(cand.folder) == [] and adapter_file_findings(cand.folder, task, prod.base) == []
+
+
+def test_the_shifted_traffic_fault_names_the_split_it_needs(tmp_path):
+    from types import SimpleNamespace
+
+    from modelcd_assets.faults.classifier_faults import disagrees_on_shifted_live_texts
+
+    with pytest.raises(ModelcdError, match=r"traffic_shifted\.jsonl is missing: this class teaches and asks .*add it to the data folder"):
+        disagrees_on_shifted_live_texts(SimpleNamespace(data=tmp_path))

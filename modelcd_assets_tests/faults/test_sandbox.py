@@ -89,14 +89,16 @@ def test_fast_subset_ends_as_expected_and_the_users_production_never_moves(tmp_p
 
 
 # Live-only regressions (issue 29): each passes every offline gate, and only its rollout's steps on live traffic stop it.
-LIVE = ["slower_under_live_load", "errors_on_live_requests", "too_little_traffic"]
+LIVE = ["slower_under_live_load", "errors_on_live_requests", "too_little_traffic", "disagrees_on_shifted_live_texts"]
 
 
 def test_live_only_faults_are_stopped_on_live_traffic_and_never_promoted(tmp_path, monkeypatch, tiny_trained, tiny_adapters):
     from modelcd_assets.faults.outcomes import ROLLOUT_ABORTED, ROLLOUT_PAUSED
 
     env, prod = tiny_production(tmp_path, monkeypatch, tiny_trained, tiny_adapters)
-    rollout = "rollout:\n  min_samples: 20\n  steps:\n    - shadow: 0.5\n      for: 30m\n      metrics: [error_rate, nan_rate]\n"
+    rollout = (
+        "rollout:\n  min_samples: 20\n  steps:\n    - shadow: 0.5\n      for: 30m\n      metrics: [error_rate, nan_rate, label_agreement]\n"
+    )
     env.policy(MODEL, POLICY + rollout + "    - canary: 0.5\n      for: 6s\n    - promote\n")
     report = run_selftest(MODEL, env.env, only=LIVE, identical_controls=1, retrained_controls=0, under_load=False, root=tmp_path / "sb")
     print(report.render())
@@ -106,6 +108,10 @@ def test_live_only_faults_are_stopped_on_live_traffic_and_never_promoted(tmp_pat
     assert outcomes["slower_under_live_load"].kind == ROLLOUT_ABORTED and "step 2 (canary" in outcomes["slower_under_live_load"].detail
     assert outcomes["errors_on_live_requests"].kind == ROLLOUT_ABORTED and "step 1 (shadow" in outcomes["errors_on_live_requests"].detail
     assert outcomes["too_little_traffic"].kind == ROLLOUT_PAUSED and "step 1 (shadow" in outcomes["too_little_traffic"].detail
+    # Trained to relabel the shifted channel: offline as good as production, its shadow pairs on the other half disagree.
+    shifted = outcomes["disagrees_on_shifted_live_texts"]
+    assert shifted.kind == ROLLOUT_ABORTED and "step 1 (shadow" in shifted.detail and "label_agreement low" in shifted.detail, shifted
+    assert re.search(r"reproduced: .* agrees with production on \d+\.\d% of the other 500 \(FP32\)", shifted.detail), shifted
     # The clean copy is rolled out through both steps, under the policy's own section with each step set to 10 s (said).
     assert [(c.label, c.kind, c.outcome.kind) for c in report.controls] == [
         ("identical-1", "byte-identical, rolled out on live traffic", PROMOTED),
@@ -272,7 +278,11 @@ def test_causal_lm_classes_end_as_expected_and_the_clean_controls_pass(tmp_path,
     subnormal = next(r for r in report.classes if r.name == "lm_subnormal_lora")
     assert "served values are subnormal" in subnormal.actual.detail, subnormal.actual.detail
     live = {r.name: r.actual.detail for r in report.classes if r.name.startswith(("lm_answers", "lm_errors"))}
-    assert "step 1 (shadow" in live["lm_answers_run_to_max_tokens"] and "step 1 (shadow" in live["lm_errors_on_live_requests"], live
+    assert "step 1 (shadow" in live["lm_answers_run_to_max_tokens"], live
+    # 5% errors among the tiny LM's few shadow pairs (1 error in about 20) is not significant at the shadow step on a slow
+    # or busy machine: the exact test lets it pass there and the canary step, with its own callers, aborts it (CI at
+    # 09d3d95 saw step 1, a later run step 2 with 8 errors in 188). Either step stops it; production is never reached.
+    assert re.search(r"at step [12] \((shadow|canary) ", live["lm_errors_on_live_requests"]), live
     assert [(c.label, c.outcome.kind) for c in report.controls] == [
         ("identical-1", PROMOTED),
         ("lora-b-x1.001", PROMOTED),
