@@ -23,14 +23,17 @@ def gate_and_roll_out(
     batches: list,
     concurrency: int = 2,
 ) -> GateRun:
-    """ref gated while the live server serves production ('gate LABEL'); when its offline gates passed and its rollout
-    started, the load generator's callers and rollout_sensor take it through its steps ('roll out LABEL'). The run's
-    outcome is then promoted, or the rollout's status."""
+    """ref gated once the live server serves production ('serve production', then 'gate LABEL'); when its offline gates
+    passed and its rollout started, the load generator's callers and rollout_sensor take it through its steps ('roll out
+    LABEL'). The run's outcome is then promoted, or the rollout's status."""
+    # Production is served before the gate starts: a step's clock starts when the gated run writes the rollout state, and
+    # the callers, started once the gate has passed, must find a server ready then.
+    with phases.timed(task, "serve production"):
+        live.wait_ready()
     run = phases.gate(task, f"gate {label}", ref)
     if run.outcome != ROLLING_OUT:
         return run
     with phases.timed(task, f"roll out {label}") as entry:
-        live.wait_ready()
         live.load(api, batches, concurrency)
         state = follow_rollout(reg, ref, live)
         entry["status"] = state.status

@@ -123,10 +123,12 @@ def roll_out(
         raise ModelcdError(f"a rollout's callers ask either the {traffic!r} split or the requests given, not both")
     folder = sb.work / "live" / ref.version
     with rolling_out(sb), sb.active(), live_server(sb.name, folder, sb.env, chaos=fault is not None) as live:
+        # Ready before the gate: a step's clock starts when the gated run writes the rollout state, and a server still
+        # loading production then (it loads beside the gate, slower on a busy machine) left a step with no requests at all.
+        live.wait_ready(sb.production.version)
         run = sb.gate(ref)
         if run.outcome != launch.ROLLING_OUT:
             return sb.judge(ref, run)
-        live.wait_ready(sb.production.version)
         if fault:
             live.inject(ref.version, **fault)
         if load is not None or traffic is not None:

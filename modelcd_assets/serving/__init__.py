@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 HASH_HEADER = "X-Modelcd-Adapter-Sha256"  # the registered version's files
 VERSION_HEADER = "X-Modelcd-Version"
 ARTIFACT_HEADER = "X-Modelcd-Artifact-Sha256"  # the INT8 model that served it: the one quantized_model recorded and the gates judged
+ARM_HEADER = "X-Modelcd-Arm"  # "canary" on an answer the candidate gave at a canary step
+CALLER_HEADER = "X-Modelcd-Caller"  # who a request is from, for sticky canary buckets, where the API has no `user` field
 
 
 def served_headers(served: ServedVersion) -> dict[str, str]:

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from modelcd_assets.serving import HASH_HEADER, VERSION_HEADER
-from modelcd_assets.serving.rollout import ARM_HEADER, CALLER_HEADER
+from modelcd_assets.serving import ARM_HEADER, CALLER_HEADER, HASH_HEADER, VERSION_HEADER
 
 CLASSIFY, CHAT = "classify", "chat"
 PATHS = {CLASSIFY: "/v1/classify", CHAT: "/v1/chat/completions"}

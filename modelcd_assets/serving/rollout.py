@@ -18,11 +18,10 @@ from dataclasses import dataclass
 
 from modelcd_assets.lib.release.registry import Registry
 from modelcd_assets.lib.release.rollout_state import CANARY, SHADOW, RolloutState, verify_state
+from modelcd_assets.serving import CALLER_HEADER
 from modelcd_assets.serving.versions import ServedVersion, UnknownVersion
 
 log = logging.getLogger("modelcd.serve")
-CALLER_HEADER = "X-Modelcd-Caller"  # who a request is from, for sticky canary buckets, where the API has no `user` field
-ARM_HEADER = "X-Modelcd-Arm"  # "canary" on an answer the candidate gave at a canary step
 REFUSALS = ("unverified", "stale", "production_moved", "not_servable", "registry_unavailable")
 
 

@@ -26,8 +26,7 @@ from modelcd_assets.lib.release import attestation
 from modelcd_assets.lib.release.rollout import RolloutHistory, read_state
 from modelcd_assets.lib.release.rollout_state import ABORTED, PROMOTED, RolloutState, sign_state
 from modelcd_assets.lib.release.signing import Keys, init_keys
-from modelcd_assets.serving import VERSION_HEADER
-from modelcd_assets.serving.rollout import ARM_HEADER, CALLER_HEADER
+from modelcd_assets.serving import ARM_HEADER, CALLER_HEADER, VERSION_HEADER
 from modelcd_assets_tests.serving.conftest import MODEL, POLICY, ServerProcess, free_port, gated_state, of_name, samples, wait_for
 
 pytestmark = pytest.mark.slow

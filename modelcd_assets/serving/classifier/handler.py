@@ -15,7 +15,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from modelcd_assets.lib.operations.traffic_log import TrafficLog
-from modelcd_assets.serving import served_headers
+from modelcd_assets.serving import ARM_HEADER, served_headers
 from modelcd_assets.serving.accounting import RequestAccount
 from modelcd_assets.serving.classifier.batcher import MicroBatcher
 from modelcd_assets.serving.classifier.classify_api import FaultRequest, read_classify
@@ -23,7 +23,7 @@ from modelcd_assets.serving.classifier.engine import Served
 from modelcd_assets.serving.classifier.pool import ClassifierPool
 from modelcd_assets.serving.metrics import ServerMetrics
 from modelcd_assets.serving.rejections import Rejected, not_served
-from modelcd_assets.serving.rollout import ARM_HEADER, RolloutFollower, caller_of
+from modelcd_assets.serving.rollout import RolloutFollower, caller_of
 from modelcd_assets.serving.sampler import Sampler
 from modelcd_assets.serving.shadow import ShadowLane
 from modelcd_assets.serving.versions import UnknownVersion

@@ -19,7 +19,7 @@ from modelcd_assets.lib.causal_lm.decoder import NonFinite, Sampling
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.operations.traffic_log import TrafficLog
 from modelcd_assets.lib.release.servable import NotServable
-from modelcd_assets.serving import served_headers
+from modelcd_assets.serving import ARM_HEADER, served_headers
 from modelcd_assets.serving.accounting import RequestAccount
 from modelcd_assets.serving.admin import Swapper
 from modelcd_assets.serving.lm.chaos import INJECTED, LmFaultRequest
@@ -28,7 +28,7 @@ from modelcd_assets.serving.lm.openai_api import Answer, ApiError, ChatRequest, 
 from modelcd_assets.serving.lm.pool import LmPool, LmServed
 from modelcd_assets.serving.metrics import LmServerMetrics
 from modelcd_assets.serving.rejections import Rejected, bad_request, check_prompt, may_not_be_served, no_such_model, not_ready, read_json
-from modelcd_assets.serving.rollout import ARM_HEADER, RolloutFollower, caller_of
+from modelcd_assets.serving.rollout import RolloutFollower, caller_of
 from modelcd_assets.serving.sampler import Sampler
 from modelcd_assets.serving.shadow import ShadowLane
 from modelcd_assets.serving.versions import UnknownVersion
