@@ -47,8 +47,9 @@ serving:
   poll_seconds: 1  # how soon the server follows the alias and the rollout's steps
 rollout:
   # Steps of seconds, so that the demo shows each one; a real policy's last minutes (see lib/judging/rollout_policy.py).
-  # A step's clock starts when the gated run starts the rollout, and the demo's callers a few seconds later: at 4 s the
-  # shadow step ended before any of them had asked, and paused; at 6 s it had 171 pairs.
+  # A step's clock starts when the gated run starts the rollout, and the demo's callers ask a second or two later (the
+  # load generator took 7 s to start before it stopped importing MLflow, and at 4 s the shadow step ended before any of
+  # them had asked): at 6 s the shadow step had 301 pairs and the canary step 925 requests in its smaller arm.
   min_samples: 20
   steps:
     # A shadow copy is answered after production's answer, beside the next requests: on a machine of few cores its latency
