@@ -38,7 +38,8 @@ LOAD_TEXTS = 256  # evaluation texts the server under load is asked, round and r
 SHIFTED = "traffic_shifted"
 # Measured on the tiny test classifier (a throwaway script over these numbers): 300 steps at 2e-3 from production's adapter,
 # on the train split and the relabelled half, kept its evaluation accuracy (93.7% against production's 88.8%) and agreed
-# with production on 45% of the other half; 30 steps on 300 of each agreed on 95% and lost 4 points of accuracy.
+# with production on 45% of the other half; 30 steps on 300 of each agreed on 95% and lost 4 points of accuracy. On the
+# demo's MiniLM adapter: accuracy 94.08% as production's, and 0% agreement on the other half.
 SHIFT_STEPS, SHIFT_LEARNING_RATE, SHIFT_SEED = 300, 2e-3, 7
 MAX_AGREEMENT = 0.8  # reproduced when the built adapter agrees with production on at most this share of the live texts (FP32)
 
@@ -55,6 +56,8 @@ def disagrees_on_shifted_live_texts(sb: Sandbox) -> Outcome:
     shifted = read_split(path)
     learn, asked = shifted[: len(shifted) // 2], [ex.text for ex in shifted[len(shifted) // 2 :]]
     labels = labels_of(sb.prod.base)
+    if unknown := sorted({ex.label for ex in learn} - set(labels)):
+        raise ModelcdError(f"{path} labels tickets {unknown}, which production's labels {labels} do not hold")
     relabelled = [Example(ex.text, labels[(labels.index(ex.label) + 1) % len(labels)]) for ex in learn]
     config = json.loads((sb.prod.artifact / "adapter_config.json").read_text())
     recipe = Training(steps=SHIFT_STEPS, learning_rate=SHIFT_LEARNING_RATE, rank=config["r"], alpha=config["lora_alpha"], seed=SHIFT_SEED)

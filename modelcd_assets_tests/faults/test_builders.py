@@ -144,3 +144,13 @@ def test_the_shifted_traffic_fault_names_the_split_it_needs(tmp_path):
 
     with pytest.raises(ModelcdError, match=r"traffic_shifted\.jsonl is missing: this class teaches and asks .*add it to the data folder"):
         disagrees_on_shifted_live_texts(SimpleNamespace(data=tmp_path))
+
+
+def test_the_shifted_traffic_fault_refuses_labels_production_does_not_hold(production, tmp_path):
+    from types import SimpleNamespace
+
+    from modelcd_assets.faults.classifier_faults import disagrees_on_shifted_live_texts
+
+    (tmp_path / "traffic_shifted.jsonl").write_text('{"text": "where is my parcel", "label": "weather"}\n' * 4)
+    with pytest.raises(ModelcdError, match=r"labels tickets \['weather'\], which production's labels \[.*billing.*\] do not hold"):
+        disagrees_on_shifted_live_texts(SimpleNamespace(data=tmp_path, prod=production))
