@@ -21,6 +21,7 @@ from modelcd_assets.faults.outcomes import (
     REJECTED,
     ROLLOUT_ABORTED,
     ROLLOUT_PAUSED,
+    ROLLOUT_STOPPED,
     RUN_FAILED,
     SKIPPED,
     SUPERSEDED,
@@ -229,11 +230,14 @@ CLASSES: tuple[FaultClass, ...] = (
         "errors_on_live_requests", "live", Outcome(ROLLOUT_ABORTED, detail="error_rate high"), probe=live.errors_on_live_requests, live=True
     ),
     FaultClass("too_little_traffic", "live", Outcome(ROLLOUT_PAUSED, detail="fewer than"), probe=live.too_little_traffic, live=True),
-    # Judged only where the shadow step compares the pairs: a policy whose shadow step leaves label_agreement out lets it through.
+    # Judged only where the shadow step compares the pairs: a policy whose shadow step leaves label_agreement out lets it
+    # through. Expected stopped, aborted or paused: label_agreement is not critical, so where it is the one failing metric
+    # of four (the demo's shadow step) the score is marginal and the rollout pauses (make bench-rollout: 0 of 162 pairs
+    # agreed, score 75); of three (the tiny test's), it is below marginal and aborts.
     FaultClass(
         "disagrees_on_shifted_live_texts",
         "live",
-        Outcome(ROLLOUT_ABORTED, detail="label_agreement low"),
+        Outcome(ROLLOUT_STOPPED, detail="label_agreement low"),
         probe=disagrees_on_shifted_live_texts,
         adapter_only=True,
         live=True,
