@@ -39,6 +39,7 @@ def test_the_catalog_covers_every_outcome_and_at_least_25_classes():
         "rejected before inference",
         "aborted on live traffic",
         "paused on live traffic",
+        "stopped on live traffic",
     }
     # A block is judged by the gate named, never by whichever gate a particular production happens to trip.
     assert (
