@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import signal
 import sys
 import threading
@@ -35,6 +36,17 @@ def _answer(api: str, body: dict) -> dict:
     return {"completion_tokens": usage.get("completion_tokens"), "prompt_tokens": usage.get("prompt_tokens")}
 
 
+def request_plan(requests: int, batches: int, callers: int, seed: int = 0):
+    """(i, batch, caller) for each request i, 0 to requests - 1 (requests 0: without end). Request i asks batch
+    i % batches; its caller (None when callers is 0) is drawn at random, so every caller asks the same mix of batches. A
+    caller tied to i, as i % callers was, asked only the batches congruent to it: 40 callers of 200 prompts asked 5 each,
+    and a canary's arm, a set of callers, answered other prompts than production's arm did (its answers' lengths, its
+    EOS share, all told apart by prompt, not by version)."""
+    pick = random.Random(seed)
+    for i in range(requests) if requests else itertools.count():
+        yield i, i % batches, f"caller-{pick.randrange(callers)}" if callers else None
+
+
 def run_load(
     url: str,
     batches: list,
@@ -44,25 +56,26 @@ def run_load(
     api: str = CLASSIFY,
     callers: int = 0,
 ) -> list[dict]:
-    """Closed loop: `concurrency` clients send request i with batch i % len(batches) until `requests` are sent (0: until
-    stop is set; each client then finishes the request it is waiting on). api: CLASSIFY (a batch is a list of texts) or
-    CHAT (a batch is a chat completion's body). callers: request i names caller i % callers (the X-Modelcd-Caller header,
-    and OpenAI's `user`), so a canary's share is sticky per caller as it is for real clients; 0: no caller named."""
+    """Closed loop: `concurrency` clients send the requests of request_plan until `requests` are sent (0: until stop is
+    set; each client then finishes the request it is waiting on). api: CLASSIFY (a batch is a list of texts) or CHAT (a
+    batch is a chat completion's body). callers: each request names one of this many callers (the X-Modelcd-Caller
+    header, and OpenAI's `user`), so a canary's share is sticky per caller as it is for real clients; 0: none named."""
     if api not in PATHS:
         raise ValueError(f"api {api!r} is none of {', '.join(PATHS)}")
+    if not batches:
+        raise ValueError("no batches to send: give the load generator at least one request")
     results: dict[int, dict] = {}
-    counter = iter(range(requests)) if requests else itertools.count()
+    plan = request_plan(requests, len(batches), callers)
     lock = threading.Lock()
 
     def client() -> None:
         with httpx.Client(base_url=url, timeout=30) as http:
             while not (stop and stop.is_set()):
                 with lock:
-                    i = next(counter, None)
-                if i is None:
+                    planned = next(plan, None)
+                if planned is None:
                     return
-                batch = i % len(batches)
-                caller = f"caller-{i % callers}" if callers else None
+                i, batch, caller = planned
                 start = time.perf_counter()
                 try:
                     r = http.post(PATHS[api], json=_body(api, batches[batch], caller), headers={CALLER_HEADER: caller} if caller else {})
@@ -116,7 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="JSON file: a list of requests, each a list of texts (classify) or a chat completion's body (chat)",
     )
-    p.add_argument("--callers", type=int, default=0, help="name this many callers in turn (a canary is sticky per caller); 0: none")
+    p.add_argument(
+        "--callers",
+        type=int,
+        default=0,
+        help="name one of this many callers on each request, at random (a canary is sticky per caller); 0: none",
+    )
     p.add_argument(
         "--requests", type=int, default=1000, help="how many to send; 0: until SIGTERM or SIGINT, then the answers so far are written"
     )
