@@ -171,7 +171,7 @@ def test_a_good_candidate_goes_through_shadow_and_canary_to_production(served, s
         .asset_materialization.metadata["decision"]
         .value
     )
-    assert "Rollout on live traffic" in page and "label_agreement" in page and "increase(modelcd_request_duration_seconds_bucket" in page
+    assert "Rollout on live traffic" in page and "label_agreement" in page and '{__name__=~"modelcd_request_duration_seconds_bucket' in page
 
     # The canary step answered a sticky half of the callers from the candidate, naming it; the other half from production.
     by_caller = defaultdict(set)

@@ -38,10 +38,11 @@ def slo_queries(model: str, version: str, window: str, task: str) -> dict[str, s
     }
 
 
-def query_vector(url: str, promql: str, timeout: float = 5.0) -> list[tuple[dict[str, str], float]]:
-    """One instant query: every series' labels and value."""
+def _instant(url: str, promql: str, timeout: float, at: float | None = None) -> dict:
+    """One instant query's data (at: its evaluation time, Unix seconds; None: Prometheus's now)."""
+    params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
     try:
-        resp = httpx.get(f"{url.rstrip('/')}/api/v1/query", params={"query": promql}, timeout=timeout)
+        resp = httpx.get(f"{url.rstrip('/')}/api/v1/query", params=params, timeout=timeout)
     except httpx.HTTPError as e:
         raise PrometheusUnavailable(f"Prometheus at {url} is unreachable: {e}") from e
     if resp.status_code != 200:
@@ -49,7 +50,21 @@ def query_vector(url: str, promql: str, timeout: float = 5.0) -> list[tuple[dict
     body = resp.json()
     if body.get("status") != "success":
         raise PrometheusUnavailable(f"Prometheus at {url} refused {promql!r}: {body.get('error')}")
-    return [(r["metric"], float(r["value"][1])) for r in body["data"]["result"]]
+    return body["data"]
+
+
+def query_vector(url: str, promql: str, timeout: float = 5.0) -> list[tuple[dict[str, str], float]]:
+    """One instant query: every series' labels and value."""
+    return [(r["metric"], float(r["value"][1])) for r in _instant(url, promql, timeout)["result"]]
+
+
+def query_samples(url: str, promql: str, at: float, timeout: float = 10.0) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+    """One range selector (a PromQL `name{...}[5m]`) evaluated at `at`: every series' labels and raw samples, (timestamp,
+    value) ascending, as Prometheus stored them."""
+    data = _instant(url, promql, timeout, at)
+    if data.get("resultType") != "matrix":
+        raise PrometheusUnavailable(f"Prometheus at {url} answered {promql!r} with a {data.get('resultType')}, not a range of samples")
+    return [(r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
 
 
 def query(url: str, promql: str, timeout: float = 5.0) -> float | None:
