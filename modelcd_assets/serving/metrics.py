@@ -10,6 +10,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from modelcd_assets.lib.operations import traffic_log
+from modelcd_assets.serving.node_share import NodeShare
 
 log = logging.getLogger("modelcd.serve")
 
@@ -24,6 +25,11 @@ CONFIDENCE_SHIFT_BUCKETS = (-0.5, -0.25, -0.1, -0.05, -0.02, -0.01, -0.005, 0.0,
 # A shadowed generation: log2 of the candidate's answer tokens over production's (1: twice as long).
 LENGTH_RATIO_BUCKETS = (-2.0, -1.0, -0.5, -0.25, -0.1, 0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
 ANSWER_TOKEN_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096)
+# What a request cost (serving/node_share.py), ten buckets a decade (each 1.26x the last), so that a rollout's tail test of
+# 1.5x sees two buckets of difference: from a nano-dollar (a small classifier's request on a cheap node) to 10 cents.
+REQUEST_COST_BUCKETS = tuple(float(f"{10 ** (k / 10):.3g}") for k in range(-90, -9))
+# What a causal LM's answer cost per 1M of its tokens: from a tenth of a cent to 1000 USD, ten buckets a decade.
+TOKEN_COST_BUCKETS = tuple(float(f"{10 ** (k / 10):.3g}") for k in range(-30, 31))
 
 
 class LiveDriftCollector:
@@ -68,10 +74,16 @@ class LiveDriftCollector:
 
 
 class Metrics:
-    """What every server exports: its versions' requests, errors and NaN outputs (what trigger_sensor judges), swaps, and
-    requests answered before they reached a model."""
+    """What every server exports: its versions' requests, errors, NaN outputs and cost per request (what trigger_sensor and
+    a rollout step judge), swaps, and requests answered before they reached a model.
 
-    def __init__(self, live_drift: Collector | None = None) -> None:
+    node_usd_per_hour: the policy's cost.node_usd_per_hour, what a request's share of the node's time (node_share) is priced at."""
+
+    def __init__(self, node_usd_per_hour: float, live_drift: Collector | None = None) -> None:
+        if not node_usd_per_hour > 0:
+            raise ValueError(f"cost.node_usd_per_hour must be above 0 to price a request, not {node_usd_per_hour!r}")
+        self.usd_per_second = node_usd_per_hour / 3600
+        self.node_share = NodeShare()
         self.registry = CollectorRegistry()
         if live_drift is not None:
             self.registry.register(live_drift)
@@ -81,6 +93,14 @@ class Metrics:
             "modelcd_nan_outputs",
             "Requests whose outputs (a classifier's logits, a causal LM's next-token logits) contained NaN or Inf.",
             LABELS,
+            registry=self.registry,
+        )
+        self.request_cost = Histogram(
+            "modelcd_request_cost_usd",
+            "Per answered request: its share of the node's time while it was in flight (the time divided equally among the "
+            "requests in flight), priced at cost.node_usd_per_hour.",
+            LABELS,
+            buckets=REQUEST_COST_BUCKETS,
             registry=self.registry,
         )
         self.swaps = Counter(
@@ -159,8 +179,8 @@ class Metrics:
 class ServerMetrics(Metrics):
     """A classifier's server."""
 
-    def __init__(self, live_drift: Collector | None = None) -> None:
-        super().__init__(live_drift)
+    def __init__(self, node_usd_per_hour: float, live_drift: Collector | None = None) -> None:
+        super().__init__(node_usd_per_hour, live_drift)
         self.latency = Histogram(
             "modelcd_request_duration_seconds",
             "Time to answer a classify request.",
@@ -182,8 +202,8 @@ class LmServerMetrics(Metrics):
     """A causal LM's server: per version, time to first token and per output token, tokens in and out; per model, the KV
     cache held by generations in flight and the cost per 1M generated tokens the server achieves while it is busy."""
 
-    def __init__(self, live_drift: Collector | None = None) -> None:
-        super().__init__(live_drift)
+    def __init__(self, node_usd_per_hour: float, live_drift: Collector | None = None) -> None:
+        super().__init__(node_usd_per_hour, live_drift)
         self.ttft = Histogram(
             "modelcd_llm_time_to_first_token_seconds",
             "Time from a generation's admission to its first token.",
@@ -205,6 +225,13 @@ class LmServerMetrics(Metrics):
             "Tokens each answer generated, EOS included.",
             LABELS,
             buckets=ANSWER_TOKEN_BUCKETS,
+            registry=self.registry,
+        )
+        self.token_cost = Histogram(
+            "modelcd_llm_answer_cost_usd_per_1m_tokens",
+            "Per answer: its cost (modelcd_request_cost_usd) over the tokens it generated, EOS included, x 1e6.",
+            LABELS,
+            buckets=TOKEN_COST_BUCKETS,
             registry=self.registry,
         )
         self.answers_at_eos = Counter(

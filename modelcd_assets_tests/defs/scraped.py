@@ -19,7 +19,7 @@ from modelcd_assets_tests.serving.conftest import free_port
 @contextmanager
 def scraped(folder: Path, feed: Callable[[ServerMetrics, int], None]) -> Iterator[str]:
     """Prometheus's URL while feed(metrics, i) runs every 10 ms on a server's metrics, scraped every second."""
-    metrics = ServerMetrics()
+    metrics = ServerMetrics(node_usd_per_hour=0.1)
     port = free_port()
     server, _ = start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
     stop = threading.Event()

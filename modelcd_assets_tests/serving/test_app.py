@@ -232,6 +232,10 @@ def test_metrics_count_requests_errors_and_nan_outputs(served, client):
     assert exported[("modelcd_request_errors_total", frozenset(labels.items()))] == 1
     assert exported[("modelcd_requests_total", frozenset(labels.items()))] >= 3
     assert exported[("modelcd_request_duration_seconds_bucket", frozenset({**labels, "le": "+Inf"}.items()))] >= 3
+    # Every answered request, failed or not, is priced: its share of the node's time at cost.node_usd_per_hour.
+    requests = exported[("modelcd_requests_total", frozenset(labels.items()))]
+    assert exported[("modelcd_request_cost_usd_count", frozenset(labels.items()))] == requests
+    assert exported[("modelcd_request_cost_usd_sum", frozenset(labels.items()))] > 0
     assert sum(value for (name, _), value in exported.items() if name == "modelcd_adapter_swap_duration_seconds_count") >= 1
 
 

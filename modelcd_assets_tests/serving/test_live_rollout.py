@@ -148,6 +148,10 @@ def test_a_good_candidate_goes_through_shadow_and_canary_to_production(served, s
     judged = {m["metric"] for m in shadow_step["metrics"]}
     assert {"label_agreement", "confidence_shift", "latency_ms", "error_rate"} <= judged
     assert "label_agreement" not in {m["metric"] for m in canary_step["metrics"]}  # no pairs at a canary step
+    # What a request cost is judged where each arm answers requests of its own, read from the server's priced histogram.
+    (priced,) = [m for m in canary_step["metrics"] if m["metric"] == "cost_per_request_usd"]
+    assert priced["outcome"] == "pass" and "modelcd_request_cost_usd_bucket" in priced["queries"]["candidate"]
+    assert "cost_per_request_usd" not in judged
     for m in canary_step["metrics"]:  # each arm read on its own, never mixed in one query
         arms = {k: v for k, v in m["queries"].items() if k.startswith(("candidate", "production"))}
         assert arms and all(

@@ -214,6 +214,12 @@ def test_metrics_hold_time_to_first_token_tokens_and_cost(server, client):
     assert metric(server, "modelcd_llm_prompt_tokens_total", version="2") > 0
     assert metric(server, "modelcd_llm_cost_usd_per_1m_tokens") > 0
     assert metric(server, "modelcd_request_errors_total", version="2") == 0
+    # Each answer is priced (its share of the node's time), and priced per 1M of its tokens, per version.
+    answers = metric(server, "modelcd_requests_total", version="2")
+    assert metric(server, "modelcd_request_cost_usd_count", version="2") == answers
+    assert 1 <= metric(server, "modelcd_llm_answer_cost_usd_per_1m_tokens_count", version="2") <= answers
+    assert metric(server, "modelcd_request_cost_usd_sum", version="2") > 0
+    assert metric(server, "modelcd_llm_answer_cost_usd_per_1m_tokens_sum", version="2") > 0
 
 
 def rollout_state(env, versions, kind: str, share: float, status: str = "running"):
@@ -418,7 +424,7 @@ def test_admission_is_bounded_and_answers_429_with_retry_after():
     from modelcd_assets.serving.metrics import LmServerMetrics
     from modelcd_assets.serving.rejections import Rejected
 
-    gen = Generations("m", ServingPolicy(max_generations=2, retry_after_s=3), LmServerMetrics(), 0.1)
+    gen = Generations("m", ServingPolicy(max_generations=2, retry_after_s=3), LmServerMetrics(0.1), 0.1)
     try:
         first, second = (gen.admit(10, 10, 256, 512) for _ in range(2))
         with pytest.raises(Rejected) as e:
@@ -459,7 +465,7 @@ def test_a_stream_dropped_unread_gives_its_admission_and_cache_back(tiny_lm, tmp
     path = write_adapter_file(adapter_parameters(tiny_lm.adapter, tiny_lm.build.slots())[0], tmp_path / "a.onnx_adapter")
     decoder.load_adapter(path, "a")
     served = LmServed("m", "1", "c" * 64, "b" * 64, "f" * 64, "int8-weight-only", Base(tiny_lm.build.int8, decoder, "b" * 64), "a", path)
-    gen = Generations("m", ServingPolicy(max_generations=1), LmServerMetrics(), 0.1)
+    gen = Generations("m", ServingPolicy(max_generations=1), LmServerMetrics(0.1), 0.1)
     prompt = decoder.encode("the app crashes")
 
     async def scenario() -> None:

@@ -21,6 +21,18 @@ _ERRORS = LiveMetric(
     "Requests that failed on the server's side, of those the version answered.",
     critical=True,
 )
+# What a request cost: its share of the node's time while in flight, priced at cost.node_usd_per_hour (serving/node_share.py).
+# Judged at canary steps only: a shadow copy runs in the server's spare capacity after production's answer, so its share
+# of the node is not what answering the request would cost. Its floors are tokens per answer's: a cost moves with load.
+_COST_DEFAULTS = (("max_mean_ratio", 1.25), ("max_tail_ratio", 1.5))
+_LIVE_COST = LiveMetric(
+    "cost_per_request_usd",
+    "shift",
+    ("modelcd_request_cost_usd",),
+    "Per request: its share of the node's time while in flight (the time divided among the requests in flight), in USD.",
+    arms=("canary",),
+    defaults=_COST_DEFAULTS,
+)
 _NAN = LiveMetric(
     "nan_rate",
     "rate",
@@ -58,6 +70,7 @@ declare_task(
             LiveMetric(
                 "latency_ms", "shift", ("modelcd_request_duration_seconds",), "Time to answer a classify request, ms.", scale=1000.0
             ),
+            _LIVE_COST,
             _ERRORS,
             _NAN,
             LiveMetric(
@@ -137,6 +150,15 @@ declare_task(
                 ("modelcd_llm_answer_tokens",),
                 "Tokens per answer, EOS included: what an answer costs.",
                 defaults=(("max_mean_ratio", 1.25), ("max_tail_ratio", 1.5)),
+            ),
+            _LIVE_COST,
+            LiveMetric(
+                "cost_per_1m_tokens_usd",
+                "shift",
+                ("modelcd_llm_answer_cost_usd_per_1m_tokens",),
+                "Per answer: its cost over its tokens, x 1e6, in USD.",
+                arms=("canary",),
+                defaults=_COST_DEFAULTS,
             ),
             _ERRORS,
             _NAN,

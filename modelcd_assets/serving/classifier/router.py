@@ -42,11 +42,18 @@ def classifier_server(inputs: ServerInputs) -> FastAPI:
     if inputs.chaos:
         log.warning("--chaos: POST /v1/admin/faults can make any loaded version slow, failing or NaN-producing")
     return create_app(
-        pool, admin_token=inputs.admin_token, poll_seconds=inputs.policy.serving.poll_seconds, chaos=inputs.chaos, workers=inputs.workers
+        pool,
+        admin_token=inputs.admin_token,
+        poll_seconds=inputs.policy.serving.poll_seconds,
+        node_usd_per_hour=inputs.policy.cost.node_usd_per_hour,
+        chaos=inputs.chaos,
+        workers=inputs.workers,
     )
 
 
-def create_app(pool: ClassifierPool, *, admin_token: str | None, poll_seconds: float, chaos: bool = False, workers: int = 2) -> FastAPI:
+def create_app(
+    pool: ClassifierPool, *, admin_token: str | None, poll_seconds: float, node_usd_per_hour: float, chaos: bool = False, workers: int = 2
+) -> FastAPI:
     """The public server for one registered model, following that model's production alias; its admin API is app.state.admin_app.
 
     The two apps share one pool, so `modelcd serve` runs them in one process, the admin app on a port of its own (the
@@ -57,7 +64,7 @@ def create_app(pool: ClassifierPool, *, admin_token: str | None, poll_seconds: f
     version's requests or latency. A share serving.sample_ratio of the requests answered 200 have their texts written to the model's traffic
     log (lib/operations/traffic_log.py), off the request path, for live drift; /metrics exports the live drift verdict judged on it.
     """
-    metrics = ServerMetrics(live_drift=LiveDriftCollector(pool.state_root, pool.model))
+    metrics = ServerMetrics(node_usd_per_hour, live_drift=LiveDriftCollector(pool.state_root, pool.model))
     inference = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inference")
     base = base_app(
         pool,

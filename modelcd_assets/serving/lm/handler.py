@@ -70,6 +70,8 @@ class CompletionAccount(RequestAccount):
         self.metrics.completion_tokens.labels(*self.labels).inc(self.completion_tokens)
         if not failed:
             self.metrics.answer_tokens.labels(*self.labels).observe(self.completion_tokens)
+            if self.completion_tokens:
+                self.metrics.token_cost.labels(*self.labels).observe(self.cost_usd / self.completion_tokens * 1e6)
         if self.eos:
             self.metrics.answers_at_eos.labels(*self.labels).inc()
         if self.first is not None and self.made > 1:

@@ -25,7 +25,7 @@ from modelcd_assets.lib.judging.live_analysis import (
 from modelcd_assets.lib.judging.live_stats import Binned
 from modelcd_assets.lib.judging.policy import Policy
 from modelcd_assets.lib.judging.rollout_policy import LiveMetricPolicy, RolloutPolicy, duration_seconds
-from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, LiveMetric
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, LiveMetric, declaration_of
 
 LATENCY = LiveMetric("latency_ms", "shift", ("h",), "latency", scale=1000.0)
 ERRORS = LiveMetric("error_rate", "rate", ("e", "n"), "errors", critical=True)
@@ -150,6 +150,33 @@ def test_a_rollout_section_is_held_against_its_tasks_metrics():
     with pytest.raises(ModelcdError, match="step 1 \\(canary 0.1 for 60 s\\) names 'latency'"):
         refuse_foreign_rollout(CLASSIFICATION, bad_step, "the policy")
     canary = [m.name for m, _ in step_metrics(CAUSAL_LM, rollout(), rollout().steps[1])]
-    assert canary == ["ttft_ms", "tpot_ms", "answer_tokens", "error_rate", "nan_rate", "eos_share"]
+    assert canary == [
+        "ttft_ms",
+        "tpot_ms",
+        "answer_tokens",
+        "cost_per_request_usd",
+        "cost_per_1m_tokens_usd",
+        "error_rate",
+        "nan_rate",
+        "eos_share",
+    ]
     shadow = [m.name for m, _ in step_metrics(CAUSAL_LM, rollout(), rollout().steps[0])]
-    assert shadow == [*canary, "first_token_agreement", "length_ratio"]  # the paired ones only where there are pairs
+    # The paired ones only where there are pairs; cost only where each arm answers requests of its own.
+    assert shadow == [m for m in canary if not m.startswith("cost_")] + ["first_token_agreement", "length_ratio"]
+
+
+def cost(usd: float, n: int):
+    """Costs per request, spread as a live load's concurrency spreads them."""
+    return Binned.of(usd * RNG.lognormal(0.0, 0.3, n))
+
+
+@pytest.mark.parametrize("task", [CLASSIFICATION, CAUSAL_LM])
+def test_a_candidate_whose_requests_cost_more_is_high_at_its_canary_step_and_an_equal_one_passes(task):
+    (live_cost,) = [m for m in declaration_of(task).live_metrics if m.name == "cost_per_request_usd"]
+    assert live_cost.source == ("modelcd_request_cost_usd",) and live_cost.arms == ("canary",)
+    dearer = judge_metric(live_cost, ShiftSample(cost(2e-6, 400), cost(1e-6, 400)), DEFAULT, 100, 0.98)
+    assert dearer.outcome == HIGH and dearer.measured["mean_ratio"] == pytest.approx(2.0, rel=0.1)
+    # 15% dearer: significant at 400 a side, but under the cost's effect-size floor (1.25), which load moves it by.
+    near = judge_metric(live_cost, ShiftSample(cost(1.15e-6, 400), cost(1e-6, 400)), DEFAULT, 100, 0.98)
+    assert near.outcome == GOOD and near.thresholds["max_mean_ratio"] == 1.25
+    assert judge_metric(live_cost, ShiftSample(cost(1e-6, 400), cost(1e-6, 400)), DEFAULT, 100, 0.98).outcome == GOOD
