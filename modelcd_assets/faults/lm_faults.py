@@ -64,12 +64,13 @@ CLASSES: tuple[FaultClass, ...] = (
     ),
     # Live-only: every offline gate passes (byte-identical copies), and only the rollout's steps on live traffic can stop
     # them (faults/live_faults.py): answers that never end their turn (each runs to max_tokens), and 5% failing. The first
-    # fails eos_share everywhere, and length_ratio too where production's answers are well under max_tokens (SmolLM2: then
-    # aborted); on the tiny test model, whose answers run near its max_new_tokens, eos_share alone: a marginal score, paused.
+    # fails eos_kept at the shadow step (no copy ends its turn where production's did), and length_ratio too where
+    # production's answers are well under max_tokens (SmolLM2: then aborted); on the tiny test model, whose answers run near
+    # its max_new_tokens, eos_kept alone: a marginal score, paused. At a canary step eos_share fails it.
     FaultClass(
         "lm_answers_run_to_max_tokens",
         "live",
-        Outcome(ROLLOUT_STOPPED, detail="eos_share low"),
+        Outcome(ROLLOUT_STOPPED, detail="eos_kept low"),
         probe=live.answers_run_to_max_tokens,
         live=True,
     ),

@@ -237,6 +237,18 @@ class LmServerMetrics(Metrics):
         self.answers_at_eos = Counter(
             "modelcd_llm_answers_at_eos", "Answers that ended with the model's end of turn (EOS).", LABELS, registry=self.registry
         )
+        self.shadow_eos_pairs = Counter(
+            "modelcd_shadow_eos_pairs",
+            "Shadowed greedy generations whose production answer ended its turn (EOS), per candidate (the version label).",
+            LABELS,
+            registry=self.registry,
+        )
+        self.shadow_eos_kept = Counter(
+            "modelcd_shadow_eos_kept",
+            "Of modelcd_shadow_eos_pairs, those whose candidate copy ended its turn too.",
+            LABELS,
+            registry=self.registry,
+        )
         self.length_ratio = Histogram(
             "modelcd_shadow_length_ratio",
             "Per shadowed generation: log2 of the candidate's (the version label) answer tokens over production's.",

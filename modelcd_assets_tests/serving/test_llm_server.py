@@ -272,6 +272,16 @@ def test_a_rollout_canaries_by_user_and_shadows_greedy_generations(server, clien
     pairs = (shadow / traffic_log.CURRENT).read_text().splitlines()
     record = json.loads(pairs[-1])
     assert record["production"] == v2 and record["candidate"] == v1 and record["greedy"] and "candidate_text" in record
+    # EOS reached is compared per pair: of the pairs whose production answer ended its turn, those whose copy did too.
+    kept = [json.loads(line) for line in pairs]
+    kept = [r for r in kept if r["candidate"] == v1 and r["greedy"] and "eos" in r]
+    eos_pairs, eos_kept = (
+        metric(server, "modelcd_shadow_eos_pairs_total", version=v1),
+        metric(server, "modelcd_shadow_eos_kept_total", version=v1),
+    )
+    assert eos_kept <= eos_pairs <= metric(server, "modelcd_shadow_pairs_total", version=v1)
+    assert eos_pairs >= sum(r["eos"]["production"] for r in kept)
+    assert eos_kept >= sum(r["eos"]["production"] and r["eos"]["candidate"] for r in kept)
     rollout_state(env, versions, "shadow", 1.0, status="aborted")
     wait_for(lambda: metric(server, "modelcd_rollout_share", arm="shadow") == 0, "the share dropped once the rollout ended")
 

@@ -162,13 +162,25 @@ declare_task(
             ),
             _ERRORS,
             _NAN,
+            # Unpaired, at canary steps only: at a shadow step the candidate's answers are copies of a share of production's
+            # (those the lane had room for), so the two arms' EOS shares differ by which prompts were copied; the pairs
+            # judge it there (eos_kept). CI saw a byte-identical copy paused at its shadow step on 120/132 against 539/561.
             LiveMetric(
                 "eos_share",
                 "rate",
                 ("modelcd_llm_answers_at_eos_total", "modelcd_requests_total"),
                 "Answers that ended with the model's end of turn, not cut at max_tokens.",
                 higher_is_worse=False,
+                arms=("canary",),
                 defaults=(("max_rate_increase", 0.05),),
+            ),
+            LiveMetric(
+                "eos_kept",
+                "agreement",
+                ("modelcd_shadow_eos_kept_total", "modelcd_shadow_eos_pairs_total"),
+                "Shadowed greedy generations that production ended with its end of turn and the candidate did too, on the same prompt.",
+                arms=("shadow",),
+                defaults=(("min_share", 0.9),),
             ),
             LiveMetric(
                 "first_token_agreement",

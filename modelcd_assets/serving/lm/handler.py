@@ -300,6 +300,10 @@ class CompletionHandler:
             self.metrics.shadow_pairs.labels(*labels).inc()
             if ours.first_token == theirs.first_token:
                 self.metrics.shadow_agreements.labels(*labels).inc()
+            if theirs.eos:  # production ended its turn: did the candidate, on the same prompt?
+                self.metrics.shadow_eos_pairs.labels(*labels).inc()
+                if ours.eos:
+                    self.metrics.shadow_eos_kept.labels(*labels).inc()
         ratio = math.log2(max(ours.completion_tokens, 1) / max(theirs.completion_tokens, 1))
         self.metrics.length_ratio.labels(*labels).observe(ratio)
         return {

@@ -161,8 +161,10 @@ def test_a_rollout_section_is_held_against_its_tasks_metrics():
         "eos_share",
     ]
     shadow = [m.name for m, _ in step_metrics(CAUSAL_LM, rollout(), rollout().steps[0])]
-    # The paired ones only where there are pairs; cost only where each arm answers requests of its own.
-    assert shadow == [m for m in canary if not m.startswith("cost_")] + ["first_token_agreement", "length_ratio"]
+    # The paired ones only where there are pairs; cost and the EOS share only where each arm answers requests of its own
+    # (at a shadow step EOS is compared per pair, eos_kept).
+    unpaired = [m for m in canary if not m.startswith("cost_") and m != "eos_share"]
+    assert shadow == [*unpaired, "eos_kept", "first_token_agreement", "length_ratio"]
 
 
 def cost(usd: float, n: int):
@@ -180,3 +182,15 @@ def test_a_candidate_whose_requests_cost_more_is_high_at_its_canary_step_and_an_
     near = judge_metric(live_cost, ShiftSample(cost(1.15e-6, 400), cost(1e-6, 400)), DEFAULT, 100, 0.98)
     assert near.outcome == GOOD and near.thresholds["max_mean_ratio"] == 1.25
     assert judge_metric(live_cost, ShiftSample(cost(1e-6, 400), cost(1e-6, 400)), DEFAULT, 100, 0.98).outcome == GOOD
+
+
+def test_a_copy_that_stops_ending_its_turn_fails_eos_kept_and_an_identical_one_passes():
+    (eos_kept,) = [m for m in declaration_of(CAUSAL_LM).live_metrics if m.name == "eos_kept"]
+    assert eos_kept.arms == ("shadow",) and eos_kept.kind == "agreement"
+    never = judge_metric(eos_kept, AgreementSample(0, 120), DEFAULT, 100, 0.98)
+    assert never.outcome == LOW and never.thresholds["min_share"] == 0.9
+    assert judge_metric(eos_kept, AgreementSample(120, 120), DEFAULT, 100, 0.98).outcome == GOOD
+    # The unpaired share CI saw at a shadow step for a byte-identical copy, 120/132 against 539/561, would have failed.
+    (eos_share,) = [m for m in declaration_of(CAUSAL_LM).live_metrics if m.name == "eos_share"]
+    assert eos_share.arms == ("canary",)
+    assert judge_metric(eos_share, RateSample(120, 132, 539, 561), DEFAULT, 100, 0.98).outcome == LOW
