@@ -37,7 +37,7 @@ test: install
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff format --check
 	$(BIN)/ruff check
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
 
 test-fast: install
 	$(BIN)/lint-imports --no-cache
@@ -105,7 +105,8 @@ bench-llm: install
 # Rollouts on live traffic in a sandbox copy of the demo classifier's production: shadowing's cost to production's p99,
 # clean rollouts that must all reach production, and where each live-only fault is stopped (bench/bench_rollout.py).
 bench-rollout: install
-	$(BIN)/python bench/bench_rollout.py
+	$(BIN)/python bench/bench_rollout.py --name ticket-intent
+	$(BIN)/python bench/bench_rollout.py --name support-reply --step-seconds 60
 	$(BIN)/python bench/render_docs.py
 
 bench-lm-seeds: install

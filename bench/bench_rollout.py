@@ -1,8 +1,8 @@
 """Rollouts on live traffic: what shadowing costs production, how often a clean version is aborted, and how soon each
 live-only fault is stopped.
 
-Run after `make demo`: python bench/bench_rollout.py   (make bench-rollout)
-Everything runs in a fault sandbox (faults/sandbox.py): an isolated copy of the demo classifier's production, its own
+Run after `make demo`: python bench/bench_rollout.py [--name support-reply]   (make bench-rollout runs both demo models)
+Everything runs in a fault sandbox (faults/sandbox.py): an isolated copy of the demo model's production, its own
 registry, Dagster instance and key pair; the user's state is only read.
   1. shadow cost: `modelcd serve` answering 2 callers back to back, in alternating phases with no rollout and with a
      signed shadow 0.2 state (an identical copy with an offline verdict as the candidate), production's requests only:
@@ -10,7 +10,8 @@ registry, Dagster instance and key pair; the user's state is only read.
   2. false aborts: --clean byte-identical copies rolled out through the demo policy's steps, each must reach production;
   3. detection: every live-only fault class of `modelcd faults run`, where it was stopped and the samples it took.
 Registration to 100% under the demo's policy, for each task, is the demo's own phases (bench/bench_demo.py).
-Writes bench/results/rollout.json; docs/benchmarks.md renders it (bench/render_docs.py).
+Writes bench/results/rollout.json (a classifier) or rollout_llm.json (a causal LM); docs/benchmarks.md renders them
+(bench/render_docs.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from machine import machine
 
 from modelcd_assets.faults.builders import identical
 from modelcd_assets.faults.catalog import suite_of
-from modelcd_assets.faults.live_faults import roll_out, rolling_out
+from modelcd_assets.faults.live_faults import STEP_SECONDS, roll_out, rolling_out
 from modelcd_assets.faults.outcomes import PROMOTED
 from modelcd_assets.faults.runner import class_outcome
 from modelcd_assets.faults.sandbox import open_sandbox
@@ -38,10 +39,14 @@ from modelcd_assets.launch import ROLLING_OUT
 from modelcd_assets.lib.judging.rollout_policy import RolloutPolicy
 from modelcd_assets.lib.operations.settings import apply_local_defaults
 from modelcd_assets.lib.release.rollout import ABORT, moved, read_state, started, write_state
+from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION
 from modelcd_assets.live_rollout import live_server
 from modelcd_assets.serving.loadgen import run_load
 
-RESULTS = Path(__file__).parent / "results" / "rollout.json"
+RESULTS = {
+    CLASSIFICATION: Path(__file__).parent / "results" / "rollout.json",
+    CAUSAL_LM: Path(__file__).parent / "results" / "rollout_llm.json",
+}
 SHADOW_SHARE = 0.2
 TARGETS = {"shadow_p99_ratio": 1.2, "clean_aborted": 0}
 
@@ -159,14 +164,21 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=3, help="pairs of phases, shadowed and not, in alternating order")
     ap.add_argument("--seconds", type=float, default=15.0, help="seconds of load per phase")
     ap.add_argument("--clean", type=int, default=10, help="clean rollouts, each must reach production")
+    ap.add_argument(
+        "--step-seconds",
+        type=float,
+        help="each rollout step's length in the sandbox (default: the fault sandbox's, 10 s; the demo LM needs about 60 s: on 2"
+        " cores its 10 s shadow step gathered 3 pairs of the 10 its policy needs)",
+    )
     args = ap.parse_args()
     env = apply_local_defaults()
     root = Path(tempfile.mkdtemp(prefix="modelcd-bench-rollout-"))
     print(f"bench rollout of {args.name} in a sandbox under {root}", flush=True)
     started_at = time.time()
-    with open_sandbox(args.name, dict(os.environ, **env), root / "sandbox") as sb:
-        if suite_of(sb.task).live_load is None:
+    with open_sandbox(args.name, dict(os.environ, **env), root / "sandbox", live_step_seconds=args.step_seconds) as sb:
+        if suite_of(sb.task).live_load is None or sb.task not in RESULTS:
             raise SystemExit(f"{args.name} is a {sb.task} model, whose fault suite has no live classes")
+        task = sb.task
         cost = shadow_cost(sb, args.pairs, args.seconds, root / "shadow")
         clean = clean_rollouts(sb, args.clean)
         found = detection(sb)
@@ -174,6 +186,8 @@ def main() -> int:
     result = {
         "machine": machine(),
         "model": args.name,
+        "task": task,
+        "step_seconds": args.step_seconds or STEP_SECONDS,
         "seconds": round(time.time() - started_at, 1),
         "shadow_share": SHADOW_SHARE,
         "shadow_cost": cost,
@@ -193,7 +207,7 @@ def main() -> int:
             },
         },
     }
-    RESULTS.write_text(json.dumps(result, indent=1))
+    RESULTS[task].write_text(json.dumps(result, indent=1))
     print(json.dumps(result["targets"], indent=1))
     return 0 if all(t["met"] for t in result["targets"].values()) else 1
 

@@ -369,6 +369,7 @@ def cmd_faults_run(args) -> int:
         keep=args.keep,
         progress=not args.no_progress,
         task=args.task,
+        live_step_seconds=args.live_step_seconds,
     )
     print()
     print(report.render())
@@ -518,6 +519,13 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=10,
         help="clean controls: half byte-identical re-registrations, half retrained with other seeds (default 10)",
+    )
+    fr.add_argument(
+        "--live-step-seconds",
+        type=float,
+        metavar="S",
+        help="how long each step of a live class's rollout lasts (default: 10 s for the policy's steps, 8 s for the sandbox's"
+        " default rollout); a real causal LM on few cores needs a minute for its shadow step to gather the pairs it judges",
     )
     fr.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     fr.add_argument("--no-load", action="store_true", help="gate the controls without a server under load beside them")

@@ -4,7 +4,9 @@ stopped at a shadow or canary step: aborted, or paused when too few requests rea
 way is a control: it must reach production.
 
 The rollout is the model's policy's own section, each step set to STEP_SECONDS (the report's notes give the policy's
-durations); a policy without one is rolled out through default_rollout(). The offline classes and controls
+durations); a policy without one is rolled out through default_rollout(). A sandbox opened with live_step_seconds sets
+every step to that instead: a real causal LM on 2 cores answers too few callers in 10 s for a step to judge (make
+bench-rollout measured 3 shadow pairs of the 10 its demo policy needs), and its rollouts would all pause. The offline classes and controls
 are gated without the section (offline_only): each of them ends at its offline gates, as it did before rollouts existed.
 """
 
@@ -29,9 +31,10 @@ from modelcd_assets.live_rollout import follow_rollout, live_server, rollout_his
 # Every step of a live class lasts this long, whatever the policy says: a policy's minutes would make each class take an
 # hour, and a step of a few seconds may end before the callers, started once the gates passed, have asked anything.
 STEP_SECONDS = 10.0
+DEFAULT_STEP_SECONDS = 8.0  # default_rollout's, where the sandbox sets none
 
 
-def default_rollout(task: str) -> dict:
+def default_rollout(task: str, seconds: float = DEFAULT_STEP_SECONDS) -> dict:
     """The fault sandbox's rollout for a policy without one. A shadow copy is answered after production's answer, beside
     the next requests, so on few cores its timings are not the candidate's own: the shadow step judges every metric but
     the shifts (the pairs, the rates), and the canary step, where each arm answers callers of its own, judges all of them
@@ -39,32 +42,41 @@ def default_rollout(task: str) -> dict:
     unshifted = [m.name for m in declaration_of(task).live_metrics if m.kind != "shift"]
     return {
         "min_samples": 20,
-        "steps": [{"shadow": 0.5, "for": "8s", "metrics": unshifted}, {"canary": 0.5, "for": "8s"}, PROMOTE],
+        "steps": [{"shadow": 0.5, "for": f"{seconds:g}s", "metrics": unshifted}, {"canary": 0.5, "for": f"{seconds:g}s"}, PROMOTE],
     }
 
 
-def sandbox_rollout(policy: dict, task: str) -> tuple[dict, str]:
-    """The rollout section the live classes run under, from the model's policy (a dict as its file holds it), and what was
-    changed, in words."""
+def sandbox_rollout(policy: dict, task: str, seconds: float | None = None) -> tuple[dict, str]:
+    """The rollout section the live classes run under, from the model's policy (a dict as its file holds it), each step
+    `seconds` long (None: the policy's steps STEP_SECONDS, the default rollout's DEFAULT_STEP_SECONDS), and what was changed,
+    in words."""
     section = policy.get("rollout")
     if not section:
-        return default_rollout(task), "the policy has no rollout section: the live classes ran under the fault sandbox's default rollout"
+        return default_rollout(task, seconds or DEFAULT_STEP_SECONDS), (
+            "the policy has no rollout section: the live classes ran under the fault sandbox's default rollout"
+            + (f", its steps {seconds:g} s each" if seconds else "")
+        )
+    each = seconds or STEP_SECONDS
     steps, changed = [], []
     for step in section.get("steps", []):
-        if isinstance(step, dict) and "for" in step and duration_seconds(step["for"]) != STEP_SECONDS:
+        if isinstance(step, dict) and "for" in step and duration_seconds(step["for"]) != each:
             changed.append(f"{step['for']}")
-            step = {**step, "for": f"{STEP_SECONDS:g}s"}
+            step = {**step, "for": f"{each:g}s"}
         steps.append(step)
-    said = f"the live classes' steps were set to {STEP_SECONDS:g} s each (the policy's: {', '.join(changed)})" if changed else ""
+    said = f"the live classes' steps were set to {each:g} s each (the policy's: {', '.join(changed)})" if changed else ""
     return {**section, "steps": steps}, said
+
+
+def _policy(sb: Sandbox) -> dict:
+    import yaml
+
+    return (yaml.safe_load(sb.policy_path.read_text()) if sb.policy_path.is_file() else None) or {}
 
 
 def live_notes(sb: Sandbox) -> list[str]:
     """What the report says of the sandbox's rollouts: the section the live classes run under, and the offline ones without it."""
-    import yaml
-
-    policy = (yaml.safe_load(sb.policy_path.read_text()) if sb.policy_path.is_file() else None) or {}
-    _, said = sandbox_rollout(policy, sb.task)
+    policy = _policy(sb)
+    _, said = sandbox_rollout(policy, sb.task, sb.live_step_seconds)
     offline = "the offline classes and controls were gated without the policy's rollout section: each ends at its offline gates"
     return [n for n in (said, offline if policy.get("rollout") else "") if n]
 
@@ -74,7 +86,7 @@ def rolling_out(sb: Sandbox) -> contextlib.AbstractContextManager[None]:
     following each step within a second."""
 
     def edit(policy: dict) -> None:
-        policy["rollout"] = sandbox_rollout(policy, sb.task)[0]
+        policy["rollout"] = sandbox_rollout(policy, sb.task, sb.live_step_seconds)[0]
         policy["serving"] = {**(policy.get("serving") or {}), "poll_seconds": 1}
 
     return sb.policy_edited(edit)
@@ -101,6 +113,13 @@ def _outcome(state: RolloutState, history: list[dict]) -> Outcome:
     if state.status == PAUSED:
         return Outcome(ROLLOUT_PAUSED, detail=detail)
     return Outcome(ERROR, detail=f"the rollout ended {state.status}: {state.describe()}")
+
+
+def _follow_seconds(sb: Sandbox) -> float:
+    """How long a live class's rollout is followed before it counts as stuck: its steps' time twice over, and two minutes."""
+    section, _ = sandbox_rollout(_policy(sb), sb.task, sb.live_step_seconds)
+    steps = [duration_seconds(s["for"]) for s in section.get("steps", []) if isinstance(s, dict) and "for" in s]
+    return max(180.0, 120.0 + 2 * sum(steps))
 
 
 def roll_out(
@@ -133,7 +152,7 @@ def roll_out(
             live.inject(ref.version, **fault)
         if load is not None or traffic is not None:
             live.load(*(load or suite.live_load(sb, traffic)))
-        state = follow_rollout(sb.registry, ref, live, sb.instance, timeout=180, echo=lambda _: None)
+        state = follow_rollout(sb.registry, ref, live, sb.instance, timeout=_follow_seconds(sb), echo=lambda _: None)
         history = rollout_history(ref)
         if state.status == PAUSED:
             launch.run_rollout_move(ref, ABORT, state.sequence, by="fault sandbox", reason="the class is over", instance=sb.instance)

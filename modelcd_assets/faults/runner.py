@@ -137,6 +137,7 @@ def run_selftest(
     progress: bool = False,
     echo: Callable[[str], None] = print,
     task: str | None = None,
+    live_step_seconds: float | None = None,
 ) -> SelftestReport:
     """Gate every selected fault class of the production's task and the clean controls in a sandbox copy of name's production;
     the user's registry is only read."""
@@ -153,7 +154,7 @@ def run_selftest(
     report = SelftestReport(name, user_prod.uri if user_prod else "none", "")
     try:
         echo(f"fault sandbox in {root}: copying {report.production} and gating it there")
-        with open_sandbox(name, source_env, root, progress) as sb:
+        with open_sandbox(name, source_env, root, progress, live_step_seconds) as sb:
             skipped = [fc.name for fc in classes if fc.adapter_only and not sb.prod.is_adapter]
             if skipped:
                 report.notes.append(f"production is a full model: adapter classes not run ({', '.join(skipped)})")

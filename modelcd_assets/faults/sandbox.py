@@ -100,6 +100,8 @@ class Sandbox:
     production: CandidateRef
     progress: bool = False
     task: str = DEFAULT_TASK
+    # How long each step of a live class's rollout lasts (faults/live_faults.sandbox_rollout); None: its default.
+    live_step_seconds: float | None = None
     _blocked: CandidateRef | None = field(default=None, repr=False)
 
     @property
@@ -274,8 +276,13 @@ def _fetch_production(source: Registry, name: str, work: Path) -> tuple[Candidat
 
 
 @contextlib.contextmanager
-def open_sandbox(name: str, source_env: Mapping[str, str], root: Path, progress: bool = False) -> Iterator[Sandbox]:
-    """A sandbox under root holding a copy of name's production (and its base), gated there so it is the sandbox's production."""
+def open_sandbox(
+    name: str, source_env: Mapping[str, str], root: Path, progress: bool = False, live_step_seconds: float | None = None
+) -> Iterator[Sandbox]:
+    """A sandbox under root holding a copy of name's production (and its base), gated there so it is the sandbox's production.
+    live_step_seconds: how long each step of a live class's rollout lasts (None: faults/live_faults.sandbox_rollout's default)."""
+    if live_step_seconds is not None and not live_step_seconds > 0:
+        raise ModelcdError(f"a live class's rollout steps must last some time: live step seconds {live_step_seconds!r} is not above 0")
     root = Path(root)
     source = Registry.from_env(source_env)
     env = local_defaults(root / "home")
@@ -297,7 +304,7 @@ def open_sandbox(name: str, source_env: Mapping[str, str], root: Path, progress:
         instance = dg.DagsterInstance.get()
     try:
         ref = registry.register(prod.artifact, name, base=prod.base_uri, tags=carried, limits=_limits(env, name))
-        sandbox = Sandbox(name, root, env, registry, instance, prod, ref, progress, version_task(tags))
+        sandbox = Sandbox(name, root, env, registry, instance, prod, ref, progress, version_task(tags), live_step_seconds)
         run = sandbox.gate(ref)
         if run.outcome != launch.PROMOTED:
             failing = "; ".join(f"{r.gate}: {r.reason or r.status}" for r in run.rows if r.status not in _PASSING) or run.error
