@@ -463,7 +463,9 @@ def rollout(d: dict) -> str:
         f" {', '.join(f'{r:.2f}' for r in cost['p99_ratios'])}).\n\n"
         "| phase | rollout | production's answers | failed | p50 ms | p99 ms | shadow copies dropped |\n|---|---|---|---|---|---|---|\n"
         + phases
-        + f"\n\nClean rollouts (byte-identical copies through the demo policy's steps): {len(clean) - clean_t['measured']} of {len(clean)}"
+        + "\n\nClean rollouts (byte-identical copies through the demo policy's steps"
+        + (f", each set to {d['step_seconds']:g} s" if "step_seconds" in d else "")
+        + f"): {len(clean) - clean_t['measured']} of {len(clean)}"
         f" reached production, {clean_t['measured']} not ({_met(clean_t)}); {statistics.median(c['seconds'] for c in clean):.0f} s each"
         " (median), gate included.\n\n"
         f"Live-only faults stopped as expected: {found_t['measured']} of {found_t['target']} ({_met(found_t)}).\n\n"
@@ -496,6 +498,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "demo": ("benchmarks.md", "demo.json", demo, "python bench/bench_demo.py"),
     "rollout": ("benchmarks.md", "rollout.json", rollout, "make bench-rollout"),
+    "rollout_llm": ("benchmarks.md", "rollout_llm.json", rollout, "make bench-rollout"),
     "faults": ("reliability.md", "faults.json", faults, "modelcd faults run --controls 10 --json bench/results/faults.json"),
     "faults_llm": (
         "reliability.md",

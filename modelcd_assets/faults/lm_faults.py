@@ -64,13 +64,15 @@ CLASSES: tuple[FaultClass, ...] = (
     ),
     # Live-only: every offline gate passes (byte-identical copies), and only the rollout's steps on live traffic can stop
     # them (faults/live_faults.py): answers that never end their turn (each runs to max_tokens), and 5% failing. The first
-    # fails eos_kept at the shadow step (no copy ends its turn where production's did), and length_ratio too where
-    # production's answers are well under max_tokens (SmolLM2: then aborted); on the tiny test model, whose answers run near
-    # its max_new_tokens, eos_kept alone: a marginal score, paused. At a canary step eos_share fails it.
+    # fails eos_kept at a shadow step that judges it (no copy ends its turn where production's did), and length_ratio too
+    # where production's answers are well under max_tokens; on the tiny test model, whose answers run near its
+    # max_new_tokens, eos_kept alone: a marginal score, paused. The demo's shadow step judges length_ratio and not eos_kept:
+    # make bench-rollout saw SmolLM2's copy aborted there on length_ratio alone (+2: four times as long). At a canary step
+    # eos_share fails it.
     FaultClass(
         "lm_answers_run_to_max_tokens",
         "live",
-        Outcome(ROLLOUT_STOPPED, detail="eos_kept low"),
+        Outcome(ROLLOUT_STOPPED, detail="eos_kept low", reasons=("length_ratio high",)),
         probe=live.answers_run_to_max_tokens,
         live=True,
     ),

@@ -19,6 +19,8 @@ from modelcd_assets.faults.outcomes import (
 )
 from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestReport, clopper_pearson
 
+LONG_ANSWERS = Outcome(ROLLOUT_STOPPED, detail="eos_kept low", reasons=("length_ratio high",))
+
 
 @pytest.mark.parametrize(
     "actual, expected, ok",
@@ -36,6 +38,10 @@ from modelcd_assets.faults.report import ClassResult, ControlResult, SelftestRep
         (Outcome(ROLLOUT_PAUSED, detail="at step 1: fewer than 20"), Outcome(ROLLOUT_STOPPED, detail="eos_share low"), False),
         (Outcome(PROMOTED, detail="eos_share low"), Outcome(ROLLOUT_STOPPED, detail="eos_share low"), False),
         (Outcome(ROLLOUT_PAUSED, detail="error_rate high"), Outcome(ROLLOUT_ABORTED, detail="error_rate high"), False),
+        # Stopped for any of the reasons it may be stopped for, and for no other.
+        (Outcome(ROLLOUT_ABORTED, detail="at step 1: length_ratio high"), LONG_ANSWERS, True),
+        (Outcome(ROLLOUT_PAUSED, detail="at step 1: eos_kept low"), LONG_ANSWERS, True),
+        (Outcome(ROLLOUT_PAUSED, detail="at step 1: error_rate nodata; fewer than 10"), LONG_ANSWERS, False),
     ],
 )
 def test_an_outcome_satisfies_only_its_kind_and_for_a_block_its_gate(actual, expected, ok):
