@@ -434,7 +434,7 @@ def test_admission_is_bounded_and_answers_429_with_retry_after():
     from modelcd_assets.serving.metrics import LmServerMetrics
     from modelcd_assets.serving.rejections import Rejected
 
-    gen = Generations("m", ServingPolicy(max_generations=2, retry_after_s=3), LmServerMetrics(0.1), 0.1)
+    gen = Generations("m", ServingPolicy(max_generations=2, retry_after_s=3), LmServerMetrics(0.1))
     try:
         first, second = (gen.admit(10, 10, 256, 512) for _ in range(2))
         with pytest.raises(Rejected) as e:
@@ -475,7 +475,7 @@ def test_a_stream_dropped_unread_gives_its_admission_and_cache_back(tiny_lm, tmp
     path = write_adapter_file(adapter_parameters(tiny_lm.adapter, tiny_lm.build.slots())[0], tmp_path / "a.onnx_adapter")
     decoder.load_adapter(path, "a")
     served = LmServed("m", "1", "c" * 64, "b" * 64, "f" * 64, "int8-weight-only", Base(tiny_lm.build.int8, decoder, "b" * 64), "a", path)
-    gen = Generations("m", ServingPolicy(max_generations=1), LmServerMetrics(0.1), 0.1)
+    gen = Generations("m", ServingPolicy(max_generations=1), LmServerMetrics(0.1))
     prompt = decoder.encode("the app crashes")
 
     async def scenario() -> None:

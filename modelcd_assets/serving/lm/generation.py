@@ -31,8 +31,8 @@ class Admitted:
 
 
 class Generations:
-    def __init__(self, model: str, policy: ServingPolicy, metrics: LmServerMetrics, node_usd_per_hour: float):
-        self.model, self.policy, self.metrics, self.usd_per_hour = model, policy, metrics, node_usd_per_hour
+    def __init__(self, model: str, policy: ServingPolicy, metrics: LmServerMetrics):
+        self.model, self.policy, self.metrics = model, policy, metrics
         self.executor = ThreadPoolExecutor(max_workers=policy.max_generations, thread_name_prefix="generation")
         self._lock = threading.Lock()
         self.running, self.kv_bytes = 0, 0
@@ -65,7 +65,8 @@ class Generations:
                 self._busy_since = None
             self._export()
             if self._tokens and self._busy_s > 0:
-                self.metrics.cost.labels(self.model).set(self.usd_per_hour / (self._tokens / self._busy_s * 3600) * 1e6)
+                # the node's price (the metrics' own, which every request's cost is priced at) over busy tokens per second
+                self.metrics.cost.labels(self.model).set(self.metrics.usd_per_second / (self._tokens / self._busy_s) * 1e6)
 
     def _export(self) -> None:
         self.metrics.kv_cache_bytes.labels(self.model).set(self.kv_bytes)

@@ -70,7 +70,7 @@ def lm_server(inputs: ServerInputs) -> FastAPI:
 def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float, node_usd_per_hour: float, chaos: bool = False) -> FastAPI:
     metrics = LmServerMetrics(node_usd_per_hour, live_drift=LiveDriftCollector(pool.state_root, pool.model))
     policy = pool.policy
-    generations = Generations(pool.model, policy, metrics, node_usd_per_hour)
+    generations = Generations(pool.model, policy, metrics)
     base = base_app(
         pool,
         metrics,
