@@ -63,6 +63,12 @@ serving:
 rollout:
   # Steps of seconds, so that the demo shows each one; a real policy's last minutes (see lib/judging/rollout_policy.py).
   min_samples: 10
+  # A canary step passes the error and NaN rates only once each is bounded within its limit: within a point (the default)
+  # that takes about 420 answers an arm without an error, 3 minutes of this demo's callers; within 4 points, about 100.
+  # A copy erring on 5% of requests still fails it (make bench-rollout runs one in a sandbox of this policy).
+  metrics:
+    error_rate: {max_rate_increase: 0.04}
+    nan_rate: {max_rate_increase: 0.04}
   steps:
     # A shadow copy is generated after production's answer, beside the next requests: on a machine of few cores its
     # timings are not the candidate's own. The shadow step judges the errors and the answers' lengths; the canary step,
@@ -79,6 +85,7 @@ rollout:
       metrics: [error_rate, nan_rate, length_ratio]
     - canary: 0.5
       for: 10s
+      max_for: 150s
     - promote
 """
 # The live callers: one at a time, so that the shadow copies are not dropped for want of a core (each is counted when it

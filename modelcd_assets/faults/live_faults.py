@@ -6,8 +6,11 @@ way is a control: it must reach production.
 The rollout is the model's policy's own section, each step set to STEP_SECONDS (the report's notes give the policy's
 durations); a policy without one is rolled out through default_rollout(). A sandbox opened with live_step_seconds sets
 every step to that instead: a real causal LM on 2 cores answers too few callers in 10 s for a step to judge (make
-bench-rollout measured 3 shadow pairs of the 10 its demo policy needs), and its rollouts would all pause. The offline classes and controls
-are gated without the section (offline_only): each of them ends at its offline gates, as it did before rollouts existed.
+bench-rollout measured 3 shadow pairs of the 10 its demo policy needs), and its rollouts would all pause. Each step may
+go on gathering samples up to MAX_FOR_STEPS times its length (max_for): a canary step passes a critical rate only once
+it is bounded within its limit, which takes a few hundred answers an arm at the default one point. The offline classes
+and controls are gated without the section (offline_only): each of them ends at its offline gates, as it did before
+rollouts existed.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from modelcd_assets.live_rollout import follow_rollout, live_server, rollout_his
 # hour, and a step of a few seconds may end before the callers, started once the gates passed, have asked anything.
 STEP_SECONDS = 10.0
 DEFAULT_STEP_SECONDS = 8.0  # default_rollout's, where the sandbox sets none
+MAX_FOR_STEPS = 4.0  # a step without a verdict for want of samples goes on up to this many times its length
 
 
 def default_rollout(task: str, seconds: float = DEFAULT_STEP_SECONDS) -> dict:
@@ -42,8 +46,16 @@ def default_rollout(task: str, seconds: float = DEFAULT_STEP_SECONDS) -> dict:
     unshifted = [m.name for m in declaration_of(task).live_metrics if m.kind != "shift"]
     return {
         "min_samples": 20,
-        "steps": [{"shadow": 0.5, "for": f"{seconds:g}s", "metrics": unshifted}, {"canary": 0.5, "for": f"{seconds:g}s"}, PROMOTE],
+        "steps": [
+            {"shadow": 0.5, **_lasting(seconds), "metrics": unshifted},
+            {"canary": 0.5, **_lasting(seconds)},
+            PROMOTE,
+        ],
     }
+
+
+def _lasting(seconds: float) -> dict:
+    return {"for": f"{seconds:g}s", "max_for": f"{MAX_FOR_STEPS * seconds:g}s"}
 
 
 def sandbox_rollout(policy: dict, task: str, seconds: float | None = None) -> tuple[dict, str]:
@@ -59,11 +71,17 @@ def sandbox_rollout(policy: dict, task: str, seconds: float | None = None) -> tu
     each = seconds or STEP_SECONDS
     steps, changed = [], []
     for step in section.get("steps", []):
-        if isinstance(step, dict) and "for" in step and duration_seconds(step["for"]) != each:
-            changed.append(f"{step['for']}")
-            step = {**step, "for": f"{each:g}s"}
+        if isinstance(step, dict) and "for" in step:
+            if (duration_seconds(step["for"]), duration_seconds(step.get("max_for", step["for"]))) != (each, MAX_FOR_STEPS * each):
+                changed.append(f"{step['for']}" + (f" up to {step['max_for']}" if "max_for" in step else ""))
+            step = {**step, **_lasting(each)}
         steps.append(step)
-    said = f"the live classes' steps were set to {each:g} s each (the policy's: {', '.join(changed)})" if changed else ""
+    said = (
+        f"the live classes' steps were set to {each:g} s each, up to {MAX_FOR_STEPS * each:g} s while a metric wants samples"
+        f" (the policy's: {', '.join(changed)})"
+        if changed
+        else ""
+    )
     return {**section, "steps": steps}, said
 
 
@@ -116,9 +134,10 @@ def _outcome(state: RolloutState, history: list[dict]) -> Outcome:
 
 
 def _follow_seconds(sb: Sandbox) -> float:
-    """How long a live class's rollout is followed before it counts as stuck: its steps' time twice over, and two minutes."""
+    """How long a live class's rollout is followed before it counts as stuck: its steps' longest time twice over, and two
+    minutes."""
     section, _ = sandbox_rollout(_policy(sb), sb.task, sb.live_step_seconds)
-    steps = [duration_seconds(s["for"]) for s in section.get("steps", []) if isinstance(s, dict) and "for" in s]
+    steps = [duration_seconds(s.get("max_for", s["for"])) for s in section.get("steps", []) if isinstance(s, dict) and "for" in s]
     return max(180.0, 120.0 + 2 * sum(steps))
 
 

@@ -8,7 +8,7 @@ from modelcd_assets.faults import live_faults as live
 from modelcd_assets.faults import llm_builders as lm
 from modelcd_assets.faults.catalog import Control, FaultClass, FaultSuite, unlike_the_base
 from modelcd_assets.faults.controls import base_files_control, identical_controls, retrained_controls
-from modelcd_assets.faults.outcomes import BAD_INPUT, BLOCKED, ROLLOUT_ABORTED, ROLLOUT_STOPPED, Outcome, blocked
+from modelcd_assets.faults.outcomes import BAD_INPUT, BLOCKED, ROLLOUT_STOPPED, Outcome, blocked
 from modelcd_assets.faults.sandbox import Sandbox
 from modelcd_assets.lib.judging.policy import policy_for
 from modelcd_assets.lib.splits import split_path
@@ -68,7 +68,10 @@ CLASSES: tuple[FaultClass, ...] = (
     # where production's answers are well under max_tokens; on the tiny test model, whose answers run near its
     # max_new_tokens, eos_kept alone: a marginal score, paused. The demo's shadow step judges length_ratio and not eos_kept:
     # make bench-rollout saw SmolLM2's copy aborted there on length_ratio alone (+2: four times as long). At a canary step
-    # eos_share fails it.
+    # eos_share fails it. The second fails error_rate, critical, where its excess is significant and beyond the limit;
+    # where it is not (a few dozen answers an arm, or 5% seen under a limit of 4 points), the bound of its increase is not
+    # within the limit either, so a canary step gathers samples up to its max_for and pauses (make bench-rollout saw it
+    # promoted, at cb88277, when no significant excess was a pass).
     FaultClass(
         "lm_answers_run_to_max_tokens",
         "live",
@@ -79,7 +82,7 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass(
         "lm_errors_on_live_requests",
         "live",
-        Outcome(ROLLOUT_ABORTED, detail="error_rate high"),
+        Outcome(ROLLOUT_STOPPED, detail="error_rate high", reasons=("error_rate nodata",)),
         probe=live.errors_on_live_requests,
         live=True,
     ),

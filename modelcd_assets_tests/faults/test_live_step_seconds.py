@@ -3,7 +3,7 @@ length asked for (--live-step-seconds), and said so in the report; a length that
 
 import pytest
 
-from modelcd_assets.faults.live_faults import DEFAULT_STEP_SECONDS, STEP_SECONDS, sandbox_rollout
+from modelcd_assets.faults.live_faults import DEFAULT_STEP_SECONDS, MAX_FOR_STEPS, STEP_SECONDS, sandbox_rollout
 from modelcd_assets.faults.sandbox import open_sandbox
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.judging.rollout_policy import RolloutPolicy
@@ -13,14 +13,19 @@ POLICY = {"rollout": {"min_samples": 10, "steps": [{"shadow": 0.5, "for": "15s"}
 
 
 def _seconds(section: dict) -> list[float]:
-    return [s.seconds for s in RolloutPolicy.model_validate(section).judged_steps()]
+    steps = RolloutPolicy.model_validate(section).judged_steps()
+    assert [s.max_seconds for s in steps] == [MAX_FOR_STEPS * s.seconds for s in steps]  # each may go on for samples
+    return [s.seconds for s in steps]
 
 
 def test_the_policys_steps_take_the_sandboxs_length_or_the_one_asked_for():
     section, said = sandbox_rollout(POLICY, CAUSAL_LM)
-    assert _seconds(section) == [STEP_SECONDS, STEP_SECONDS] and "(the policy's: 15s)" in said
+    assert _seconds(section) == [STEP_SECONDS, STEP_SECONDS] and "(the policy's: 15s, 10s)" in said
     section, said = sandbox_rollout(POLICY, CAUSAL_LM, 60.0)
-    assert _seconds(section) == [60.0, 60.0] and said == "the live classes' steps were set to 60 s each (the policy's: 15s, 10s)"
+    assert _seconds(section) == [60.0, 60.0]
+    assert said == "the live classes' steps were set to 60 s each, up to 240 s while a metric wants samples (the policy's: 15s, 10s)"
+    longer = {"rollout": {"steps": [{"canary": 0.5, "for": "10s", "max_for": "1h"}, "promote"]}}
+    assert "(the policy's: 10s up to 1h)" in sandbox_rollout(longer, CAUSAL_LM)[1]
     assert section["min_samples"] == 10  # the rest of the section is the policy's
 
 

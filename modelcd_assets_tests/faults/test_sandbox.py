@@ -117,7 +117,7 @@ def test_live_only_faults_are_stopped_on_live_traffic_and_never_promoted(tmp_pat
         ("identical-1", "byte-identical, rolled out on live traffic", PROMOTED),
         ("base-files", "base's tokenizer and config files copied", PROMOTED),
     ], [c.outcome.detail for c in report.controls]
-    assert any("set to 10 s each (the policy's: 30m, 6s)" in n for n in report.notes), report.notes
+    assert any("set to 10 s each, up to 40 s while a metric wants samples (the policy's: 30m, 6s)" in n for n in report.notes), report.notes
     assert any("gated without the policy's rollout section" in n for n in report.notes), report.notes
     assert report.exit_code == 0 and env.registry.production(MODEL) == prod
 

@@ -44,6 +44,7 @@ rollout:
       for: 6s
     - canary: 0.5
       for: 6s
+      max_for: 60s
     - promote
 """
 

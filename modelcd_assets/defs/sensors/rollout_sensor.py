@@ -79,7 +79,7 @@ def rollout_sensor(
             )
         except PrometheusUnavailable as e:
             return dg.SensorResult(skip_reason=f"{e}; rollouts not judged, nothing moved", cursor=context.cursor)
-        decision = decide(current, step.seconds, analysis)
+        decision = decide(current, step.seconds, analysis, max_seconds=step.max_seconds)
         cursor[model] = {"sequence": current.sequence, "outcome": analysis.outcome, "score": analysis.score, "said": decision.reason}
         notes.append(f"{model} v{current.version} {step.label()}: {decision.action or 'goes on'} ({decision.reason})")
         if decision.action is not None:

@@ -4,7 +4,10 @@ Per metric (lib/judging/live_stats.py does the arithmetic):
 - too few samples in either arm, or none, is `nodata`: a low-traffic canary is never judged good on no evidence;
 - shift: Kayenta's rule (a Mann-Whitney CI of the Hodges-Lehmann shift beyond 0.25 x its estimate, and the mean ratio beyond
   the effect-size floor), and, where higher is worse, the p99 ratio's bootstrap CI beyond max_tail_ratio;
-- rate: Fisher's exact test in the bad direction, and the rates apart by more than max_rate_increase;
+- rate: Fisher's exact test in the bad direction, and the rates apart by more than max_rate_increase; a critical rate at a
+  step where the candidate answers callers (canary) passes only when the confidence bound of its increase is within
+  max_rate_increase, and has no verdict otherwise: 5% errors among 40 answers an arm are not significant, and a test that
+  finds no excess has not shown there is none (a copy erring on 5% of live requests was promoted so);
 - agreement: an exact binomial test of the agreeing share against min_share;
 - paired_shift: the median per-pair difference's CI beyond max_shift the bad way.
 The step fails at once when a critical metric fails; otherwise any `nodata` makes it inconclusive (the rollout pauses), and
@@ -19,7 +22,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.judging.live_stats import Binned, agreement_test, rate_test, shift_test, tail_ratio
+from modelcd_assets.lib.judging.live_stats import (
+    Binned,
+    agreement_test,
+    clean_trials_needed,
+    increase_bound,
+    rate_test,
+    shift_test,
+    tail_ratio,
+)
 from modelcd_assets.lib.judging.rollout_policy import KIND_THRESHOLDS, LiveMetricPolicy, RolloutPolicy, RolloutStep
 from modelcd_assets.lib.judging.stats import median_ci, median_ci_min_n
 from modelcd_assets.lib.tasks.names import LiveMetric, declaration_of
@@ -123,9 +134,17 @@ def _critical(metric: LiveMetric, policy: LiveMetricPolicy) -> bool:
 
 
 def judge_metric(
-    metric: LiveMetric, sample, policy: LiveMetricPolicy, min_samples: int, confidence: float, queries: dict[str, str] | None = None
+    metric: LiveMetric,
+    sample,
+    policy: LiveMetricPolicy,
+    min_samples: int,
+    confidence: float,
+    queries: dict[str, str] | None = None,
+    *,
+    answers_callers: bool = True,
 ) -> MetricJudgement:
-    """Classify one live metric from its sample (SAMPLE_KINDS[metric.kind]) as pass, high, low or nodata."""
+    """Classify one live metric from its sample (SAMPLE_KINDS[metric.kind]) as pass, high, low or nodata. answers_callers:
+    the candidate answers callers at this step (a canary step), so a critical rate must be bounded to pass."""
     queries = dict(queries or {})
     expected = SAMPLE_KINDS[metric.kind]
     if not isinstance(sample, expected):
@@ -197,7 +216,20 @@ def judge_metric(
             sample.candidate_events, sample.candidate_trials, sample.baseline_events, sample.baseline_trials, metric.higher_is_worse
         )
         worse_by = (rates.candidate_rate - rates.baseline_rate) * (1 if metric.higher_is_worse else -1)
-        measured = {"candidate_rate": rates.candidate_rate, "production_rate": rates.baseline_rate, "p_value": rates.p_value}
+        bound = increase_bound(
+            sample.candidate_events,
+            sample.candidate_trials,
+            sample.baseline_events,
+            sample.baseline_trials,
+            metric.higher_is_worse,
+            confidence,
+        )
+        measured = {
+            "candidate_rate": rates.candidate_rate,
+            "production_rate": rates.baseline_rate,
+            "p_value": rates.p_value,
+            "worse_by_upper": bound,
+        }
         thresholds = {"max_rate_increase": limit, "alpha": alpha}
         text = (
             f"{sample.candidate_events}/{sample.candidate_trials} against {sample.baseline_events}/{sample.baseline_trials},"
@@ -207,7 +239,18 @@ def judge_metric(
             return judged(
                 HIGH if metric.higher_is_worse else LOW, samples, measured, thresholds, f"{text}: apart by {worse_by:.4f} > {limit:g}"
             )
-        return judged(GOOD, samples, measured, thresholds, text)
+        bounded = f"worse by at most {bound:.4f} ({100 * confidence:g}% bound)"
+        if critical and answers_callers and bound > limit:
+            need = clean_trials_needed(limit, confidence)
+            more = f"about {need:.0f} an arm, neither with one, would bound it" if math.isfinite(need) else "no sample bounds it at 0"
+            return judged(
+                NODATA,
+                samples,
+                measured,
+                thresholds,
+                f"{text}: {bounded}, not within {limit:g}; a critical rate passes a canary step only when bounded ({more})",
+            )
+        return judged(GOOD, samples, measured, thresholds, f"{text}, {bounded}")
 
     if metric.kind == "agreement":
         samples = {"pairs": sample.pairs}

@@ -24,7 +24,7 @@ from modelcd_assets.lib.judging.live_analysis import (
 )
 from modelcd_assets.lib.judging.live_increase import CREATED_SUFFIX, Series, window_growth
 from modelcd_assets.lib.judging.live_stats import Binned
-from modelcd_assets.lib.judging.rollout_policy import RolloutPolicy, RolloutStep
+from modelcd_assets.lib.judging.rollout_policy import CANARY, RolloutPolicy, RolloutStep
 from modelcd_assets.lib.judging.slo import query_samples
 from modelcd_assets.lib.tasks.names import LiveMetric
 
@@ -119,5 +119,7 @@ def analyse_step(
     judgements = []
     for metric, metric_policy in step_metrics(task, policy, step):
         sample, queries = read_live(url, metric, model, candidate, production, at, seconds)
-        judgements.append(judge_metric(metric, sample, metric_policy, need, policy.confidence, queries))
+        judgements.append(
+            judge_metric(metric, sample, metric_policy, need, policy.confidence, queries, answers_callers=step.kind == CANARY)
+        )
     return judge_step(judgements, policy)

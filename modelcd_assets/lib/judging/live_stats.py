@@ -4,7 +4,9 @@ Live samples arrive binned (a Prometheus histogram's buckets, summed over every 
 every test here takes `Binned` values: distinct values with their counts. The shift test is Kayenta's (NetflixACAJudge):
 a Mann-Whitney U test with the Hodges-Lehmann estimate of the shift and its confidence interval. Because a rank test
 misses a wider spread at the same median (Kayenta #780), the tail gets a test of its own: the ratio of the two p99s
-with a bootstrap CI. Rates get Fisher's exact test, which stays exact when most samples are zero (Kayenta #426).
+with a bootstrap CI. Rates get Fisher's exact test, which stays exact when most samples are zero (Kayenta #426), and a
+confidence bound of how much worse the candidate's rate may be (Newcombe's hybrid score interval, which holds at zero
+events): a test that finds no excess in a few dozen requests has not shown there is none (Kayenta #674).
 """
 
 from __future__ import annotations
@@ -204,6 +206,33 @@ def rate_test(
     table = [[candidate_events, candidate_trials - candidate_events], [baseline_events, baseline_trials - baseline_events]]
     p = float(fisher_exact(table, alternative="greater" if higher_is_worse else "less").pvalue)
     return Rates(candidate_events, candidate_trials, baseline_events, baseline_trials, p)
+
+
+def increase_bound(
+    candidate_events: int, candidate_trials: int, baseline_events: int, baseline_trials: int, higher_is_worse: bool, confidence: float
+) -> float:
+    """How far the candidate's rate may be worse than the baseline's (the bad way, absolute): the one-sided upper bound, at
+    `confidence`, of the difference of the two rates, by Newcombe's hybrid score interval (statsmodels)."""
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    if min(candidate_trials, baseline_trials) < 1:
+        raise ValueError("a bound of the rates' difference needs trials in both arms")
+    worse, better = (
+        ((candidate_events, candidate_trials), (baseline_events, baseline_trials))
+        if higher_is_worse
+        else ((baseline_events, baseline_trials), (candidate_events, candidate_trials))
+    )
+    _, upper = confint_proportions_2indep(*worse, *better, method="newcomb", compare="diff", alpha=2 * (1 - confidence))
+    return float(upper)
+
+
+def clean_trials_needed(limit: float, confidence: float) -> float:
+    """The fewest trials per arm, neither with an event, whose increase_bound is within limit (Wilson's bound of 0 of n is
+    z^2 / (n + z^2)); infinite for a limit of 0, which no sample bounds."""
+    if limit <= 0:
+        return math.inf
+    z = float(norm.ppf(confidence))
+    return float(math.ceil(z * z * (1 - limit) / limit))
 
 
 @dataclass(frozen=True)

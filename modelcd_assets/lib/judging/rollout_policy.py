@@ -6,6 +6,7 @@
           for: 10m
         - canary: 0.05        # 5% of callers (sticky per caller) are answered by the candidate
           for: 10m
+          max_for: 1h         # without a verdict for want of samples at 10m, it goes on gathering them up to 1h
           min_samples: 200
         - canary: 0.25
           for: 20m
@@ -85,6 +86,11 @@ class RolloutStep(_Strict):
     kind: str = Field(pattern="^(shadow|canary|promote)$")
     share: float = Field(0.0, ge=0, le=1)
     seconds: float = Field(0.0, ge=0)
+    max_seconds: float | None = Field(
+        None,
+        description="max_for: how long the step may go on past `for` while a metric has too few samples for a verdict "
+        "(unset: it pauses at its end); at max_for without a verdict it pauses.",
+    )
     min_samples: int | None = Field(None, ge=10, description="Fewest requests per arm (or shadowed pairs) a verdict needs.")
     metrics: tuple[str, ...] | None = Field(None, description="The metrics judged at this step; unset: all of the task's.")
 
@@ -98,27 +104,37 @@ class RolloutStep(_Strict):
         kinds = [k for k in (SHADOW, CANARY) if k in raw]
         if len(kinds) != 1:
             raise ValueError(f"a step is 'promote' or a mapping with one of shadow: SHARE or canary: SHARE, not {raw!r}")
-        out = {k: v for k, v in raw.items() if k not in (SHADOW, CANARY, "for")}
+        out = {k: v for k, v in raw.items() if k not in (SHADOW, CANARY, "for", "max_for")}
         if "for" not in raw:
             raise ValueError(f"the {kinds[0]} step {raw!r} needs 'for': how long it runs before it is judged (e.g. for: 10m)")
+        if "max_for" in raw:
+            out["max_seconds"] = duration_seconds(raw["max_for"])
         return {"kind": kinds[0], "share": raw[kinds[0]], "seconds": duration_seconds(raw["for"]), **out}
 
     @model_validator(mode="after")
     def _shape(self) -> "RolloutStep":
         if self.kind == PROMOTE:
-            if self.share or self.seconds or self.min_samples is not None or self.metrics is not None:
+            if self.share or self.seconds or self.max_seconds is not None or self.min_samples is not None or self.metrics is not None:
                 raise ValueError("'promote' takes nothing: it is the last step, where the alias moves")
             return self
         if not 0 < self.share <= 1:
             raise ValueError(f"a {self.kind} step's share must be above 0 and at most 1, not {self.share}")
         if self.seconds <= 0:
             raise ValueError(f"a {self.kind} step must run for some time, not {self.seconds} s")
+        if self.max_seconds is not None and self.max_seconds < self.seconds:
+            raise ValueError(
+                f"a {self.kind} step's max_for ({self.max_seconds:g} s) is how long it may go on past its for"
+                f" ({self.seconds:g} s) to gather samples: it cannot be shorter"
+            )
         if self.kind == CANARY and self.share == 1:
             raise ValueError("a canary of share 1 leaves production no traffic to be compared with; promote instead")
         return self
 
     def label(self) -> str:
-        return PROMOTE if self.kind == PROMOTE else f"{self.kind} {self.share:g} for {self.seconds:g} s"
+        if self.kind == PROMOTE:
+            return PROMOTE
+        longer = f" (up to {self.max_seconds:g} s for samples)" if self.max_seconds and self.max_seconds > self.seconds else ""
+        return f"{self.kind} {self.share:g} for {self.seconds:g} s{longer}"
 
 
 class RolloutPolicy(_Strict):

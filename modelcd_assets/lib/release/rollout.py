@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from modelcd_assets.lib.errors import ModelcdError, Superseded
-from modelcd_assets.lib.judging.live_analysis import FAIL, INCONCLUSIVE, PASS, StepAnalysis
+from modelcd_assets.lib.judging.live_analysis import FAIL, INCONCLUSIVE, NODATA, PASS, StepAnalysis
 from modelcd_assets.lib.judging.rollout_policy import PROMOTE, RolloutPolicy
 from modelcd_assets.lib.layout import StateLayout
 from modelcd_assets.lib.release.alias_lock import AliasLock
@@ -119,15 +119,22 @@ class Decision:
     reason: str
 
 
-def decide(state: RolloutState, step_seconds: float, analysis: StepAnalysis, now: float | None = None) -> Decision:
+def decide(
+    state: RolloutState, step_seconds: float, analysis: StepAnalysis, now: float | None = None, *, max_seconds: float | None = None
+) -> Decision:
     """What a running step's analysis calls for: a critical failure aborts at once; at the step's end a pass advances,
-    a failure aborts, and no verdict (too few samples, no data, a marginal score) pauses for a person."""
+    a failure aborts, and no verdict (too few samples, no data, a marginal score) pauses for a person. A step whose
+    only want is samples (a metric without data) goes on gathering them past its end, up to max_seconds (None: not past
+    its end), and pauses there if it still has no verdict."""
     elapsed = (time.time() if now is None else now) - state.since
     said = "; ".join(analysis.reasons) or f"score {analysis.score:.0f}"
     if analysis.outcome == FAIL and any(m.critical and m.failed for m in analysis.metrics):
         return Decision(ABORT, said)
     if elapsed < step_seconds:
         return Decision(None, f"{elapsed:.0f} of {step_seconds:g} s: {analysis.outcome} so far ({said})")
+    wants_samples = analysis.outcome == INCONCLUSIVE and any(m.outcome == NODATA for m in analysis.metrics)
+    if wants_samples and max_seconds is not None and elapsed < max_seconds:
+        return Decision(None, f"{elapsed:.0f} s, past {step_seconds:g} s and up to {max_seconds:g} s: gathering samples ({said})")
     action = {PASS: ADVANCE, FAIL: ABORT, INCONCLUSIVE: PAUSE}[analysis.outcome]
     return Decision(action, said)
 

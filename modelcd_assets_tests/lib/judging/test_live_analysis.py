@@ -73,12 +73,35 @@ def test_too_few_samples_in_either_arm_is_no_data():
 def test_rates_fail_on_errors_mostly_zero_and_on_eos_reached_less_often():
     bad = judge_metric(ERRORS, RateSample(10, 200, 0, 200), DEFAULT, 100, 0.98)
     assert bad.outcome == HIGH and bad.critical
-    fine = judge_metric(ERRORS, RateSample(0, 200, 0, 200), DEFAULT, 100, 0.98)
-    assert fine.outcome == GOOD
+    fine = judge_metric(ERRORS, RateSample(0, 500, 0, 500), DEFAULT, 100, 0.98)
+    assert fine.outcome == GOOD and fine.measured["worse_by_upper"] <= 0.01, fine
     fewer_eos = judge_metric(EOS, RateSample(140, 200, 198, 200), DEFAULT, 100, 0.98)
     assert fewer_eos.outcome == LOW
     more_eos = judge_metric(EOS, RateSample(200, 200, 180, 200), DEFAULT, 100, 0.98)
     assert more_eos.outcome == GOOD
+
+
+def test_a_critical_rate_passes_a_canary_step_only_when_bounded_within_its_limit():
+    # bench-rollout's miss (cb88277): a copy erring on 5% of live requests was promoted from about 40 answers an arm, where
+    # 2 errors against none are not significant (Fisher p=0.25) and Kayenta's rule calls that a pass.
+    few = judge_metric(ERRORS, RateSample(2, 40, 0, 40), DEFAULT, 20, 0.98)
+    assert few.outcome == NODATA and few.critical, few
+    assert few.measured["worse_by_upper"] > 0.1 and "not within 0.01" in few.reason and "about 418 an arm" in few.reason, few
+    # None in 40 either: nothing shows there is no excess of a point.
+    assert judge_metric(ERRORS, RateSample(0, 40, 0, 40), DEFAULT, 20, 0.98).outcome == NODATA
+    # Where the policy allows 10 points, 40 clean answers an arm bound it; 5% errors in 400 an arm are bounded against 3
+    # points no more, and significant beyond 1 they fail.
+    ten = LiveMetricPolicy(max_rate_increase=0.1)
+    assert judge_metric(ERRORS, RateSample(0, 40, 0, 40), ten, 20, 0.98).outcome == GOOD
+    three = LiveMetricPolicy(max_rate_increase=0.03)
+    assert judge_metric(ERRORS, RateSample(20, 400, 0, 400), three, 20, 0.98).outcome == HIGH
+    assert judge_metric(ERRORS, RateSample(2, 400, 0, 400), three, 20, 0.98).outcome == GOOD
+    # At a shadow step the candidate's answers reach no caller: a significant excess still fails there, and no excess passes.
+    shadow = judge_metric(ERRORS, RateSample(0, 40, 0, 40), DEFAULT, 20, 0.98, answers_callers=False)
+    assert shadow.outcome == GOOD and "worse by at most" in shadow.reason, shadow
+    assert judge_metric(ERRORS, RateSample(10, 60, 0, 200), DEFAULT, 20, 0.98, answers_callers=False).outcome == HIGH
+    # A rate that is not critical keeps Kayenta's rule: no significant difference passes.
+    assert judge_metric(EOS, RateSample(38, 40, 39, 40), DEFAULT, 20, 0.98).outcome == GOOD
 
 
 def test_agreement_and_paired_shifts():
@@ -122,6 +145,8 @@ def test_rollout_steps_from_yaml_and_what_is_refused():
     policy = rollout(min_samples=50)
     assert [s.label() for s in policy.steps] == ["shadow 0.2 for 30 s", "canary 0.1 for 60 s", "promote"]
     assert duration_seconds("1h") == 3600 and duration_seconds("250ms") == 0.25
+    longer = RolloutPolicy.model_validate({"steps": [{"canary": 0.1, "for": "1m", "max_for": "1h"}, "promote"]}).steps[0]
+    assert (longer.seconds, longer.max_seconds, longer.label()) == (60, 3600, "canary 0.1 for 60 s (up to 3600 s for samples)")
     for steps, message in (
         ([{"canary": 0.1, "for": "1m"}], "at least 2"),
         ([{"canary": 0.1, "for": "1m"}, {"canary": 0.2, "for": "1m"}], "only the last, is 'promote'"),
@@ -131,6 +156,8 @@ def test_rollout_steps_from_yaml_and_what_is_refused():
         ([{"canary": 1.0, "for": "1m"}, "promote"], "no traffic to be compared"),
         ([{"canary": 0.1, "shadow": 0.1, "for": "1m"}, "promote"], "one of shadow"),
         ([{"canary": 0.1, "for": "1m", "wait": 3}, "promote"], "wait"),
+        ([{"canary": 0.1, "for": "1m", "max_for": "30s"}, "promote"], "cannot be shorter"),
+        ([{"canary": 0.1, "for": "1m", "max_for": "an hour"}, "promote"], "not a duration"),
     ):
         with pytest.raises(ValueError, match=message):
             RolloutPolicy.model_validate({"steps": steps})

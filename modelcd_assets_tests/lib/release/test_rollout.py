@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from modelcd_assets.lib.errors import ModelcdError
-from modelcd_assets.lib.judging.live_analysis import FAIL, HIGH, INCONCLUSIVE, PASS, MetricJudgement, StepAnalysis
+from modelcd_assets.lib.judging.live_analysis import FAIL, HIGH, INCONCLUSIVE, NODATA, PASS, MetricJudgement, StepAnalysis
 from modelcd_assets.lib.judging.rollout_policy import RolloutPolicy
 from modelcd_assets.lib.release.alias_lock import FileAliasLock
 from modelcd_assets.lib.release.registry import CandidateRef
@@ -33,10 +33,12 @@ POLICY = RolloutPolicy.model_validate({"steps": [{"shadow": 0.2, "for": "10s"}, 
 REF = CandidateRef("m", "4")
 
 
-def analysis(outcome: str, critical_failure: bool = False) -> StepAnalysis:
+def analysis(outcome: str, critical_failure: bool = False, wants_samples: bool = False) -> StepAnalysis:
     metrics = []
     if critical_failure:
         metrics.append(MetricJudgement("error_rate", "rate", HIGH, True, 1.0, {}, {}, {}, "10/200 against 0/200"))
+    if wants_samples:
+        metrics.append(MetricJudgement("error_rate", "rate", NODATA, True, 1.0, {}, {}, {}, "0/40 against 0/40: not bounded"))
     return StepAnalysis(outcome, 100.0 if outcome == PASS else 0.0, ["said"], metrics)
 
 
@@ -83,6 +85,19 @@ def test_what_a_step_analysis_calls_for():
     assert decide(s, 10, analysis(PASS), now=late).action == ADVANCE
     assert decide(s, 10, analysis(FAIL), now=late).action == ABORT
     assert decide(s, 10, analysis(INCONCLUSIVE), now=late).action == PAUSE
+
+
+def test_a_step_wanting_samples_goes_on_up_to_its_max_for_then_pauses():
+    s = started(REF, "3", POLICY, "ab", None)
+    wanting = analysis(INCONCLUSIVE, wants_samples=True)
+    going = decide(s, 10, wanting, now=s.since + 11, max_seconds=60)
+    assert going.action is None and "up to 60 s: gathering samples" in going.reason, going
+    assert decide(s, 10, analysis(PASS), now=s.since + 30, max_seconds=60).action == ADVANCE  # a verdict ends it
+    assert decide(s, 10, wanting, now=s.since + 61, max_seconds=60).action == PAUSE
+    assert decide(s, 10, wanting, now=s.since + 11).action == PAUSE  # no max_for: paused at its end
+    # A marginal score is no want of samples: more of them would not change what failed.
+    assert decide(s, 10, analysis(INCONCLUSIVE), now=s.since + 11, max_seconds=60).action == PAUSE
+    assert decide(s, 10, analysis(FAIL), now=s.since + 11, max_seconds=60).action == ABORT
 
 
 def test_a_move_is_written_only_over_the_state_it_was_decided_on(tmp_path, monkeypatch):
