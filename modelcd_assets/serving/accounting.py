@@ -33,6 +33,11 @@ class RequestAccount:
         self.admitted_at = time.perf_counter()
         self._entered = self.metrics.node_share.enter()
 
+    def abandon(self) -> None:
+        """A shadow copy stopped before its answer (serving/lm/generation.Yielded): it leaves the node's clock, and is
+        counted as no request of its version."""
+        self.metrics.node_share.leave(self._entered)
+
     def non_finite(self) -> None:
         self.metrics.nan_outputs.labels(*self.labels).inc()
 

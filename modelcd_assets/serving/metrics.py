@@ -148,7 +148,8 @@ class Metrics:
         )
         self.shadow_dropped = Counter(
             "modelcd_shadow_dropped",
-            "Shadow copies not sent to the candidate because the copies already in flight filled the server's shadow capacity.",
+            "Shadow copies not sent to the candidate because the copies already in flight filled the server's shadow capacity, or "
+            "(a causal LM's) stopped after waiting serving.shadow_max_wait_s for room beside the callers' generations.",
             ("model",),
             registry=self.registry,
         )

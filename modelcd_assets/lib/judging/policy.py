@@ -352,6 +352,21 @@ class ServingPolicy(_Strict):
             "server costs production nothing more."
         ),
     )
+    shadow_below_generations: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description=(
+            "Causal LM: a shadow copy generates its next token only while fewer of the callers' generations than this run, and waits "
+            "otherwise, so that on a saturated server it takes no core from them; unset: the cores this server may use."
+        ),
+    )
+    shadow_max_wait_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="Causal LM: how long a shadow copy may wait for room in all; beyond it the copy is stopped, dropped and counted.",
+    )
 
     @model_validator(mode="after")
     def _a_record_fits_the_log(self) -> "ServingPolicy":

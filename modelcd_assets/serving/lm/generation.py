@@ -4,17 +4,24 @@ to the request's event loop as they come, and stopped (its KV cache freed) when 
 Admission checks a generation's bounds before a token is generated, as serving/rejections.py decides them: the prompt
 and max_tokens against the policy and the model's context, the KV cache the generation preallocates, and the number of
 generations at once.
+
+A rollout's shadow copy is a background generation: it never takes a caller's place among serving.max_generations, and it
+generates each token (its prefill the first) only while fewer of the callers' generations than
+serving.shadow_below_generations run. Every generation uses all the cores, so a copy beside as many callers' generations
+as there are cores slowed them (make bench-rollout: production's p99 1.43x with a 0.2 shadow on 2 cores, 2 callers). A
+copy that waited serving.shadow_max_wait_s in all stops with Yielded: dropped, never an answer or an error of its version.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from modelcd_assets.lib.causal_lm.decoder import Sampling
+from modelcd_assets.lib.causal_lm.decoder import Sampling, cores
 from modelcd_assets.lib.judging.policy import ServingPolicy
 from modelcd_assets.serving.lm.pool import LmServed
 from modelcd_assets.serving.metrics import LmServerMetrics
@@ -24,40 +31,71 @@ AHEAD = 16  # tokens a generation may run ahead of what its client has been sent
 _END = object()
 
 
+class Yielded(Exception):
+    """A shadow copy that waited for room beside the callers' generations longer than serving.shadow_max_wait_s."""
+
+
 @dataclass(frozen=True)
 class Admitted:
     max_new_tokens: int
     kv_bytes: int
+    background: bool = False  # a shadow copy's
 
 
 class Generations:
     def __init__(self, model: str, policy: ServingPolicy, metrics: LmServerMetrics):
         self.model, self.policy, self.metrics = model, policy, metrics
-        self.executor = ThreadPoolExecutor(max_workers=policy.max_generations, thread_name_prefix="generation")
+        self.executor = ThreadPoolExecutor(
+            max_workers=policy.max_generations + policy.max_shadow_in_flight, thread_name_prefix="generation"
+        )
         self._lock = threading.Lock()
-        self.running, self.kv_bytes = 0, 0
+        self._room = threading.Condition(self._lock)  # notified when a caller's generation ends
+        self.running, self.callers, self.kv_bytes = 0, 0, 0  # callers: the running generations that are not shadow copies
+        self.background_below = policy.shadow_below_generations or cores()
         self._busy_since: float | None = None
         self._busy_s, self._tokens = 0.0, 0
 
-    def admit(self, prompt_tokens: int, max_tokens: int | None, context_length: int, kv_bytes_per_token: int) -> Admitted:
+    def admit(
+        self, prompt_tokens: int, max_tokens: int | None, context_length: int, kv_bytes_per_token: int, background: bool = False
+    ) -> Admitted:
         """The generation's bounds, or serving/rejections.Rejected (400, 413, 429) before anything runs: the caller's account
-        counts it and the OpenAI router answers it, as every other rejection."""
+        counts it and the OpenAI router answers it, as every other rejection. A background generation (a shadow copy, which
+        the shadow lane bounds) is not counted against serving.max_generations."""
         new, kv = generation_bounds(self.policy, prompt_tokens, max_tokens, context_length, kv_bytes_per_token)
         with self._lock:
-            check_generations(self.running, self.policy)
-            self._started(kv)
-        return Admitted(new, kv)
+            if not background:
+                check_generations(self.callers, self.policy)
+            self._started(kv, background)
+        return Admitted(new, kv, background)
 
-    def _started(self, kv: int) -> None:
+    def wait_room(self, cancel: threading.Event, budget_s: float) -> float:
+        """For a background generation's next token: wait until fewer callers' generations than background_below run, at most
+        budget_s. The seconds it waited; past budget_s when there was no room in time, NaN when the generation was cancelled."""
+        start = time.monotonic()
+        with self._room:
+            while self.callers >= self.background_below:
+                waited = time.monotonic() - start
+                if cancel.is_set():
+                    return math.nan
+                if waited > budget_s:
+                    return waited
+                self._room.wait(min(budget_s - waited, 0.1) + 1e-3)
+        return math.nan if cancel.is_set() else time.monotonic() - start
+
+    def _started(self, kv: int, background: bool) -> None:
         if not self.running:
             self._busy_since = time.perf_counter()
         self.running += 1
+        self.callers += 0 if background else 1
         self.kv_bytes += kv
         self._export()
 
     def _finished(self, admitted: Admitted, tokens: int) -> None:
         with self._lock:
             self.running -= 1
+            if not admitted.background:
+                self.callers -= 1
+                self._room.notify_all()
             self.kv_bytes -= admitted.kv_bytes
             self._tokens += tokens
             if not self.running and self._busy_since is not None:
@@ -103,13 +141,26 @@ class _Pipe:
 
 
 def _produce(pipe: _Pipe, owner: Generations, served: LmServed, prompt: list[int], admitted: Admitted, sampling: Sampling) -> None:
-    made = 0
+    made, patience = 0, owner.policy.shadow_max_wait_s  # the seconds a shadow copy may still wait for room
     try:
         with served.held():
             text = served.decoder.text_stream()
             steps = served.decoder.stream(prompt, admitted.max_new_tokens, served.adapter, sampling)
             try:
-                for token in steps:
+                while True:
+                    if admitted.background:
+                        waited = owner.wait_room(pipe.cancel, patience)
+                        if math.isnan(waited):
+                            break
+                        patience -= waited
+                        if patience < 0:
+                            raise Yielded(
+                                f"a shadow copy waited {owner.policy.shadow_max_wait_s:g} s in all for fewer than"
+                                f" {owner.background_below} callers' generations (serving.shadow_below_generations)"
+                            )
+                    token = next(steps, _END)
+                    if token is _END:
+                        break
                     made += 1
                     pipe.put((token, text.decode(token)))
                     if pipe.cancel.is_set() or not pipe.wait_credit():
