@@ -84,6 +84,7 @@ def shadow_cost(sb, pairs: int, seconds: float, folder: Path) -> dict:
                             raise SystemExit("the server did not follow the shadow state within 30 s")
                         time.sleep(0.2)
                 dropped_before = _metric(live.url, "modelcd_shadow_dropped_total", model=sb.name)
+                paired_before = _metric(live.url, "modelcd_shadow_pairs_total", model=sb.name)
                 stop = threading.Event()
                 timer = threading.Timer(seconds, stop.set)
                 timer.start()
@@ -97,6 +98,7 @@ def shadow_cost(sb, pairs: int, seconds: float, folder: Path) -> dict:
                         "p50_ms": float(np.percentile([r["latency_s"] * 1000 for r in answered], 50)),
                         "p99_ms": _p99([r["latency_s"] for r in answered]),
                         "shadow_dropped": _metric(live.url, "modelcd_shadow_dropped_total", model=sb.name) - dropped_before,
+                        "shadow_pairs": _metric(live.url, "modelcd_shadow_pairs_total", model=sb.name) - paired_before,
                     }
                 )
                 print(f"  phase {i + 1}: {'shadow 0.2' if shadowed else 'no rollout'}: {phases[-1]}", flush=True)

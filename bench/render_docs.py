@@ -449,6 +449,7 @@ def rollout(d: dict) -> str:
     phases = "\n".join(
         f"| {i + 1} | {'shadow ' + format(d['shadow_share'], 'g') if p['shadow'] else 'none'} | {p['requests']} | {p['failed']} |"
         f" {p['p50_ms']:.1f} | {p['p99_ms']:.1f} | {p['shadow_dropped']:.0f} |"
+        + (f" {p['shadow_pairs']:.0f} |" if "shadow_pairs" in p else " – |")
         for i, p in enumerate(cost["phases"])
     )
     (shadow_key, shadow_t), (clean_key, clean_t), (found_key, found_t) = t.items()
@@ -461,7 +462,8 @@ def rollout(d: dict) -> str:
         f"Production's p99 with a shadow {d['shadow_share']:g} state over none, side by side on one server (2 callers, closed loop):"
         f" **{shadow_t['measured']:.2f}×** against ≤ {shadow_t['target']:g}× ({_met(shadow_t)}; pairs"
         f" {', '.join(f'{r:.2f}' for r in cost['p99_ratios'])}).\n\n"
-        "| phase | rollout | production's answers | failed | p50 ms | p99 ms | shadow copies dropped |\n|---|---|---|---|---|---|---|\n"
+        "| phase | rollout | production's answers | failed | p50 ms | p99 ms | shadow copies dropped | shadow pairs compared |\n"
+        "|---|---|---|---|---|---|---|---|\n"
         + phases
         + "\n\nClean rollouts (byte-identical copies through the demo policy's steps"
         + (f", each set to {d['step_seconds']:g} s" if "step_seconds" in d else "")

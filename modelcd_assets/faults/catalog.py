@@ -52,13 +52,15 @@ class FaultSuite:
     load_texts(sandbox) -> what a server under load is asked while half the controls are gated (POST /v1/classify); None:
     no_load says why the controls are gated without load.
     live_load(sandbox, split) -> (the load generator's api, its requests) from the split: what live callers ask while a
-    candidate is rolled out (faults/live_faults.py); None: the suite has no live classes and no control is rolled out."""
+    candidate is rolled out (faults/live_faults.py); None: the suite has no live classes and no control is rolled out.
+    live_callers_at_once: how many of those callers ask at once."""
 
     classes: tuple[FaultClass, ...]
     controls: Callable[[Sandbox, int, int, list[str]], list[Control]]
     load_texts: Callable[[Sandbox], list[str]] | None = None
     no_load: str = ""
     live_load: Callable[[Sandbox, str], tuple[str, list]] | None = None
+    live_callers_at_once: int = 2
 
     def __post_init__(self) -> None:
         names = [fc.name for fc in self.classes]

@@ -170,7 +170,7 @@ def roll_out(
         if fault:
             live.inject(ref.version, **fault)
         if load is not None or traffic is not None:
-            live.load(*(load or suite.live_load(sb, traffic)))
+            live.load(*(load or suite.live_load(sb, traffic)), suite.live_callers_at_once)
         state = follow_rollout(sb.registry, ref, live, sb.instance, timeout=_follow_seconds(sb), echo=lambda _: None)
         history = rollout_history(ref)
         if state.status == PAUSED:
