@@ -104,6 +104,9 @@ class RolloutStep(_Strict):
         kinds = [k for k in (SHADOW, CANARY) if k in raw]
         if len(kinds) != 1:
             raise ValueError(f"a step is 'promote' or a mapping with one of shadow: SHARE or canary: SHARE, not {raw!r}")
+        for written, field_name in (("for", "seconds"), ("max_for", "max_seconds")):
+            if field_name in raw:
+                raise ValueError(f"a step's length is written {written}: a duration (e.g. {written}: 10m), not {field_name}: {raw!r}")
         out = {k: v for k, v in raw.items() if k not in (SHADOW, CANARY, "for", "max_for")}
         if "for" not in raw:
             raise ValueError(f"the {kinds[0]} step {raw!r} needs 'for': how long it runs before it is judged (e.g. for: 10m)")

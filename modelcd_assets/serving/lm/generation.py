@@ -15,7 +15,6 @@ copy that waited serving.shadow_max_wait_s in all stops with Yielded: dropped, n
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -68,19 +67,17 @@ class Generations:
             self._started(kv, background)
         return Admitted(new, kv, background)
 
-    def wait_room(self, cancel: threading.Event, budget_s: float) -> float:
+    def wait_room(self, cancel: threading.Event, budget_s: float) -> float | None:
         """For a background generation's next token: wait until fewer callers' generations than background_below run, at most
-        budget_s. The seconds it waited; past budget_s when there was no room in time, NaN when the generation was cancelled."""
+        budget_s. The seconds it waited (past budget_s when there was no room in time); None when the generation was cancelled."""
         start = time.monotonic()
         with self._room:
-            while self.callers >= self.background_below:
+            while self.callers >= self.background_below and not cancel.is_set():
                 waited = time.monotonic() - start
-                if cancel.is_set():
-                    return math.nan
                 if waited > budget_s:
                     return waited
                 self._room.wait(min(budget_s - waited, 0.1) + 1e-3)
-        return math.nan if cancel.is_set() else time.monotonic() - start
+        return None if cancel.is_set() else time.monotonic() - start
 
     def _started(self, kv: int, background: bool) -> None:
         if not self.running:
@@ -150,7 +147,7 @@ def _produce(pipe: _Pipe, owner: Generations, served: LmServed, prompt: list[int
                 while True:
                     if admitted.background:
                         waited = owner.wait_room(pipe.cancel, patience)
-                        if math.isnan(waited):
+                        if waited is None:
                             break
                         patience -= waited
                         if patience < 0:

@@ -158,6 +158,8 @@ def test_rollout_steps_from_yaml_and_what_is_refused():
         ([{"canary": 0.1, "for": "1m", "wait": 3}, "promote"], "wait"),
         ([{"canary": 0.1, "for": "1m", "max_for": "30s"}, "promote"], "cannot be shorter"),
         ([{"canary": 0.1, "for": "1m", "max_for": "an hour"}, "promote"], "not a duration"),
+        ([{"canary": 0.1, "for": "1m", "max_seconds": 30}, "promote"], "written max_for"),
+        ([{"canary": 0.1, "for": "1m", "seconds": 5}, "promote"], "written for"),
     ):
         with pytest.raises(ValueError, match=message):
             RolloutPolicy.model_validate({"steps": steps})
