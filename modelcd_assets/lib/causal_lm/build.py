@@ -3,7 +3,8 @@
 The ONNX Runtime GenAI builder makes the FP32 decoder (GroupQueryAttention with a KV cache) with LoRA MatMuls for the
 targets; their weights then become graph inputs whose default initializers are zeros, so with no adapter the graph is
 the true base. The INT8 decoder quantizes every other MatMul to 8-bit weight-only MatMulNBits: quantizing the LoRA
-MatMuls would bake one adapter in. A candidate's own build is then an adapter file (lib/causal_lm/adapter_file.py).
+MatMuls would bake one adapter in (lib/causal_lm/variants.py makes it, as it makes the 4-bit variants). A candidate's
+own build is then an adapter file (lib/causal_lm/adapter_file.py).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from modelcd_assets.lib.causal_lm.slots import SLOT, TARGETS, AdapterSlots
+from modelcd_assets.lib.causal_lm.variants import INT8, quantize_variant
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError
 from modelcd_assets.lib.hashing import folder_hash, text_hash
 
@@ -135,8 +137,7 @@ def _slots_as_inputs(raw: Path) -> tuple:
             shapes[init.name] = shape
             init.CopyFrom(numpy_helper.from_array(np.zeros(shape, np.float32), init.name))
             model.graph.input.append(helper.make_tensor_value_info(init.name, onnx.TensorProto.FLOAT, list(shape)))
-    lora_nodes = [n.name for n in model.graph.node if "/lora_A/" in n.name or "/lora_B/" in n.name]
-    return model, shapes, lora_nodes
+    return model, shapes
 
 
 def _copy_side_files(raw: Path, out: Path) -> None:
@@ -149,7 +150,6 @@ def _copy_side_files(raw: Path, out: Path) -> None:
 def build_base(base_dir: Path, build: BaseBuild, options: BaseBuildOptions) -> BaseBuild:
     """Make build's fp32/ and int8/ decoders and slots.json from the base folder, unless already made; atomic."""
     import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     if build.done:
         return build
@@ -162,22 +162,15 @@ def build_base(base_dir: Path, build: BaseBuild, options: BaseBuildOptions) -> B
         work = Path(work)
         _zero_adapter(Path(base_dir), work / "zero_adapter", options)
         _run_builder(Path(base_dir), work / "zero_adapter", work / "raw", work / "hf_cache")
-        model, shapes, lora_nodes = _slots_as_inputs(work / "raw")
+        model, shapes = _slots_as_inputs(work / "raw")
         slots = AdapterSlots.of(options.rank, options.targets, shapes)
         staged = work / "staged"
         _copy_side_files(work / "raw", staged / "fp32")
         onnx.save(model, str(staged / "fp32" / MODEL_FILE), save_as_external_data=True, location=MODEL_FILE + ".data")
-        quantizer = MatMulNBitsQuantizer(
-            onnx.load(str(staged / "fp32" / MODEL_FILE)),
-            bits=8,
-            block_size=options.block_size,
-            is_symmetric=True,
-            accuracy_level=options.accuracy_level,
-            nodes_to_exclude=lora_nodes,
-        )
-        quantizer.process()
         _copy_side_files(work / "raw", staged / "int8")
-        quantizer.model.save_model_to_file(str(staged / "int8" / MODEL_FILE), use_external_data_format=True)
+        quantize_variant(
+            staged / "fp32" / MODEL_FILE, staged / "int8" / MODEL_FILE, replace(INT8, block_size=options.block_size), options.accuracy_level
+        )
         slots.write(staged / "slots.json")
         (staged / "build.json").write_text(
             json.dumps(
