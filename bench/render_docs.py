@@ -416,6 +416,34 @@ def llm_serving(d: dict) -> str:
     )
 
 
+def lm_variants(d: dict) -> str:
+    lim, t = d["limits"], d["targets"]
+
+    def widths(r: dict) -> str:
+        return ", ".join(f"{n} at {b} bits" for b, n in r["matmuls_by_bits"].items())
+
+    rows = "\n".join(
+        f"| {name} | {r['variant']['algorithm']} | {widths(r)} | {r.get('zero_points', '–')} | {r['fidelity']['mean_kl']:.4f} | "
+        f"{r['fidelity']['top1_in_top5']:.2%} | "
+        f"{r['fidelity']['perplexity_change']:+.2%} | {'within' if r['within_limits'] else '**outside**'} | {r['weight_bytes'] / 1e6:.0f} "
+        f"| "
+        f"{r['decode_tokens_per_s']:.1f} | {r['decode_over_int8']:.2f}× | {r['ttft_ms']:.0f} |"
+        for name, r in d["variants"].items()
+    )
+    return (
+        f"Measured on {_machine(d['machine'])}; {d['model']}. Fidelity to the FP32 twin with the adapter on {d['replies']} evaluation "
+        f"replies, teacher-forced, as the fidelity gate scores it; the limits are the demo policy's (top-1 in FP32's top 5 ≥ "
+        f"{lim['min_top1_in_top5']:.1%}, mean KL ≤ {lim['max_mean_kl']:g}, perplexity ≤ {lim['max_perplexity_change']:+.0%}). Speed in "
+        f"process: {d['prompts']} prompts, {d['new_tokens']} greedy tokens, median of {d['rounds']} interleaved rounds.\n\n"
+        "| variant | algorithm | MatMuls | zero points | mean KL | top-1 in top 5 | perplexity | fidelity gate | MB read a token |"
+        " decode tokens/s | over INT8 | TTFT ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        + rows
+        + f"\n\nThe fastest within the limits: **{d['chosen'] or 'none'}**. "
+        + "; ".join(f"{name}: **{x['measured']}** (target {x['target']}, {_met(x)})" for name, x in t.items())
+        + "."
+    )
+
+
 def demo(d: dict) -> str:
     t = d["targets"]
     total, outcomes = t["make demo on a fresh clone, install included (s)"], t["the demo's outcomes"]
@@ -497,6 +525,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "sensor_tick": ("benchmarks.md", "sensor_tick.json", sensor_tick, "python bench/bench_sensor_tick.py"),
     "llm": ("benchmarks.md", "llm.json", llm, "make bench-llm"),
     "llm_serving": ("benchmarks.md", "llm_serving.json", llm_serving, "make bench-llm-serving"),
+    "lm_variants": ("benchmarks.md", "lm_variants.json", lm_variants, "make bench-lm-variants"),
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "demo": ("benchmarks.md", "demo.json", demo, "python bench/bench_demo.py"),
     "rollout": ("benchmarks.md", "rollout.json", rollout, "make bench-rollout"),

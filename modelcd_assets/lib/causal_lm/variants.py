@@ -3,6 +3,8 @@ MatMulNBitsQuantizer with the LoRA MatMuls left float, so that every adapter of 
 
 - `int8`: 8-bit weights, symmetric round-to-nearest in blocks of 32: the base build's own INT8 decoder.
 - `int4-rtn`: the same at 4 bits, the weakest 4-bit recipe (bench-llm-serving measured it far outside the fidelity gate).
+- `int4-rtn-asym-mixed`: asymmetric round-to-nearest 4-bit (a scale and an integer zero point per block), with the
+  MatMuls llama.cpp's mixed strategy finds most sensitive at 8 bits (below).
 - `int4-kquant-mixed`: k-quant 4-bit (asymmetric, a scale and minimum searched per block), with the MatMuls llama.cpp's
   mixed strategy finds most sensitive kept at 8 bits: the head, and in the first and last eighth of the layers and every
   third layer between, the value and down projections (ONNX Runtime GenAI's builder calls this
@@ -57,6 +59,7 @@ VARIANTS = {
     for v in (
         INT8,
         Variant("int4-rtn", "rtn", 4),
+        Variant("int4-rtn-asym-mixed", "rtn", 4, (LAST_MATMUL, MIXED_LAYERS), symmetric=False),
         Variant("int4-kquant-mixed", "k_quant", 4, (LAST_MATMUL, MIXED_LAYERS), symmetric=False),
         Variant("int4-hqq-mixed", "hqq", 4, (LAST_MATMUL, MIXED_LAYERS), symmetric=False),
     )

@@ -187,16 +187,17 @@ def judge_perplexity(candidate_nll: np.ndarray, production_nll: np.ndarray | Non
     )
 
 
-def judge_token_fidelity(fidelity: dict, policy: TokenFidelityPolicy) -> Verdict:
-    """INT8 base + adapter against the FP32 twin + the same adapter, on the same teacher-forced evaluation positions."""
+def judge_token_fidelity(fidelity: dict, policy: TokenFidelityPolicy, served: str = "INT8") -> Verdict:
+    """The served weights (INT8, or a variant named by served) + adapter against the FP32 twin + the same adapter, on the
+    same teacher-forced evaluation positions."""
     top5, kl, change = fidelity["top1_in_top5"], fidelity["mean_kl"], fidelity["perplexity_change"]
     problems = []
     if not top5 >= policy.min_top1_in_top5:
-        problems.append(f"INT8's top-1 token is among FP32's top 5 on {top5:.2%} of positions, below {policy.min_top1_in_top5:.2%}")
+        problems.append(f"{served}'s top-1 token is among FP32's top 5 on {top5:.2%} of positions, below {policy.min_top1_in_top5:.2%}")
     if not kl <= policy.max_mean_kl:
-        problems.append(f"mean KL(FP32 || INT8) {kl:.3g} nats is above {policy.max_mean_kl:g}")
+        problems.append(f"mean KL(FP32 || {served}) {kl:.3g} nats is above {policy.max_mean_kl:g}")
     if not change <= policy.max_perplexity_change:
-        problems.append(f"INT8 perplexity is {change:+.2%} against FP32's, more than {policy.max_perplexity_change:+.2%}")
+        problems.append(f"{served} perplexity is {change:+.2%} against FP32's, more than {policy.max_perplexity_change:+.2%}")
     measured = f"top-1 in top-5 {top5:.2%}, KL {kl:.2e}, perplexity {change:+.2%}; top-1 agreement {fidelity['top1_agreement']:.2%}"
     return _verdict(
         "token_fidelity",
