@@ -416,6 +416,29 @@ def llm_serving(d: dict) -> str:
     )
 
 
+def batch_dependence(d: dict) -> str:
+    diffs, ms = d["next_token_logits_max_abs_diff_batched_vs_batch1"], d["decode_step_ms_with_adapter"]
+    base = ms["int8_accuracy_level_4"]
+    rows = "\n".join(f"| {k} | {v:.3g} |" for k, v in diffs.items())
+    cost = "\n".join(
+        f"| {k} | {v['1']:.2f} | {v['1'] / base['1']:.2f}× | {v['8']:.2f} | {v['8'] / base['8']:.2f}× |" for k, v in ms.items()
+    )
+    first = d.get("first_differing_output")
+    return (
+        f"Measured on {_machine(d['machine'])}; {d['prompts']} prompts, each prefilled and decoded one step at batch 1 and as "
+        f"{' and '.join(map(str, d['batches']))} copies in plain ONNX Runtime; the first row's next-token logits compared.\n\n"
+        "| graph | max \\|Δlogit\\| batched against batch 1 |\n|---|---|\n"
+        + rows
+        + "\n\n| graph, with the adapter | decode step ms, batch 1 | over as built | batch 8 | over as built |\n|---|---|---|---|---|\n"
+        + cost
+        + (
+            f"\n\nThe first output to differ in the graph as built: `{first['output']}` ({first['op']}), by {first['max_abs_diff']:.3g}."
+            if first
+            else ""
+        )
+    )
+
+
 def lm_variants(d: dict) -> str:
     lim, t = d["limits"], d["targets"]
 
@@ -526,6 +549,12 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "llm": ("benchmarks.md", "llm.json", llm, "make bench-llm"),
     "llm_serving": ("benchmarks.md", "llm_serving.json", llm_serving, "make bench-llm-serving"),
     "lm_variants": ("benchmarks.md", "lm_variants.json", lm_variants, "make bench-lm-variants"),
+    "batch_dependence": (
+        "benchmarks.md",
+        "batch_dependence.json",
+        batch_dependence,
+        "python bench/batch_dependence.py BASE_BUILD ADAPTER_FILE",
+    ),
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "demo": ("benchmarks.md", "demo.json", demo, "python bench/bench_demo.py"),
     "rollout": ("benchmarks.md", "rollout.json", rollout, "make bench-rollout"),
