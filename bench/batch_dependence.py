@@ -44,7 +44,8 @@ def _lora_rewritten(model, how: str) -> None:
     """Each LoRA MatMul x[..., K] @ W[K, N] computed another way:
     - "reduce_sum": ReduceSum(Unsqueeze(x, -1) * W, axis -2), the K products summed by a reduction instead of a GEMM;
     - "float64": x and W cast to float64, multiplied, and the product cast back to float32: whatever order the kernel
-      sums in for a number of rows, the sums agree far below float32's rounding, so the float32 result is the same."""
+      sums in for a number of rows, the sums agree far below float32's rounding, so the float32 result is almost always
+      the same (a sum next to a float32 rounding boundary can still round apart)."""
     from onnx import TensorProto, helper, numpy_helper
 
     graph = model.graph

@@ -6,9 +6,9 @@ MatMulNBitsQuantizer with the LoRA MatMuls left float, so that every adapter of 
 - `int4-rtn-asym-mixed`: asymmetric round-to-nearest 4-bit (a scale and an integer zero point per block), with the
   MatMuls llama.cpp's mixed strategy finds most sensitive at 8 bits (below).
 - `int4-kquant-mixed`: k-quant 4-bit (asymmetric, a scale and minimum searched per block), with the MatMuls llama.cpp's
-  mixed strategy finds most sensitive kept at 8 bits: the head, and in the first and last eighth of the layers and every
-  third layer between, the value and down projections (ONNX Runtime GenAI's builder calls this
-  `matmul_mixed_precision=last_matmul:int8,mixed_layers:int8`).
+  mixed strategy finds most sensitive kept at 8 bits (symmetric round-to-nearest): the head, and in the first and last
+  eighth of the layers and every third layer between, the value and down projections (ONNX Runtime GenAI's builder's
+  `matmul_mixed_precision=last_matmul:int8,mixed_layers:int8`, which picks its layers in float arithmetic).
 - `int4-hqq-mixed`: HQQ 4-bit (half-quadratic optimisation of each block's scale and zero, no calibration data), with the
   same MatMuls at 8 bits.
 
@@ -86,8 +86,9 @@ def weight_matmuls(graph) -> list[str]:
 
 def eight_bit_matmuls(graph, selectors: tuple[str, ...]) -> list[str]:
     """The weight MatMuls the selectors keep at 8 bits. mixed_layers is llama.cpp's rule over the decoder's layers
-    (llama-quant.cpp's use_more_bits, as ONNX Runtime GenAI's builder applies it): layer i of n when i < n/8, i >= 7n/8, or
-    (i - round(n/8)) % 3 == 2."""
+    (llama-quant.cpp's use_more_bits, in integer arithmetic as there): layer i of n when i < n//8, i >= 7n//8, or
+    (i - n//8) % 3 == 2. ONNX Runtime GenAI's builder divides in floats instead, which picks other layers when n is not a
+    multiple of 8 (SmolLM2's 30)."""
     names = weight_matmuls(graph)
     if unknown := sorted(set(selectors) - {LAST_MATMUL, MIXED_LAYERS}):
         raise ModelcdError(f"no MatMuls are selected by {unknown}: a variant keeps {LAST_MATMUL} and {MIXED_LAYERS} at 8 bits")
@@ -95,12 +96,15 @@ def eight_bit_matmuls(graph, selectors: tuple[str, ...]) -> list[str]:
     if LAST_MATMUL in selectors:
         head = [n for n in names if n == "/lm_head/MatMul"]
         if not head:
-            raise ModelcdError("the decoder has no /lm_head/MatMul to keep at 8 bits: its last MatMul is not the head")
+            raise ModelcdError(
+                f"the decoder has no /lm_head/MatMul to keep at 8 bits (its head is not a MatMul the GenAI builder named so): "
+                f"choose a variant without {LAST_MATMUL}"
+            )
         chosen += head
     if MIXED_LAYERS in selectors:
         layers = {int(m.group(1)) for n in names if (m := _LAYER_MATMUL.match(n))}
         n_layers = max(layers) + 1 if layers else 0
-        upgraded = {i for i in range(n_layers) if i < n_layers / 8 or i >= 7 * n_layers / 8 or (i - round(n_layers / 8)) % 3 == 2}
+        upgraded = {i for i in range(n_layers) if i < n_layers // 8 or i >= 7 * n_layers // 8 or (i - n_layers // 8) % 3 == 2}
         chosen += [n for n in names if (m := _LAYER_MATMUL.match(n)) and int(m.group(1)) in upgraded and m.group(3) in _MIXED_PROJECTIONS]
     return chosen
 
@@ -115,7 +119,7 @@ def _default_pass(model, bits: int, block_size: int, symmetric: bool, accuracy_l
     return q.model.model
 
 
-def _four_bit_pass(model, variant: Variant, accuracy_level: int, exclude: list[str]):
+def _variant_pass(model, variant: Variant, accuracy_level: int, exclude: list[str]):
     from onnxruntime.quantization.matmul_nbits_quantizer import (
         HQQWeightOnlyQuantConfig,
         KQuantWeightOnlyQuantConfig,
@@ -125,6 +129,10 @@ def _four_bit_pass(model, variant: Variant, accuracy_level: int, exclude: list[s
     if variant.algorithm == "rtn":
         return _default_pass(model, variant.bits, variant.block_size, variant.symmetric, accuracy_level, exclude)
     if variant.algorithm == "k_quant":
+        if variant.bits != 4:  # ONNX Runtime's k-quant path writes 4-bit blocks whatever bits says
+            raise ModelcdError(
+                f"variant {variant.name} asks k_quant for {variant.bits} bits: ONNX Runtime's k-quant makes 4-bit weights only"
+            )
         config = KQuantWeightOnlyQuantConfig()
     elif variant.algorithm == "hqq":
         config = HQQWeightOnlyQuantConfig(block_size=variant.block_size, bits=variant.bits)
@@ -154,28 +162,30 @@ def quantize_variant(fp32_model: Path, out_model: Path, variant: Variant, accura
     weights = weight_matmuls(model.graph)
     if not weights:
         raise ModelcdError(f"{fp32_model} has no weight MatMul to quantize: it is not a decoder the GenAI builder made")
-    eight = eight_bit_matmuls(model.graph, variant.eight_bit) if variant.bits != 8 else []
-    if eight:  # first the MatMuls kept at 8 bits, each a MatMulNBits the 4-bit pass then leaves alone
-        others = [n for n in weights if n not in set(eight)]
+    eight = eight_bit_matmuls(model.graph, variant.eight_bit)
+    if eight:  # first the MatMuls kept at 8 bits, each a MatMulNBits the variant's own pass then leaves alone
+        kept = set(eight)
+        others = [n for n in weights if n not in kept]
         model = _default_pass(model, 8, variant.block_size, True, accuracy_level, lora + others)
-    model = (
-        _four_bit_pass(model, variant, accuracy_level, lora)
-        if variant.bits != 8
-        else _default_pass(model, 8, variant.block_size, True, accuracy_level, lora)
-    )
+    model = _variant_pass(model, variant, accuracy_level, lora)
     widths = {}
     for node in model.graph.node:
         if node.op_type != "MatMulNBits":
             continue
         attrs = {a.name: a for a in node.attribute}
         widths[attrs["bits"].i] = widths.get(attrs["bits"].i, 0) + 1
-        if "accuracy_level" in attrs:  # the compute type every served MatMul runs at, whatever the quantizer wrote
+        # The compute type every served MatMul runs at, whatever the quantizer wrote; 0 (the op's default) is written as the
+        # quantizer writes it, by leaving the attribute out.
+        if "accuracy_level" in attrs:
             attrs["accuracy_level"].i = accuracy_level
-        else:
+        elif accuracy_level:
             node.attribute.append(onnx.helper.make_attribute("accuracy_level", accuracy_level))
-    left = [n.name for n in model.graph.node if n.op_type == "MatMul" and n.name in set(weights)]
-    if left:
-        raise ModelcdError(f"variant {variant.name} left {len(left)} weight MatMuls unquantized (first: {left[0]})")
+    quantizable = set(weights)
+    if left := [n.name for n in model.graph.node if n.op_type == "MatMul" and n.name in quantizable]:
+        raise ModelcdError(
+            f"variant {variant.name} left {len(left)} weight MatMuls unquantized (first: {left[0]}): ONNX Runtime's "
+            f"{variant.algorithm} quantizer takes only a 2-D weight as a MatMul's second input; use the int8 variant for this base"
+        )
     out_model.parent.mkdir(parents=True, exist_ok=True)
     # As the quantizer itself saves: sorted, with every tensor in out_model.data (the base build's INT8 bytes as before).
     ONNXModel(model).save_model_to_file(str(out_model), use_external_data_format=True)

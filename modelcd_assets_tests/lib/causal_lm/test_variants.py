@@ -14,6 +14,7 @@ from modelcd_assets.lib.causal_lm.variants import (
     LAST_MATMUL,
     MIXED_LAYERS,
     VARIANTS,
+    Variant,
     eight_bit_matmuls,
     quantize_variant,
     variant_named,
@@ -41,19 +42,23 @@ def _decoder_names(layers: int):
 def test_mixed_layers_are_llama_cpps_sensitive_value_and_down_projections_and_the_head():
     chosen = eight_bit_matmuls(_decoder_names(30), (LAST_MATMUL, MIXED_LAYERS))
     layers = sorted({int(n.split(".")[1].split("/")[0]) for n in chosen if n.startswith("/model/layers.")})
-    # llama-quant.cpp's use_more_bits for 30 layers: i < 3.75, i >= 26.25, or (i - 4) % 3 == 2.
-    assert layers == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29]
+    # llama-quant.cpp's use_more_bits for 30 layers, in C++ integer arithmetic: i < 3, i >= 26, or (i - 3) % 3 == 2.
+    assert layers == [0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 26, 27, 28, 29]
     assert "/lm_head/MatMul" in chosen
     assert all(n.endswith(("/v_proj/MatMul", "/down_proj/MatMul")) for n in chosen if n != "/lm_head/MatMul")
     assert not [n for n in chosen if "/lora_" in n]
     assert eight_bit_matmuls(_decoder_names(30), ()) == []
 
 
-def test_an_unknown_variant_or_selector_is_refused_by_name():
+def test_an_unknown_variant_or_selector_or_an_eight_bit_k_quant_is_refused_by_name(tmp_path):
     with pytest.raises(ModelcdError, match="int3-magic.*int8, int4-rtn"):
         variant_named("int3-magic")
     with pytest.raises(ModelcdError, match="first_matmul"):
         eight_bit_matmuls(_decoder_names(2), ("first_matmul",))
+    model = onnx.helper.make_model(_decoder_names(2), opset_imports=[onnx.helper.make_opsetid("", 21)])
+    onnx.save(model, str(tmp_path / "fp32.onnx"))
+    with pytest.raises(ModelcdError, match="k8.*k-quant makes 4-bit weights only"):
+        quantize_variant(tmp_path / "fp32.onnx", tmp_path / "out" / "model.onnx", Variant("k8", "k_quant", 8), 4)
 
 
 def _bits(folder):
@@ -71,7 +76,7 @@ def variant_folders(tiny_lm, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("variants")
     folders = {"int8": tiny_lm.build.int8}
-    for name in ("int4-rtn", "int4-kquant-mixed", "int4-hqq-mixed"):
+    for name in ("int4-rtn", "int4-rtn-asym-mixed", "int4-kquant-mixed", "int4-hqq-mixed"):
         out = root / name
         shutil.copytree(tiny_lm.build.int8, out, ignore=shutil.ignore_patterns(MODEL_FILE + "*"))
         made = quantize_variant(tiny_lm.build.fp32 / MODEL_FILE, out / MODEL_FILE, VARIANTS[name], 4)
@@ -92,11 +97,11 @@ def test_each_variant_quantizes_every_weight_matmul_at_its_widths_and_leaves_the
         if VARIANTS[name].bits == 8:
             assert eight == set(quantized), name
         elif VARIANTS[name].eight_bit:
-            # 2 layers: layer 0 is in the first eighth; layer 1 is neither the last eighth (1 < 1.75) nor (1 - 0) % 3 == 2.
+            # 2 layers: none is below 2 // 8 == 0, layer 1 is at or above 7 * 2 // 8 == 1, neither is (i - 0) % 3 == 2.
             assert sorted(n.split("/MatMul")[0] for n in eight) == [
                 "/lm_head",
-                "/model/layers.0/attn/v_proj",
-                "/model/layers.0/mlp/down_proj",
+                "/model/layers.1/attn/v_proj",
+                "/model/layers.1/mlp/down_proj",
             ]
         else:
             assert eight == set(), name
