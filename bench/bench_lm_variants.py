@@ -24,21 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_llm_serving import _streamed_weight_bytes
 from machine import machine
 
 RESULTS = Path(__file__).parent / "results" / "lm_variants.json"
 PROMPTS, NEW_TOKENS, ROUNDS = 8, 64, 3
-
-
-def _weight_bytes(folder: Path) -> int:
-    import onnx
-
-    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
-    size = {}
-    for init in graph.initializer:
-        length = next((int(e.value) for e in init.external_data if e.key == "length"), None)
-        size[init.name] = length if length is not None else len(init.raw_data)
-    return sum(size[i] for node in graph.node if node.op_type in ("MatMulNBits", "MatMul") for i in node.input if i in size)
 
 
 def _widths(folder: Path) -> dict[str, int]:
@@ -121,7 +111,7 @@ def main() -> int:
                 "fidelity": fidelity,
                 "within_limits": verdict.passed,
                 "verdict": verdict.reason,
-                "weight_bytes": _weight_bytes(folders[name]),
+                "weight_bytes": _streamed_weight_bytes(folders[name]),
                 "matmuls_by_bits": _widths(folders[name]),
                 "zero_points": _zero_points(folders[name]),
             }
