@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 # process compiled everything it imports again.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-variants bench-lm-seeds bench-rollout llama-cpp docs clean
+.PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-variants bench-lm-batching bench-lm-seeds bench-rollout llama-cpp docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -120,6 +120,10 @@ bench-llm-serving: install llama-cpp
 
 bench-lm-variants: install
 	$(BIN)/python bench/bench_lm_variants.py
+	$(BIN)/python bench/render_docs.py
+
+bench-lm-batching: install
+	$(BIN)/python bench/bench_lm_batching.py
 	$(BIN)/python bench/render_docs.py
 
 # llama.cpp's own OpenAI-compatible server for bench-llm-serving: llama-cpp-python built from its sdist with the

@@ -221,6 +221,23 @@ def smollm2_with_adapter(tmp: Path) -> Setup:
     return Setup(env, read_chats(split_path(data, chat_split("evaluation"))), base_dir, adapter, prepare_s, time.perf_counter() - t)
 
 
+def smollm2_build(tmp: Path):
+    """smollm2_with_adapter's setup, the demo policy (written and loaded), the base build made from it as the gates make it,
+    and the adapter as an adapter file of that build: what the in-process causal-LM benches run."""
+    from modelcd_assets.demo.causal_lm import LM_POLICY
+    from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
+    from modelcd_assets.lib.causal_lm.build import BaseBuild, build_base
+    from modelcd_assets.lib.judging.policy import load_policy
+    from modelcd_assets.lib.tasks.causal_lm import build_options
+
+    (tmp / "policy.yaml").write_text(LM_POLICY)
+    policy = load_policy(tmp / "policy.yaml")
+    setup = smollm2_with_adapter(tmp)
+    build = build_base(setup.base_dir, BaseBuild(tmp / "build"), build_options(policy))
+    params, _ = adapter_parameters(setup.adapter, build.slots())
+    return setup, policy, build, write_adapter_file(params, tmp / "adapter.onnx_adapter")
+
+
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from modelcd_assets.faults.llm_builders import scaled_lora_b

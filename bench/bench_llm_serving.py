@@ -475,28 +475,18 @@ def batching(build, adapter_file: Path, chats) -> dict:
     }
 
 
-def four_bit(build, adapter_file: Path, chats, tmp: Path) -> dict:
+def four_bit(build, adapter_file: Path, chats) -> dict:
     """Whether reading fewer bytes a token would pay here: the FP32 build quantized to 4 bits as the base build quantizes
     to 8 (MatMulNBits, symmetric round-to-nearest, block 32, accuracy_level 4, the LoRA MatMuls left float), against the
     INT8 build: decode tokens/s in process, interleaved, and fidelity to FP32 on evaluation replies as the INT8 fidelity
     gate scores it (FidelityTally), against the default policy's limits."""
-    import shutil
-
-    import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
+    from modelcd_assets.lib.causal_lm.build import make_variant
     from modelcd_assets.lib.causal_lm.chats import chat_ids
     from modelcd_assets.lib.causal_lm.decoder import Decoder
     from modelcd_assets.lib.causal_lm.scoring import FidelityTally
     from modelcd_assets.lib.judging.policy import TokenFidelityPolicy
 
-    out = tmp / "int4"
-    shutil.copytree(build.int8, out, ignore=shutil.ignore_patterns("model.onnx*"))
-    graph = onnx.load(str(Path(build.fp32) / "model.onnx"))
-    lora = [n.name for n in graph.graph.node if n.op_type == "MatMul" and "/lora_" in n.name]
-    quantizer = MatMulNBitsQuantizer(graph, bits=4, block_size=32, is_symmetric=True, accuracy_level=4, nodes_to_exclude=lora)
-    quantizer.process()
-    quantizer.model.save_model_to_file(str(out / "model.onnx"), use_external_data_format=True)
+    out = make_variant(build, "int4-rtn")  # made as the fidelity gate makes the variants it considers (lib/causal_lm/variants.py)
     decoders = {}
     for name, folder in (("int8", build.int8), ("int4", out), ("fp32", build.fp32)):
         decoders[name] = Decoder(folder)
@@ -623,7 +613,7 @@ def main() -> int:
         agree = agreement(build, adapter_file, chats, served.pop("answers"))
         swapped = swaps(LM_MODEL_NAME, prod.version, runs[0]["version"], chats, tmp, dict(os.environ))
         batched = batching(build, adapter_file, chats)
-        int4 = four_bit(build, adapter_file, chats, tmp)
+        int4 = four_bit(build, adapter_file, chats)
         many = many_adapters(build, adapter, chats, tmp)
         roof = roofline(
             build, served["rows"][MODELCD]["1"]["decode_tokens_per_s"], smollm2_gguf(), served["rows"][LLAMA]["1"]["decode_tokens_per_s"]

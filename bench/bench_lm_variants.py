@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -54,41 +53,27 @@ def _zero_points(folder: Path) -> str:
 
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from bench_llm import smollm2_with_adapter
+    from bench_llm import smollm2_build
 
-    from modelcd_assets.demo.causal_lm import LM_POLICY
-    from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
-    from modelcd_assets.lib.causal_lm.build import MODEL_FILE, BaseBuild, build_base
+    from modelcd_assets.lib.causal_lm.build import make_variant
     from modelcd_assets.lib.causal_lm.chats import chat_ids
     from modelcd_assets.lib.causal_lm.decoder import Decoder
     from modelcd_assets.lib.causal_lm.scoring import FidelityTally
-    from modelcd_assets.lib.causal_lm.variants import VARIANTS, quantize_variant
+    from modelcd_assets.lib.causal_lm.variants import VARIANTS
     from modelcd_assets.lib.judging.gates import judge_token_fidelity
-    from modelcd_assets.lib.judging.policy import load_policy
-    from modelcd_assets.lib.tasks.causal_lm import build_options
 
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="bench-lm-variants-") as tmp:
-        tmp = Path(tmp)
-        (tmp / "policy.yaml").write_text(LM_POLICY)
-        policy = load_policy(tmp / "policy.yaml")
+        setup, policy, build, adapter = smollm2_build(Path(tmp))
         limits = policy.token_fidelity
-        setup = smollm2_with_adapter(tmp)
-        options = build_options(policy)
-        build = build_base(setup.base_dir, BaseBuild(tmp / "build"), options)
-        params, _ = adapter_parameters(setup.adapter, build.slots())
-        adapter = write_adapter_file(params, tmp / "adapter.onnx_adapter")
         folders, made = {}, {}
-        for name, variant in VARIANTS.items():
+        for name in VARIANTS:
             if name == "int8":
                 folders[name], made[name] = build.int8, {"seconds": 0.0, "note": "the base build's own INT8 decoder"}
                 continue
-            out = tmp / "weight_variants" / name
-            shutil.copytree(build.int8, out, ignore=shutil.ignore_patterns(MODEL_FILE + "*"))
             t = time.perf_counter()
-            made[name] = quantize_variant(build.fp32 / MODEL_FILE, out / MODEL_FILE, variant, options.accuracy_level)
-            made[name]["seconds"] = round(time.perf_counter() - t, 1)
-            folders[name] = out
+            folders[name] = make_variant(build, name)  # as the fidelity gate makes the variants it chooses from
+            made[name] = json.loads((build.dir / f"{name}.json").read_text()) | {"seconds": round(time.perf_counter() - t, 1)}
             print(f"{name}: made in {made[name]['seconds']} s, MatMuls by bits {made[name]['matmuls_by_bits']}", flush=True)
         decoders = {}
         for name, folder in (*folders.items(), ("fp32", build.fp32)):

@@ -467,6 +467,28 @@ def lm_variants(d: dict) -> str:
     )
 
 
+def lm_batching(d: dict) -> str:
+    rows = "\n".join(
+        f"| {k.replace('_', ' ')} | {v:.1f} | {d['over_alone'][k]:.2f}× |"
+        + (
+            f" {d['batched_vs_alone'][k.split('_')[1]]['same_tokens']}/{d['prompts']} rows, max \\|Δlogit\\| "
+            f"{d['batched_vs_alone'][k.split('_')[1]]['max_abs_logit_diff']:.3g} |"
+            if k.split("_")[-1] in d["batched_vs_alone"]
+            else " (the reference) |"
+        )
+        for k, v in d["tokens_per_s"].items()
+    )
+    return (
+        f"Measured on {_machine(d['machine'])}; {d['model']}. {d['prompts']} evaluation prompts, greedy, up to {d['new_tokens']} tokens "
+        f"or EOS ({d['generated_tokens']} tokens in all, the same on every side); aggregate tokens/s, median of {d['rounds']} "
+        "interleaved rounds.\n\n| decoded | tokens/s | over alone | the same as alone |\n|---|---|---|---|\n"
+        + rows
+        + "\n\n"
+        + "; ".join(f"{name}: **{x['measured']}** (target {x['target']}, {_met(x)})" for name, x in d["targets"].items())
+        + "."
+    )
+
+
 def demo(d: dict) -> str:
     t = d["targets"]
     total, outcomes = t["make demo on a fresh clone, install included (s)"], t["the demo's outcomes"]
@@ -549,6 +571,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "llm": ("benchmarks.md", "llm.json", llm, "make bench-llm"),
     "llm_serving": ("benchmarks.md", "llm_serving.json", llm_serving, "make bench-llm-serving"),
     "lm_variants": ("benchmarks.md", "lm_variants.json", lm_variants, "make bench-lm-variants"),
+    "lm_batching": ("benchmarks.md", "lm_batching.json", lm_batching, "make bench-lm-batching"),
     "batch_dependence": (
         "benchmarks.md",
         "batch_dependence.json",

@@ -6,12 +6,14 @@ One module-scoped state folder: production moves as the scenario goes."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from modelcd_assets.faults.llm_builders import scaled_lora_b
 from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, run_gate
 from modelcd_assets.lib.causal_lm.training import LmTraining
+from modelcd_assets.lib.causal_lm.variants import VARIANTS
 from modelcd_assets.lib.release import servable
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import TASK
@@ -22,7 +24,18 @@ pytestmark = pytest.mark.slow
 MODEL = "tiny-reply"
 POLICY = TINY_LM_POLICY
 
-env, instance = module_state_fixtures("causal-lm", {MODEL: POLICY})
+# Fidelity limits no weight variant can meet (a KL of 0); pinned to one variant; pinned to a classifier's.
+STRICT, PINNED, MISPINNED = "tiny-reply-strict", "tiny-reply-pinned", "tiny-reply-mispinned"
+NO_KL = "token_fidelity:\n  max_mean_kl: 0.0\n"
+env, instance = module_state_fixtures(
+    "causal-lm",
+    {
+        MODEL: POLICY,
+        STRICT: POLICY + NO_KL,
+        PINNED: POLICY + NO_KL + "quantization:\n  variant: int4-rtn\n",
+        MISPINNED: POLICY + "quantization:\n  variant: static\n",
+    },
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +73,19 @@ def test_the_first_adapter_is_judged_on_the_ceiling_and_promoted_with_an_attesta
     assert {"int8-model", "adapter-file", "tokenizer", "registered-files"} == set(served.verdict.subjects)
     record = CandidateRecord.of(env.home, ref)
     assert record.task == "causal-lm" and record.calibration_sha256 is None
+    # The weights it is served on: every variant timed, judged fastest first; the chosen one the first within the limits.
+    gated = record.quantization()
+    choice, chosen = gated["variant_choice"], gated["variant"]
+    speeds, judged = choice["tokens_per_s"], choice["judged"]
+    print("variant choice:", json.dumps({n: (round(speeds[n], 1), judged.get(n, {}).get("reason")) for n in speeds}, indent=1))
+    assert set(speeds) == set(VARIANTS) and choice["decided"] and judged[chosen]["passed"] and chosen == gated["chosen"]
+    assert list(judged) == sorted(judged, key=lambda n: -speeds[n]) and list(judged)[-1] == chosen
+    assert all(not j["passed"] for n, j in judged.items() if n != chosen)
+    assert all(speeds[n] <= speeds[chosen] for n in choice["not_judged"])
+    assert gated["fidelity"] == judged[chosen]["fidelity"]
+    assert served.int8 == Path(gated["base_build"]) / chosen
+    fidelity_row = next(r for r in run.rows if r.gate == "int8_agrees_with_fp32")
+    assert f"weights: {chosen}" in fidelity_row.reason, fidelity_row.reason
     assert json.loads(env.registry.tags(ref)["modelcd.contract"])["chat_template_sha256"]
 
 
@@ -109,7 +135,8 @@ def test_productions_weights_saved_as_bf16_are_promoted_and_judged_by_the_base_b
     run = run_gate(ref, instance=instance)
     assert run.outcome == PROMOTED, (run.error, statuses(run))
     report = json.loads(CandidateRecord.of(env.home, ref).files.benchmark.read_text())
-    recorded = BaseBuild(StateLayout(env.home).cache(BASES_CACHE) / report["served_graph"]["base_build"]).recorded_int8_sha256
+    graph = report["served_graph"]
+    recorded = BaseBuild(StateLayout(env.home).cache(BASES_CACHE) / graph["base_build"]).recorded_sha256(graph["variant"])
     speed = next(r for r in run.rows if r.gate == "throughput_within_tolerance")
     assert speed.reason.startswith("no per-adapter timing") and f"sha256 {recorded[:12]}" in speed.reason, speed.reason
     assert "0 subnormal, 0 NaN, 0 Inf" in speed.reason and "measured now" not in speed.reason
@@ -177,3 +204,35 @@ def test_a_classifier_adapter_is_refused_against_a_causal_lm_base(env, base, tin
         match="is a classification adapter by its adapter_config.json task_type, but its base models:/tiny-lm-base/1 is a causal-lm model",
     ):
         env.registry.register(tiny_adapters["good"], "tiny-reply-mixed", base="models:/tiny-lm-base/1")
+
+
+def blocked_by_fidelity(env, instance, folder, model: str):
+    """folder registered as model and gated: blocked by the fidelity gate; its ref, the gate's reason, and what was recorded."""
+    ref = env.registry.register(folder, model)
+    run = run_gate(ref, instance=instance)
+    got = statuses(run)
+    assert run.outcome == BLOCKED and got["int8_agrees_with_fp32"] == "fail", (run.error, got)
+    assert env.registry.production(model) is None
+    return ref, next(r.reason for r in run.rows if r.gate == "int8_agrees_with_fp32"), CandidateRecord.of(env.home, ref).quantization()
+
+
+def test_a_variant_outside_the_fidelity_limits_is_never_chosen_and_with_none_within_nothing_is_promoted(env, instance, base, tiny_lm):
+    _, reason, gated = blocked_by_fidelity(env, instance, tiny_lm.adapter, STRICT)
+    assert reason.startswith("no weight variant is within the fidelity limits"), reason
+    assert all(f"{name}: " in reason for name in VARIANTS), reason  # every variant judged, each failure named
+    assert gated["variant_choice"]["chosen"] is None and gated["variant_choice"]["decided"] is False
+    # No choice was recorded for the base: a later adapter is judged afresh.
+    from modelcd_assets.lib.layout import StateLayout
+
+    assert not StateLayout(env.home).variant_decision(STRICT, "x").parent.exists()
+
+
+def test_a_pinned_variant_is_the_one_judged_and_its_failure_blocks(env, instance, base, tiny_lm):
+    _, reason, gated = blocked_by_fidelity(env, instance, tiny_lm.adapter, PINNED)
+    assert "KL(FP32 || int4-rtn)" in reason and "pinned by the policy's quantization.variant" in reason, reason
+    assert gated["variant"] == "int4-rtn" and "tokens_per_s" not in gated["variant_choice"]  # nothing else was timed or judged
+
+
+def test_a_classifier_variant_pinned_for_a_causal_lm_is_refused_by_name(env, instance, base, tiny_lm):
+    run = run_gate(env.registry.register(tiny_lm.adapter, MISPINNED), instance=instance)
+    assert run.outcome == BAD_INPUT and "quantization.variant is 'static'" in run.error and "int4-hqq-mixed" in run.error, run.error

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from modelcd_assets.launch import BLOCKED, PROMOTED, run_gate
+from modelcd_assets.launch import BAD_INPUT, BLOCKED, PROMOTED, run_gate
 from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.inference.builds import read_json
 from modelcd_assets.lib.inference.quantize import artifact_id
@@ -292,6 +292,14 @@ def test_models_sharing_a_build_keep_their_own_variant_choice(env, instance, bas
     theirs = record_of(env, production(env))
     assert mine.build_dir == theirs.build_dir  # the same bytes, one build...
     assert (mine.chosen_variant(), theirs.chosen_variant()) == ("static", "dynamic")  # ...and each model's own choice
+
+
+def test_a_causal_lm_weight_variant_pinned_for_a_classifier_is_refused_by_name(env, instance, base, tiny_adapters):
+    other = "tiny-intent-mispinned"
+    env.policy(other, "accuracy:\n  absolute_floor: 0.6\nquantization:\n  variant: int4-rtn\n")
+    run = run_gate(env.registry.register(tiny_adapters["good"], other), instance=instance)
+    assert run.outcome == BAD_INPUT and "quantization.variant is 'int4-rtn', which is not a classifier's" in run.error, run.error
+    assert env.registry.production(other) is None
 
 
 def test_the_variant_is_chosen_once_per_base_and_later_adapters_build_only_it(env, instance, base, tiny_adapters):

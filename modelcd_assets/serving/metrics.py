@@ -219,6 +219,13 @@ class LmServerMetrics(Metrics):
             buckets=TPOT_BUCKETS,
             registry=self.registry,
         )
+        self.batch_rows = Histogram(
+            "modelcd_llm_decode_batch_rows",
+            "Greedy generations of one version decoded together, per batched decode step.",
+            ["model"],
+            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256),
+            registry=self.registry,
+        )
         self.prompt_tokens = Counter("modelcd_llm_prompt_tokens", "Prompt tokens of generations.", LABELS, registry=self.registry)
         self.completion_tokens = Counter("modelcd_llm_completion_tokens", "Tokens generated.", LABELS, registry=self.registry)
         self.answer_tokens = Histogram(

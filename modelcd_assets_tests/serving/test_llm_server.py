@@ -89,7 +89,7 @@ def reference(env, versions):
     """The gated INT8 base build with v2's gated adapter file, run directly: what the server must answer, token for token."""
     record = CandidateRecord.of(env.home, versions[1])
     q = record.quantization()
-    decoder = Decoder(f"{q['base_build']}/int8")
+    decoder = Decoder(Path(q["base_build"]) / q["variant"])
     decoder.load_adapter(record.build.dir / q["artifact"], "v2")
     return decoder
 
@@ -116,6 +116,28 @@ def test_streamed_chunks_join_to_the_whole_answer_and_end_with_usage(client):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
     assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_concurrent_greedy_answers_are_decoded_in_batches_and_each_is_its_answer_alone(server, client, reference):
+    """Greedy generations of one version decode in one batch (lm/batching.py); each answer is the gated build's answer
+    to its prompt alone, token for token, whichever rows it shared its steps with."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    asks = [  # as many as serving.max_generations lets run at once (4 by default)
+        "i was charged twice for my invoice.",
+        "hello team, the export button keeps crashing in the app since the update on monday.",
+        "refund please",
+        "where is my order?",
+    ]
+    chats = [[MESSAGES[0], {"role": "user", "content": t}] for t in asks]
+    before = metric(server, "modelcd_llm_decode_batch_rows_count", model=MODEL)
+    with ThreadPoolExecutor(len(chats)) as pool:
+        done = list(pool.map(lambda m: client.chat.completions.create(model=MODEL, messages=m, max_tokens=40, temperature=0), chats))
+    for messages, answer in zip(chats, done):
+        expected = reference.generate(reference.encode_chat(messages), 40, "v2")
+        assert answer.choices[0].message.content == reference.decode(expected.tokens), messages[1]["content"]
+        assert answer.usage.completion_tokens == len(expected.tokens) + expected.stopped_at_eos
+    assert metric(server, "modelcd_llm_decode_batch_rows_count", model=MODEL) > before  # the batches decoded them
 
 
 def test_the_raw_stream_is_server_sent_events_ending_in_done(server):
@@ -308,7 +330,10 @@ def test_a_version_whose_recorded_probe_or_adapter_changed_is_refused_and_the_ol
     older, other = json.loads(original), json.loads(original)
     del older["probe"]["logits_of"]
     other["probe"]["tokens"][0][0] += 1
-    for changed, expected in ((older, "gated by an older modelcd"), (other, "0 of 1 greedy sequences of 4 tokens equal")):
+    for changed, expected in (
+        (older, "gated by an older modelcd"),
+        (other, "0 of 2 greedy sequences of 4 tokens equal, alone and in one batch"),
+    ):
         record.files.quantization.write_text(json.dumps(changed))
         try:
             r = httpx.post(

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from modelcd_assets.lib.causal_lm.build import BaseBuild
 from modelcd_assets.lib.causal_lm.chats import Chat
 from modelcd_assets.lib.causal_lm.decoder import Decoder, cores
+from modelcd_assets.lib.causal_lm.variants import INT8
 from modelcd_assets.lib.hashing import folder_hash, text_hash
 from modelcd_assets.lib.inference.benchmark import PairedRun, Stopwatch, Trial, merge_runs, summarize
 from modelcd_assets.lib.inference.builds import folder_lock, read_json, write_json
@@ -78,10 +79,19 @@ def timed(a: Side, b: Side, prompts: list[list[int]], gen: GenerationPolicy, tp:
     return results
 
 
-def build_timing(build: BaseBuild, against: BaseBuild | None, chats: list[Chat], gen: GenerationPolicy, tp: ThroughputPolicy) -> dict:
-    """The base build's timing with no adapter (the work of any adapter of it), kept in the build folder per timing setup:
-    timed against itself (the noise floor), or interleaved against another build (production's) when against is given.
-    measured_now says whether this call timed it."""
+def build_timing(
+    build: BaseBuild,
+    against: BaseBuild | None,
+    chats: list[Chat],
+    gen: GenerationPolicy,
+    tp: ThroughputPolicy,
+    variant: str = INT8.name,
+    against_variant: str = INT8.name,
+) -> dict:
+    """The base build's timing with no adapter (the work of any adapter of it) on its weight variant, kept in the build
+    folder per timing setup: timed against itself (the noise floor), or interleaved against another build's weights
+    (production's: against, on against_variant) when it is another build or variant. measured_now says whether this call
+    timed it."""
     setup = {
         "prompts": [[c.system, c.user] for c in chats],
         "speed_tokens": gen.speed_tokens,
@@ -91,20 +101,24 @@ def build_timing(build: BaseBuild, against: BaseBuild | None, chats: list[Chat],
         **({"min_ratio": tp.min_ratio, "max_pairs": tp.max_pairs} if against else {}),
         "threads": cores(),
     }
-    key = text_hash(json.dumps(setup, sort_keys=True), against.dir.name if against else "itself")[:16]
+    # The INT8 weights' timings keep the keys they had before there were variants.
+    names = [] if variant == against_variant == INT8.name else [variant, against_variant if against else ""]
+    key = text_hash(json.dumps(setup, sort_keys=True), against.dir.name if against else "itself", *names)[:16]
     path = build.timing_dir / f"{key}.json"
     with folder_lock(build.dir, ".timing.lock"):  # one timing of a build at a time: two would slow each other
         if path.is_file():
             return read_json(path) | {"measured_now": False}
         start = time.perf_counter()
-        side = Side(Decoder(build.int8, setup["threads"]), None)
-        other = Side(Decoder(against.int8, setup["threads"]), None) if against else side
+        side = Side(Decoder(build.weights(variant), setup["threads"]), None)
+        other = Side(Decoder(against.weights(against_variant), setup["threads"]), None) if against else side
         prompts = [side.decoder.encode_chat(c.messages()) for c in chats]
         record = {
             "build": build.dir.name,
-            "int8_sha256": folder_hash(build.int8),
+            "variant": variant,
+            "int8_sha256": folder_hash(build.weights(variant)),  # the timed weights' (the name older timings have)
             "against": against.dir.name if against else None,
-            "against_int8_sha256": folder_hash(against.int8) if against else None,
+            "against_variant": against_variant if against else None,
+            "against_int8_sha256": folder_hash(against.weights(against_variant)) if against else None,
             "setup": setup,
             "median_prompt_tokens": sorted(len(p) for p in prompts)[len(prompts) // 2],
             "batches": timed(side, other, prompts, gen, tp),

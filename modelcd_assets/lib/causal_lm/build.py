@@ -19,13 +19,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from modelcd_assets.lib.causal_lm.slots import SLOT, TARGETS, AdapterSlots
-from modelcd_assets.lib.causal_lm.variants import INT8, quantize_variant
+from modelcd_assets.lib.causal_lm.variants import INT8, quantize_variant, variant_named
 from modelcd_assets.lib.errors import BadCandidate, ModelcdError
 from modelcd_assets.lib.hashing import folder_hash, text_hash
+from modelcd_assets.lib.inference.builds import folder_lock, read_json, write_json
 
 # Bump when the way base builds are made changes, so stale cached builds are not reused. 2: build.json records the INT8
-# files' sha256, which the throughput gate checks the served graph against.
-BASE_BUILD_RECIPE = "modelcd-llm-base-2"
+# files' sha256, which the throughput gate checks the served graph against. 3: the LoRA products compute in float64, so a
+# batched decode step is the batch-1 step (lib/causal_lm/variants.lora_in_float64).
+BASE_BUILD_RECIPE = "modelcd-llm-base-3"
 MODEL_FILE = "model.onnx"
 
 
@@ -57,7 +59,12 @@ class BaseBuild:
 
     @property
     def int8(self) -> Path:
-        return self.dir / "int8"
+        return self.dir / INT8.name
+
+    def weights(self, variant: str) -> Path:
+        """The decoder folder of one weight variant (lib/causal_lm/variants.py): int8/ is made with the build, the others
+        by make_variant when the fidelity gate first considers them."""
+        return self.dir / variant_named(variant).name
 
     @property
     def slots_file(self) -> Path:
@@ -71,8 +78,15 @@ class BaseBuild:
     @property
     def recorded_int8_sha256(self) -> str | None:
         """The INT8 decoder folder's hash as the build recorded it when it was made (None for a build that did not)."""
-        path = self.dir / "build.json"
-        return json.loads(path.read_text()).get("int8_sha256") if path.is_file() else None
+        return self.recorded_sha256(INT8.name)
+
+    def recorded_sha256(self, variant: str) -> str | None:
+        """A variant's decoder folder hash as recorded when it was made (None where nothing recorded it)."""
+        path = self.dir / ("build.json" if variant == INT8.name else f"{variant_named(variant).name}.json")
+        return json.loads(path.read_text()).get("int8_sha256" if variant == INT8.name else "sha256") if path.is_file() else None
+
+    def options(self) -> dict:
+        return read_json(self.dir / "build.json")["options"]
 
     @property
     def done(self) -> bool:
@@ -180,3 +194,27 @@ def build_base(base_dir: Path, build: BaseBuild, options: BaseBuildOptions) -> B
         shutil.rmtree(build.dir, ignore_errors=True)
         staged.rename(build.dir)
     return build
+
+
+def make_variant(build: BaseBuild, variant: str) -> Path:
+    """The build's decoder folder for variant, quantized from its FP32 twin with the build's own block size and
+    accuracy_level unless already made; atomic, and recorded beside it (what was made, and the folder's hash)."""
+    folder = build.weights(variant)
+    if (folder / MODEL_FILE).is_file():
+        return folder
+    with folder_lock(build.dir, f".{folder.name}.lock"):
+        if (folder / MODEL_FILE).is_file():
+            return folder
+        options = build.options()
+        with tempfile.TemporaryDirectory(dir=build.dir, prefix=f".{folder.name}-") as work:
+            staged = Path(work) / folder.name
+            _copy_side_files(build.fp32, staged)
+            made = quantize_variant(
+                build.fp32 / MODEL_FILE,
+                staged / MODEL_FILE,
+                replace(variant_named(variant), block_size=options["block_size"]),
+                options["accuracy_level"],
+            )
+            write_json(build.dir / f"{folder.name}.json", made | {"sha256": folder_hash(staged)})
+            staged.rename(folder)
+    return folder

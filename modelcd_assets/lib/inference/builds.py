@@ -94,3 +94,16 @@ def save_array(path: Path, array: np.ndarray) -> None:
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def decide_once(decision_file: Path, choice: dict) -> dict:
+    """Record a choice unless another process recorded one first (the file is created exclusively); returns the one that
+    stands."""
+    decision_file = Path(decision_file)
+    decision_file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(decision_file, "x") as f:
+            json.dump(choice, f, indent=2, sort_keys=True)
+        return choice
+    except FileExistsError:
+        return read_json(decision_file)

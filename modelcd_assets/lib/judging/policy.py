@@ -148,9 +148,11 @@ class GoldenPrompt(_Strict):
 class QuantizationPolicy(_Strict):
     variant: str = Field(
         "auto",
-        pattern="^(auto|static|dynamic)$",
+        pattern="^(auto|[a-z0-9][a-z0-9-]*)$",
         description=(
-            "INT8 variant to deploy: auto picks the fastest that passes fidelity; pin one for reproducible numerics across versions."
+            "Variant to deploy: auto picks the fastest that passes fidelity; pin one for reproducible numerics across versions. "
+            "A classifier's are static and dynamic (INT8); a causal LM's are its base build's weight variants (int8, int4-rtn, "
+            "int4-rtn-asym-mixed, int4-kquant-mixed, int4-hqq-mixed). Its task refuses a name that is not its own."
         ),
     )
 
@@ -278,10 +280,22 @@ class ServingPolicy(_Strict):
     )
     poll_seconds: float = Field(5.0, gt=0, le=3600, description="How often the server checks where the production alias points.")
     max_batch: int = Field(
-        32, ge=1, le=256, description="Texts coalesced into one model call from concurrent requests for the same version."
+        32,
+        ge=1,
+        le=256,
+        description=(
+            "A classifier: texts coalesced into one model call from concurrent requests for the same version. A causal LM: greedy "
+            "generations of one version decoded together at each step (1 decodes each alone)."
+        ),
     )
     max_wait_ms: float = Field(
-        2.0, ge=0, le=1000, description="How long the first request of a batch waits for others to join it, milliseconds."
+        2.0,
+        ge=0,
+        le=1000,
+        description=(
+            "A classifier: how long the first request of a batch waits for others to join it, milliseconds. A causal LM's generations "
+            "join a running batch between two steps, and never wait."
+        ),
     )
     max_loaded_versions: int = Field(
         8, ge=1, le=1000, description="Versions kept loaded; beyond it the least recently used one that is not the default is unloaded."

@@ -6,7 +6,10 @@ from modelcd_assets.lib.tasks.adapter_files import CLASSIFIER_ADAPTER_FILES, LM_
 from modelcd_assets.lib.tasks.names import CAUSAL_LM, CLASSIFICATION, Gate, LiveMetric, TaskDeclaration, declare_task
 
 # The gates both built-in tasks have, each judged by its own measure.
-_FIDELITY = "INT8 agrees with FP32 by the task's measure (a classifier: top-1 agreement; a causal LM: tokens, KL and perplexity)."
+_FIDELITY = (
+    "The served quantized weights agree with FP32 by the task's measure (a classifier: its INT8 variant's top-1 agreement; a causal"
+    " LM: the chosen weight variant's tokens, KL and perplexity)."
+)
 _GOLDEN = "Every golden case declared in the policy gives its expected answer (a label; a causal LM's greedy completion)."
 _SPEED = (
     "A classifier: the paired ratio at batch 1 and 32 and the p99 SLO. A causal LM: the served graph is the base build's by hash, the "
@@ -105,7 +108,14 @@ declare_task(
         peft_task_types=("CAUSAL_LM",),
         adapter_files=LM_ADAPTER_FILES,
         gates=(
-            Gate("int8_agrees_with_fp32", "quantized_model", "fidelity_verdict", _FIDELITY, "int8_fidelity", ("token_fidelity",)),
+            Gate(
+                "int8_agrees_with_fp32",
+                "quantized_model",
+                "fidelity_verdict",
+                _FIDELITY,
+                "int8_fidelity",
+                ("token_fidelity", "quantization"),
+            ),
             Gate(
                 "perplexity_within_tolerance",
                 "evaluation",

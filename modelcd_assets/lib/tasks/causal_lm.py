@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from modelcd_assets.lib.causal_lm.adapter_file import ADAPTER_FILE, adapter_parameters, scan_adapter_file, write_adapter_file
 from modelcd_assets.lib.causal_lm.benchmark import Side, build_timing, paired_generation
-from modelcd_assets.lib.causal_lm.build import BaseBuild, BaseBuildOptions, build_base
+from modelcd_assets.lib.causal_lm.build import BaseBuild, BaseBuildOptions, build_base, make_variant
 from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids, chat_split, read_chats
 from modelcd_assets.lib.causal_lm.contract import lm_contract
-from modelcd_assets.lib.causal_lm.decoder import PROBE_LOGITS_OF, Decoder
+from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG, PROBE_LOGITS_OF, Decoder
 from modelcd_assets.lib.causal_lm.scoring import FidelityTally, repeated_ngram_share, target_nll
+from modelcd_assets.lib.causal_lm.variant_choice import Judged, choose_variant, generation_speeds
+from modelcd_assets.lib.causal_lm.variants import INT8, VARIANTS
 from modelcd_assets.lib.errors import BadCandidate
-from modelcd_assets.lib.hashing import file_sha256, folder_hash
-from modelcd_assets.lib.inference.builds import folder_lock, read_json, save_array, write_json
+from modelcd_assets.lib.hashing import file_sha256, folder_hash, text_hash
+from modelcd_assets.lib.inference.builds import decide_once, folder_lock, read_json, save_array, write_json
 from modelcd_assets.lib.inference.tokens import check_generation_length
 from modelcd_assets.lib.judging.drift import input_drift, length_drift, prediction_drift
 from modelcd_assets.lib.judging.gates import (
@@ -70,14 +73,20 @@ def chats(state: State, name: str, limit: int | None = None) -> list[Chat]:
 
 
 class _Sessions:
-    """The decoders one step needs: each base build's INT8 (or FP32) graph, opened once, with the adapters loaded by name."""
+    """The decoders one step needs: each base build's FP32 twin, or the weights a version is served on (a variant of the
+    build: the one its quantized_model recorded, or one named), opened once, with the adapters loaded by name."""
 
-    def __init__(self, precision: str = "int8"):
+    def __init__(self, precision: str = "served"):
         self.precision, self._open = precision, {}
 
-    def of(self, record: CandidateRecord, state: State, name: str) -> Decoder:
+    def of(self, record: CandidateRecord, state: State, name: str, variant: str | None = None) -> Decoder:
         build = base_build(record, state)
-        folder = build.int8 if self.precision == "int8" else build.fp32
+        folder = build.fp32 if self.precision == "fp32" else build.weights(variant or served_variant(record))
+        if not (folder / GENAI_CONFIG).is_file():
+            raise FileNotFoundError(
+                f"the base build {build.dir.name} lacks the weights {record.ref.uri} is served on ({folder}); re-gate it with "
+                f"'modelcd gate {record.ref.name} {record.ref.version}'"
+            )
         decoder = self._open.get(folder)
         if decoder is None:
             decoder = self._open[folder] = Decoder(folder)
@@ -91,6 +100,25 @@ class _Sessions:
         return decoder
 
 
+def served_variant(record: CandidateRecord) -> str:
+    """The weight variant of its base build a version was judged on and is served on (records made before the choice: int8)."""
+    return record.quantization().get("variant", INT8.name)
+
+
+def _choice_table(choice: dict) -> str:
+    """The variant choice as the gate report shows it: how it was made, and each variant's speed and fidelity."""
+    speeds, judged = choice.get("tokens_per_s") or {}, choice.get("judged") or {}
+    if not speeds:
+        return choice["why"]
+    rows = "\n".join(
+        f"| {n} | {speeds[n]:.1f} | "
+        + (f"{'pass' if judged[n]['passed'] else 'fail'}: {judged[n]['reason']}" if n in judged else "not judged: slower than the chosen")
+        + " |"
+        for n in sorted(speeds, key=lambda n: -speeds[n])
+    )
+    return f"{choice['why']}\n\n| variant | tokens/s | fidelity |\n|---|---|---|\n{rows}"
+
+
 def _sequences(decoder: Decoder, items: list[Chat], max_new_tokens: int = 0) -> list[tuple[list[int], int]]:
     """Each chat's ids and reply start, by the one length rule (lib/inference/tokens.check_generation_length)."""
     out = []
@@ -101,13 +129,16 @@ def _sequences(decoder: Decoder, items: list[Chat], max_new_tokens: int = 0) -> 
     return out
 
 
-def _kept(record: CandidateRecord, state: State, what: str, split_sha: str) -> Path:
-    """Where a version's build keeps what it computed on a split with its base build, for later candidates to pair with."""
-    return record.build.predictions(f"{what}_{base_build(record, state).dir.name[:16]}", split_sha)
+def _kept(record: CandidateRecord, state: State, what: str, split_sha: str, variant: str | None = None) -> Path:
+    """Where a version's build keeps what it computed on a split with its base build's served weights, for later candidates
+    to pair with (the INT8 weights' under the names they had before there were variants)."""
+    variant = variant or served_variant(record)
+    weights = "" if variant == INT8.name else f"_{variant}"
+    return record.build.predictions(f"{what}_{base_build(record, state).dir.name[:16]}{weights}", split_sha)
 
 
-def _reply_nll_path(record: CandidateRecord, state: State, replies: int, split_sha: str) -> Path:
-    return _kept(record, state, f"reply_nll_{replies}", split_sha)
+def _reply_nll_path(record: CandidateRecord, state: State, replies: int, split_sha: str, variant: str | None = None) -> Path:
+    return _kept(record, state, f"reply_nll_{replies}", split_sha, variant)
 
 
 def _reply_nll(record: CandidateRecord, state: State, sessions: _Sessions, name: str, items: list[Chat], split_sha: str) -> np.ndarray:
@@ -259,38 +290,64 @@ class CausalLmTask:
         )
 
     def quantize(self, record: CandidateRecord, state: State) -> StepResult:
-        """INT8 base + adapter against the FP32 twin + adapter on teacher-forced evaluation positions, and the probe a server replays."""
+        """The weight variant the base build is served as (chosen once per base and evaluation set: the fastest within the
+        fidelity limits; or pinned by the policy), its fidelity with this adapter against the FP32 twin + adapter on
+        teacher-forced evaluation positions, and the probe a server replays."""
         policy = record.effective_policy()
         build = base_build(record, state)
-        int8, fp32 = _Sessions("int8").of(record, state, CANDIDATE), _Sessions("fp32").of(record, state, CANDIDATE)
+        fp32 = _Sessions("fp32").of(record, state, CANDIDATE)
+        served_sessions = _Sessions()
         split = state.split(chat_split("evaluation"))
+        split_sha = file_sha256(split)
         items = read_chats(split)[: policy.generation.evaluation_replies]
-        sequences = _sequences(int8, items)
-        tally, nll = FidelityTally(), []
-        for q, f, (ids, start) in zip(int8.reply_logits(sequences, CANDIDATE), fp32.reply_logits(sequences, CANDIDATE), sequences):
-            tally.add(q, f, ids[start:])
-            nll.append(_mean_nll(q, ids[start:]))
-        fidelity = tally.result().to_dict()
-        with record.build.lock():  # evaluation's INT8 reply NLL: the same logits, not computed twice
-            path = _reply_nll_path(record, state, len(items), file_sha256(split))
+        sequences = _sequences(fp32, items)
+        judged: dict[str, Judged] = {}
+        nll: dict[str, list] = {}
+
+        def judge(name: str) -> Judged:
+            """name's weights + this adapter against the FP32 twin + adapter, by the fidelity gate's limits."""
+            if name not in judged:
+                make_variant(build, name)
+                served = served_sessions.of(record, state, CANDIDATE, name)
+                tally, nll[name] = FidelityTally(), []
+                for q, f, (ids, start) in zip(
+                    served.reply_logits(sequences, CANDIDATE), fp32.reply_logits(sequences, CANDIDATE), sequences
+                ):
+                    tally.add(q, f, ids[start:])
+                    nll[name].append(_mean_nll(q, ids[start:]))
+                fidelity = tally.result().to_dict()
+                verdict = judge_token_fidelity(fidelity, policy.token_fidelity, served=name)
+                judged[name] = Judged(verdict.passed, verdict.reason, fidelity)
+            return judged[name]
+
+        variant, choice = self._variant(record, state, build, policy, split_sha, len(items), judge)
+        fidelity = judge(variant).fidelity
+        with record.build.lock():  # evaluation's reply NLL on the served weights: the same logits, not computed twice
+            path = _reply_nll_path(record, state, len(items), split_sha, variant)
             if not path.is_file():
-                save_array(path, np.asarray(nll, np.float64))
+                save_array(path, np.asarray(nll[variant], np.float64))
+        decoder = served_sessions.of(record, state, CANDIDATE, variant)
         probe = [c.user for c in chats(state, "evaluation", policy.serving.probe_prompts)]
         system = chats(state, "evaluation", 1)[0].system
-        probe_runs = [int8.generate(int8.encode_chat(Chat(system, p, "").messages()), PROBE_TOKENS, CANDIDATE) for p in probe]
+        probe_runs = [decoder.generate(decoder.encode_chat(Chat(system, p, "").messages()), PROBE_TOKENS, CANDIDATE) for p in probe]
         probe_logits = record.build.dir / PROBE_LOGITS
         save_array(probe_logits, np.stack([r.first_logits for r in probe_runs]))
         adapter = adapter_file(record)
+        options = build_options(policy)
+        weights = build.weights(variant)
         decision = {
-            "chosen": "int8-weight-only",
+            "chosen": variant,
+            "variant": variant,
+            "variant_choice": choice,
             "artifact_id": ADAPTER_FILE,
             "artifact": adapter.name,
             "artifact_sha256": file_sha256(adapter),
             "why": (
-                f"MatMulNBits 8-bit weights (accuracy_level {build_options(policy).accuracy_level}) with the adapter in float LoRA slots"
+                f"{choice['why']}; served as MatMulNBits {VARIANTS[variant].bits}-bit weights (accuracy_level "
+                f"{options.accuracy_level}) with the adapter in float LoRA slots"
             ),
             "base_build": str(build.dir),
-            "base_sha256": folder_hash(build.int8),
+            "base_sha256": folder_hash(weights),
             "fidelity": fidelity,
             "probe": {
                 "system": system,
@@ -305,19 +362,57 @@ class CausalLmTask:
         write_json(record.files.quantization, decision)
         return StepResult(
             metadata={
-                "chosen_variant": decision["chosen"],
+                "chosen_variant": variant,
                 "artifact_sha256": decision["artifact_sha256"],
                 "base_sha256": decision["base_sha256"],
                 "why": decision["why"],
+                "variant_choice": Md(_choice_table(choice)),
                 **{k: v for k, v in fidelity.items()},
             },
             data_version=f"{record.build.key}-{decision['base_sha256'][:12]}",
         )
 
+    def _variant(
+        self, record: CandidateRecord, state: State, build: BaseBuild, policy: Policy, split_sha: str, replies: int, judge
+    ) -> tuple[str, dict]:
+        """The weight variant this adapter is judged and served on, and the record of how it was chosen. The choice is the
+        registered model's, once per base build, evaluation split and fidelity limits: every later adapter of the base runs
+        the variant chosen when the first was gated (as the classifier's INT8 variant), so the throughput gate compares like
+        with like."""
+        pinned = policy.quantization.variant
+        if pinned != "auto":
+            if pinned not in VARIANTS:
+                raise BadCandidate(
+                    f"the policy's quantization.variant is {pinned!r}, which is not a causal LM's weight variant: pin one of "
+                    f"{', '.join(VARIANTS)}, or set auto"
+                )
+            return pinned, {"chosen": pinned, "why": f"{pinned}: pinned by the policy's quantization.variant", "pinned": True}
+        limits = policy.token_fidelity.model_dump_json()
+        decision_file = state.variant_decision(record.ref.name, text_hash(build.dir.name, split_sha, limits, str(replies))[:24])
+        if not decision_file.is_file():
+            gen = policy.generation
+            for name in VARIANTS:
+                make_variant(build, name)
+            sessions = _Sessions()
+            decoders = {name: sessions.of(record, state, CANDIDATE, name) for name in VARIANTS}
+            any_decoder = next(iter(decoders.values()))
+            prompts = [any_decoder.encode_chat(c.messages()) for c in chats(state, "evaluation", gen.speed_prompts)]
+            made = choose_variant(generation_speeds(decoders, prompts, gen.speed_tokens, CANDIDATE), judge)
+            if made.chosen is None:  # nothing is decided: the fidelity gate blocks on the INT8 build's failure, naming the others'
+                return INT8.name, made.to_dict() | {"decided": False}
+            stands = decide_once(decision_file, made.to_dict() | {"decided_by": record.ref.uri})
+            if stands["chosen"] == made.chosen:
+                return made.chosen, stands | {"decided": True}
+        else:
+            stands = read_json(decision_file)
+        chosen = stands["chosen"]
+        why = f"{chosen}: chosen once for this base and evaluation set, when {stands['decided_by']} was gated ({stands['why']})"
+        return chosen, {"chosen": chosen, "why": why, "decided_by": stands["decided_by"], "decision": stands}
+
     def evaluate(self, record: CandidateRecord, state: State) -> StepResult:
         """Per-reply NLL of candidate and production (INT8, paired), the golden prompts' completions, and greedy generations."""
         policy = record.effective_policy()
-        sessions = _Sessions("int8")
+        sessions = _Sessions()
         split = state.split(chat_split("evaluation"))
         split_sha = file_sha256(split)
         items = read_chats(split)[: policy.generation.evaluation_replies]
@@ -362,7 +457,7 @@ class CausalLmTask:
         """Traffic prompts against the reference prompts (the classifier's text descriptors), and what candidate and production
         answer the same traffic prompts: their response lengths (judged) and first generated tokens (reported)."""
         policy = record.effective_policy()
-        sessions = _Sessions("int8")
+        sessions = _Sessions()
         traffic = read_chats(state.split(chat_split(traffic_sample)))
         reference = read_chats(state.split(chat_split(reference_sample)))
         decoder = sessions.of(record, state, CANDIDATE)
@@ -443,12 +538,15 @@ class CausalLmTask:
         build = base_build(record, state)
         prod_record = record.baseline(state.root)
         prod_build = base_build(prod_record, state) if prod_record else None
-        against = prod_build if prod_build and prod_build.dir != build.dir else None
-        timing = build_timing(build, against, chats(state, "evaluation", gen.speed_prompts), gen, tp)
+        variant = served_variant(record)
+        prod_variant = served_variant(prod_record) if prod_record else variant
+        against = prod_build if prod_build and (prod_build.dir != build.dir or prod_variant != variant) else None
+        timing = build_timing(build, against, chats(state, "evaluation", gen.speed_prompts), gen, tp, variant, prod_variant)
         graph = {
             "base_build": build.dir.name,
-            "sha256": folder_hash(build.int8),
-            "recorded_sha256": build.recorded_int8_sha256,
+            "variant": variant,
+            "sha256": folder_hash(build.weights(variant)),
+            "recorded_sha256": build.recorded_sha256(variant),
             "gated_sha256": record.quantization().get("base_sha256"),
             "timed_sha256": timing.get("int8_sha256"),
             "production_base_build": prod_build.dir.name if prod_build else None,
@@ -467,7 +565,7 @@ class CausalLmTask:
             "max_new_tokens": answers.get("max_new_tokens"),
         }
         why = (
-            f"no per-adapter timing: every adapter of this base runs the base build's graph ({build.dir.name}, INT8 files sha256 "
+            f"no per-adapter timing: every adapter of this base runs the base build's graph ({build.dir.name}, {variant} weights sha256 "
             f"{graph['sha256'][:12]}), so an adapter cannot change the work per token; its served values: {scan['subnormal']} subnormal, "
             f"{scan['nan']} NaN, {scan['inf']} Inf of {scan['values']}"
         )
@@ -493,10 +591,11 @@ class CausalLmTask:
             f" {r['ratio_ci_high']:.3f}] | {wall(r)} | {r['candidate_p50_ms']:.1f} / {r['candidate_p99_ms']:.1f} |"
             for c, r in timing["batches"].items()
         )
-        side = f"production's build {against.dir.name}" if against else "itself (the noise floor)"
+        side = f"production's build {against.dir.name} ({prod_variant})" if against else "itself (the noise floor)"
         return StepResult(
             metadata={
                 "base_build": build.dir.name,
+                "variant": variant,
                 "base_sha256": graph["sha256"],
                 "timed_now": timing["measured_now"],
                 "subnormal_values": scan["subnormal"],
@@ -524,7 +623,13 @@ class CausalLmTask:
         return judge_answer_cost(read_json(record.files.benchmark)["cost"], record.effective_policy().cost)
 
     def fidelity_verdict(self, record: CandidateRecord, state: State) -> Verdict:
-        return judge_token_fidelity(record.quantization()["fidelity"], record.effective_policy().token_fidelity)
+        """The served weights' fidelity with this adapter; where no variant was within the limits, every failure is named."""
+        gated = record.quantization()
+        verdict = judge_token_fidelity(gated["fidelity"], record.effective_policy().token_fidelity, served=gated.get("variant", "INT8"))
+        choice = gated.get("variant_choice") or {}
+        if not verdict.passed and choice.get("decided") is False:
+            return replace(verdict, reason=choice["why"])
+        return replace(verdict, reason=f"{verdict.reason}; weights: {choice['why']}") if choice else verdict
 
     def quality_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         with np.load(record.files.correctness) as z:
@@ -545,7 +650,7 @@ class CausalLmTask:
         gen = policy.generation
         tp = policy.throughput.model_copy(update={"p99_slo_ms": gen.ttft_p99_slo_ms})
         recorded = read_json(record.files.benchmark).get("batches") or {}
-        side = Side(_Sessions("int8").of(record, state, CANDIDATE), CANDIDATE)
+        side = Side(_Sessions().of(record, state, CANDIDATE), CANDIDATE)
         prompts = [side.decoder.encode_chat(c.messages()) for c in chats(state, "evaluation", gen.speed_prompts)]
         trials, latency = {}, []
         for concurrency in gen.concurrency:

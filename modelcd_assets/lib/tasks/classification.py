@@ -13,9 +13,10 @@ from modelcd_assets.lib.classifier.contract import extract_contract
 from modelcd_assets.lib.classifier.export import OPSET, check_parity, export_onnx, torch_logits
 from modelcd_assets.lib.classifier.health import measure
 from modelcd_assets.lib.classifier.model_io import merge_adapter
+from modelcd_assets.lib.errors import BadCandidate
 from modelcd_assets.lib.hashing import file_sha256, text_hash
 from modelcd_assets.lib.inference.benchmark import SAMPLE_TEXTS, best_items_per_s, cost_inputs, merge_runs, paired_throughput, summarize
-from modelcd_assets.lib.inference.builds import Build, read_json, save_array, write_json
+from modelcd_assets.lib.inference.builds import Build, decide_once, read_json, save_array, write_json
 from modelcd_assets.lib.inference.evaluate import label_ids, load_evaluation, predict
 from modelcd_assets.lib.inference.quantize import (
     DYNAMIC,
@@ -116,17 +117,6 @@ def _build(
         report["variants"][variant] = entry
     write_json(report_path, report)
     return report, False
-
-
-def _decide(decision_file: Path, choice: dict) -> dict:
-    """Record the base's variant choice unless another candidate recorded one first; returns the one that stands."""
-    decision_file.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with open(decision_file, "x") as f:
-            json.dump(choice, f, indent=2, sort_keys=True)
-        return choice
-    except FileExistsError:
-        return read_json(decision_file)
 
 
 def _correct(record: CandidateRecord, eval_hash: str, truth: np.ndarray) -> dict[str, np.ndarray]:
@@ -276,6 +266,10 @@ class ClassificationTask:
         key = text_hash(record.base_hash or record.content_hash, calib_hash, eval_hash, str(min_agreement))[:24]
         decision_file = state.variant_decision(ref.name, key)
         pinned = None if model_policy.quantization.variant == "auto" else model_policy.quantization.variant
+        if pinned not in (None, STATIC, DYNAMIC):
+            raise BadCandidate(
+                f"the policy's quantization.variant is {pinned!r}, which is not a classifier's: pin static or dynamic, or set auto"
+            )
         decision = read_json(decision_file) if pinned is None and decision_file.is_file() else None
         needed = {pinned} if pinned else ({decision["chosen"]} if decision else {STATIC, DYNAMIC})
         with build.lock():
@@ -297,7 +291,7 @@ class ClassificationTask:
                 min_agreement,
                 production_variant=baseline.chosen_variant() if baseline and baseline.ref != ref else None,
             )
-            stands = _decide(
+            stands = decide_once(
                 decision_file, {"chosen": chosen, "why": why, "decided_by": ref.uri, "variants": {v: report["variants"][v] for v in needed}}
             )
             if stands["chosen"] != chosen:  # another adapter of the base decided first, in a run of its own

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from modelcd_assets.lib.causal_lm.decoder import Sampling, cores
 from modelcd_assets.lib.judging.policy import ServingPolicy
+from modelcd_assets.serving.lm.batching import BatchedGeneration, Batcher
 from modelcd_assets.serving.lm.pool import LmServed
 from modelcd_assets.serving.metrics import LmServerMetrics
 from modelcd_assets.serving.rejections import check_generations, generation_bounds
@@ -53,6 +54,7 @@ class Generations:
         self.background_below = policy.shadow_below_generations or cores()
         self._busy_since: float | None = None
         self._busy_s, self._tokens = 0.0, 0
+        self._batchers: dict[object, Batcher] = {}  # per base build (lm/pool.Base): its batches' decoding thread
 
     def admit(
         self, prompt_tokens: int, max_tokens: int | None, context_length: int, kv_bytes_per_token: int, background: bool = False
@@ -109,10 +111,34 @@ class Generations:
 
     def tokens(self, served: LmServed, prompt: list[int], admitted: Admitted, sampling: Sampling) -> TokenStream:
         """(token, the text it adds) as they are generated, started now; closing the stream early, or dropping it unread,
-        stops the generation and frees its cache."""
-        return TokenStream(self, served, prompt, admitted, sampling)
+        stops the generation and frees its cache. A caller's greedy generation is decoded in its version's batch
+        (lm/batching.py) when serving.max_batch allows more than one row; a sampled one, one with a least number of tokens,
+        and a shadow copy run alone, on ONNX Runtime GenAI's own generator."""
+        batcher = self._batcher(served) if sampling.greedy and not sampling.min_new_tokens and not admitted.background else None
+        if batcher is None:
+            return TokenStream(self, admitted, lambda pipe: self.executor.submit(_produce, pipe, self, served, prompt, admitted, sampling))
+
+        def start(pipe: _Pipe) -> None:
+            batcher.submit(BatchedGeneration(served, prompt, admitted.max_new_tokens, pipe, lambda made: self._finished(admitted, made)))
+
+        return TokenStream(self, admitted, start)
+
+    def _batcher(self, served: LmServed) -> Batcher | None:
+        if self.policy.max_batch < 2 or served.base.batched is None:
+            return None
+        with self._lock:
+            batcher = self._batchers.get(served.base)
+            if batcher is None:
+                rows = self.metrics.batch_rows.labels(self.model)
+                batcher = self._batchers[served.base] = Batcher(
+                    served.base.batched, self.policy.max_batch, served.decoder.eos_ids, rows.observe
+                )
+            return batcher
 
     def close(self) -> None:
+        with self._lock:
+            for batcher in self._batchers.values():
+                batcher.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
@@ -129,6 +155,10 @@ class _Pipe:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
         except RuntimeError:  # the event loop is gone (the server is stopping): nobody is waiting
             self.cancel.set()
+
+    def end(self, error: BaseException | None = None) -> None:
+        """The generation is over: to the end, or with error, which the request answers."""
+        self.put(error if error is not None else _END)
 
     def wait_credit(self) -> bool:
         while not self.credit.acquire(timeout=0.1):
@@ -164,9 +194,9 @@ def _produce(pipe: _Pipe, owner: Generations, served: LmServed, prompt: list[int
                         break
             finally:
                 steps.close()  # the generator, and the KV cache it holds, go now
-        pipe.put(_END)
+        pipe.end()
     except BaseException as e:  # handed to the request, which answers it
-        pipe.put(e)
+        pipe.end(e)
     finally:
         owner._finished(admitted, made)
 
@@ -177,10 +207,10 @@ class TokenStream:
     The admission it holds is given back when the generation ends, however it ends: to the end, stopped by aclose(), or
     abandoned (a response never sent: the stream is collected, which stops it)."""
 
-    def __init__(self, owner: Generations, served: LmServed, prompt: list[int], admitted: Admitted, sampling: Sampling):
+    def __init__(self, owner: Generations, admitted: Admitted, start):
         self._pipe = pipe = _Pipe(asyncio.get_running_loop())
         try:
-            pipe.loop.run_in_executor(owner.executor, _produce, pipe, owner, served, prompt, admitted, sampling)
+            start(pipe)
         except RuntimeError:  # shutting down: nothing will run
             owner._finished(admitted, 0)
             raise

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from modelcd_assets.lib.causal_lm.batched import Adapter, BatchedSession, batched_greedy
 from modelcd_assets.lib.causal_lm.chats import Chat
 from modelcd_assets.lib.causal_lm.decoder import PROBE_LOGITS_OF, Decoder
 from modelcd_assets.lib.errors import ModelcdError
@@ -36,11 +37,14 @@ from modelcd_assets.serving.versions import Steps, VersionPool, scan
 
 @dataclass(eq=False)
 class Base:
-    """One INT8 base build opened once: its decoder, and the hash of the folder it was opened from."""
+    """One base build's weights opened once: its decoder (ONNX Runtime GenAI), the session its batches decode greedy
+    generations in (lib/causal_lm/batched.py; None where serving.max_batch is 1), and the hash of the folder both were
+    opened from."""
 
     folder: Path
     decoder: Decoder
     sha256: str
+    batched: BatchedSession | None = None
 
 
 @dataclass(eq=False)
@@ -56,6 +60,7 @@ class LmServed:
     base: Base
     adapter: str  # its name in the base's decoder
     adapter_file: Path  # the private copy it was loaded from
+    lora: Adapter | None = None  # its weights as the batched session's inputs, read from the same private copy
     _holders: int = 0
     _retired: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -113,9 +118,10 @@ class LmPool(VersionPool):
             sha = folder_hash(folder)  # once per process: every version on this base is checked against it
             try:
                 decoder = Decoder(folder, threads=self.threads)
+                batched = BatchedSession(folder, threads=self.threads) if self.policy.max_batch > 1 else None
             except ModelcdError as e:
-                raise SwapRefused(f"the INT8 base build at {folder} cannot be opened: {e}") from e
-            base = self._bases[folder] = Base(folder, decoder, sha)
+                raise SwapRefused(f"the base build's weights at {folder} cannot be opened: {e}") from e
+            base = self._bases[folder] = Base(folder, decoder, sha, batched)
         return base
 
     def _open(self, ref: CandidateRef, record: CandidateRecord, gated: dict, step: Steps) -> tuple[LmServed, Consistency]:
@@ -158,6 +164,12 @@ class LmPool(VersionPool):
         except Exception as e:
             private.unlink(missing_ok=True)
             raise SwapRefused(f"{what}: ONNX Runtime GenAI refused its adapter file: {e}") from e
+        try:
+            lora = base.batched.adapter(private) if base.batched else None
+        except Exception as e:
+            base.decoder.unload_adapter(name)
+            private.unlink(missing_ok=True)
+            raise SwapRefused(f"{what}: the batched session refused its adapter file: {e}") from e
         attested = checked.verdict.subjects
         served = LmServed(
             self.model,
@@ -169,6 +181,7 @@ class LmPool(VersionPool):
             base,
             name,
             private,
+            lora,
         )
         step("adapter loaded")
         try:
@@ -193,17 +206,26 @@ class LmPool(VersionPool):
             self.policy.probe_tokens, int(probe["max_new_tokens"])
         )  # greedy search is deterministic: k tokens are the recorded ones' first k
         decoder, worst, same = served.decoder, 0.0, 0
-        for i in range(n):
-            ids = decoder.encode_chat(Chat(probe["system"], probe["prompts"][i], "").messages())
+        prompts = [decoder.encode_chat(Chat(probe["system"], probe["prompts"][i], "").messages()) for i in range(n)]
+        for i, ids in enumerate(prompts):
             run = decoder.generate(ids, k, served.adapter)
             if run.first_logits is None or not run.finite:
                 raise SwapRefused(f"{what}: probe prompt {i} produced non-finite logits; the version was not switched in")
             worst = max(worst, float(np.max(np.abs(run.first_logits - recorded[i]))))
             same += run.tokens == list(probe["tokens"][i])[:k]
-        result = Consistency(n, worst, same / n if n else 0.0)
-        if same < n or worst > self.policy.max_abs_logit_diff:
+        if served.lora is not None:  # and as the batches serve greedy generations: every probe prompt in one batch
+            runs = batched_greedy(served.base.batched, prompts, k, served.lora, decoder.eos_ids)
+            for i, (tokens, first) in enumerate(runs):
+                if not np.isfinite(first).all():
+                    raise SwapRefused(f"{what}: probe prompt {i} produced non-finite logits in a batch; the version was not switched in")
+                worst = max(worst, float(np.max(np.abs(first - recorded[i]))))
+                same += tokens == list(probe["tokens"][i])[:k]
+        sequences = n * (2 if served.lora is not None else 1)
+        result = Consistency(n, worst, same / sequences if n else 0.0)
+        if same < sequences or worst > self.policy.max_abs_logit_diff:
             raise SwapRefused(
-                f"{what}: served and gated generations disagree on {n} probe prompts ({same} of {n} greedy sequences of {k} tokens equal, "
+                f"{what}: served and gated generations disagree on {n} probe prompts ({same} of {sequences} greedy sequences of {k} "
+                f"tokens equal, alone{' and in one batch' if served.lora is not None else ''}; "
                 f"max |Δlogit| of the first token {worst:.2e}, limit {self.policy.max_abs_logit_diff:.0e}); the version was not switched in"
             )
         return result

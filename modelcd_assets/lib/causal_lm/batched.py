@@ -1,0 +1,193 @@
+"""Greedy decoding of many sequences of one base build's weights with one adapter, together: continuous batching in
+plain ONNX Runtime over the same graph ONNX Runtime GenAI runs.
+
+Each sequence is prefilled alone, the batch-1 computation the gates judged, and then decoded in one batch with the
+others at each step, every row at its own length: the keys and values are kept right-padded, and the graph's
+GroupQueryAttention reads each row's length from its attention mask. A sequence joins the batch between two steps and
+leaves it when it ends, so a request never waits for another to finish.
+
+A row decoded in a batch is the row decoded alone, bit for bit, for three reasons, each checked by a test
+(tests/lib/causal_lm/test_batched.py): MatMulNBits quantizes each row's activations on its own; the LoRA products compute
+in float64 (lib/causal_lm/variants.lora_in_float64), so the order a GEMM sums a batch in does not reach the float32
+result; and attention runs per row. At batch 1 the logits are ONNX Runtime GenAI's own, to the bit (the same graph, the
+same inputs), so the probe and the gates judge exactly what a batch serves. Sampled generations stay on GenAI's own
+generator (lib/causal_lm/decoder.py), whose random draws a batch could not reproduce.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG, cores
+from modelcd_assets.lib.errors import BadCandidate
+
+
+@dataclass(eq=False)
+class Row:
+    """One sequence in a batch: its keys and values ([1, kv heads, length, head size] per layer, until it joins), its
+    length, and the logits its next token is chosen from."""
+
+    length: int
+    logits: np.ndarray
+    kv: list[np.ndarray] | None = None
+
+
+class Adapter:
+    """An adapter file's LoRA weights as the session's inputs (the arrays are views of the file's buffers: kept with it)."""
+
+    def __init__(self, path: Path, names: set[str]):
+        import onnxruntime as ort
+
+        self._file = ort.AdapterFormat.read_adapter(str(path))
+        params = self._file.get_parameters()
+        if unknown := sorted(set(params) - names):
+            raise BadCandidate(f"{path} holds {unknown[0]} and {len(unknown) - 1} more weights that are not LoRA slots of the base build")
+        self.inputs = dict(params)
+
+
+class BatchedSession:
+    """One session on a decoder folder (a weight variant of a base build), shared by every batch of its adapters."""
+
+    def __init__(self, folder: Path, threads: int | None = None):
+        import onnxruntime as ort
+
+        folder = Path(folder)
+        if not (folder / GENAI_CONFIG).is_file():
+            raise BadCandidate(f"{folder} is not an ONNX Runtime GenAI model folder (no {GENAI_CONFIG}); build the base first")
+        genai = json.loads((folder / GENAI_CONFIG).read_text())["model"]
+        decoder = genai["decoder"]
+        self.layers, self.kv_heads, self.head_size = (
+            int(decoder["num_hidden_layers"]),
+            int(decoder["num_key_value_heads"]),
+            int(decoder["head_size"]),
+        )
+        names = decoder["inputs"]
+        self._past = [names[f"past_{kind}_names"] % i for i in range(self.layers) for kind in ("key", "value")]
+        outputs = decoder["outputs"]
+        self._present = [outputs[f"present_{kind}_names"] % i for i in range(self.layers) for kind in ("key", "value")]
+        self._ids, self._mask, self._logits = names["input_ids"], names["attention_mask"], outputs["logits"]
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(threads or cores())
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        options.log_severity_level = 3  # the LoRA slots are overridable initializers, which ONNX Runtime warns about
+        self._ort = ort
+        self.session = ort.InferenceSession(str(folder / decoder["filename"]), options, providers=["CPUExecutionProvider"])
+        self.slots = {i.name for i in self.session.get_overridable_initializers()}
+        types = {i.name: i.type for i in self.session.get_inputs()}
+        self._int = {n: np.int32 if types[n] == "tensor(int32)" else np.int64 for n in (self._ids, self._mask)}
+
+    def adapter(self, path: Path) -> Adapter:
+        return Adapter(path, self.slots)
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray, past: list, adapter: Adapter | None):
+        ort = self._ort
+        feed = {
+            self._ids: ort.OrtValue.ortvalue_from_numpy(ids.astype(self._int[self._ids])),
+            self._mask: ort.OrtValue.ortvalue_from_numpy(mask.astype(self._int[self._mask])),
+            **dict(zip(self._past, past)),
+            **(adapter.inputs if adapter else {}),
+        }
+        out = self.session.run_with_ort_values([self._logits, *self._present], feed)
+        return out[0].numpy(), out[1:]
+
+    def prefill(self, prompt: list[int], adapter: Adapter | None) -> Row:
+        """prompt run alone, as the gates ran it: a row not yet in a batch, with the logits of its first token."""
+        empty = np.zeros((1, self.kv_heads, 0, self.head_size), np.float32)
+        logits, present = self._run(
+            np.asarray([prompt]), np.ones((1, len(prompt))), [self._ort.OrtValue.ortvalue_from_numpy(empty) for _ in self._past], adapter
+        )
+        return Row(len(prompt), logits[0, -1].copy(), [p.numpy() for p in present])
+
+    def step(self, batch: Batch, tokens: list[int], adapter: Adapter | None) -> None:
+        """One decode step of every row of batch, each on its token (in the batch's order): each row's logits for the next."""
+        if len(tokens) != len(batch.rows) or not tokens:
+            raise ValueError(f"{len(tokens)} tokens for a batch of {len(batch.rows)} rows")
+        longest = max(r.length for r in batch.rows)
+        mask = np.zeros((len(batch.rows), longest + 1))
+        for i, row in enumerate(batch.rows):
+            mask[i, : row.length + 1] = 1
+        ort = self._ort
+        past = [a if not isinstance(a, np.ndarray) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a)) for a in batch.kv]
+        logits, present = self._run(np.asarray(tokens).reshape(-1, 1), mask, past, adapter)
+        batch.kv = present
+        for i, row in enumerate(batch.rows):
+            row.length += 1
+            row.logits = logits[i, -1].copy()
+
+
+class Batch:
+    """The rows one adapter decodes together, and their keys and values: per layer and kind, [rows, kv heads, the longest
+    row's length, head size], right-padded (OrtValues straight from the last step, arrays after a join or a leave)."""
+
+    def __init__(self):
+        self.rows: list[Row] = []
+        self.kv: list | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _arrays(self) -> list[np.ndarray]:
+        return [a if isinstance(a, np.ndarray) else a.numpy() for a in self.kv or []]
+
+    def join(self, row: Row) -> None:
+        """row into the batch from the next step on (a prefilled row, or one that left keeping its keys and values)."""
+        kv = self._arrays()
+        longest = max([row.length, *(r.length for r in self.rows)])
+        joined = []
+        for j, mine in enumerate(row.kv):
+            heads, size = mine.shape[1], mine.shape[3]
+            out = np.zeros((len(self.rows) + 1, heads, longest, size), np.float32)
+            if kv:
+                width = min(kv[j].shape[2], longest)
+                out[: len(self.rows), :, :width] = kv[j][:, :, :width]
+            out[len(self.rows), :, : row.length] = mine[0, :, : row.length]
+            joined.append(out)
+        self.kv, row.kv = joined, None
+        self.rows.append(row)
+
+    def leave(self, row: Row, keep: bool = False) -> None:
+        """row out of the batch (it ended, its client went away, or, with keep, it waits for its client to read): with keep,
+        the row takes its keys and values with it, to join again."""
+        i = self.rows.index(row)
+        kv = self._arrays()
+        if keep:
+            row.kv = [a[i : i + 1, :, : row.length].copy() for a in kv]
+        self.rows.pop(i)
+        if not self.rows:
+            self.kv = None
+            return
+        longest = max(r.length for r in self.rows)
+        self.kv = [np.delete(a, i, axis=0)[:, :, :longest] for a in kv]
+
+
+def batched_greedy(
+    session: BatchedSession, prompts: list[list[int]], max_new_tokens: int, adapter: Adapter | None, eos_ids: tuple[int, ...]
+) -> list[tuple[list[int], np.ndarray]]:
+    """Every prompt decoded greedily in one batch, each up to EOS or max_new_tokens: its tokens (EOS excluded) and the
+    logits its first token was chosen from. What the server's probe checks a batch against (serving/lm/pool.py)."""
+    batch, runs, going = Batch(), [], []
+    for prompt in prompts:
+        row = session.prefill(prompt, adapter)
+        runs.append(([], row.logits))
+        going.append(row)
+        batch.join(row)
+    last = {id(row): -1 for row in going}
+    while batch.rows:
+        for row in list(batch.rows):
+            tokens = runs[going.index(row)][0]
+            token = int(np.argmax(row.logits))
+            if token in eos_ids or not np.isfinite(row.logits).all():
+                batch.leave(row)
+                continue
+            tokens.append(token)
+            last[id(row)] = token
+            if len(tokens) >= max_new_tokens:
+                batch.leave(row)
+        if batch.rows:
+            session.step(batch, [last[id(row)] for row in batch.rows], adapter)
+    return runs

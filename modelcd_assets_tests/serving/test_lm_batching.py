@@ -1,0 +1,165 @@
+"""The batched decoding thread (serving/lm/batching.py) with a scripted session: what each generation's client receives,
+that every generation ends exactly once however it ends, and that a fault of the thread ends its generations instead of
+leaving them waiting."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from modelcd_assets.lib.causal_lm.batched import Row
+from modelcd_assets.lib.causal_lm.decoder import NonFinite
+from modelcd_assets.serving.lm.batching import BatchedGeneration, Batcher
+
+EOS, VOCAB = 0, 8
+
+
+class Pipe:
+    def __init__(self, credit: int = 1000):
+        self.items, self.cancel, self.credit = [], threading.Event(), threading.Semaphore(credit)
+        self.done = threading.Event()
+
+    def put(self, item) -> None:
+        self.items.append(item)
+
+    def end(self, error=None) -> None:
+        self.items.append(error if error is not None else "END")
+        self.done.set()
+
+
+class Script:
+    """A session whose rows count up from their prompt's first id: row logits peak at (start + tokens made) % VOCAB, and at
+    EOS once a row has made its prompt's second id of tokens; step raises when told to."""
+
+    def __init__(self, fail_at_step: int | None = None, nan_at: int | None = None):
+        self.steps, self.widest, self.fail_at, self.nan_at = 0, 0, fail_at_step, nan_at
+
+    def _logits(self, row: Row) -> np.ndarray:
+        made = row.length - row.prompt_length
+        out = np.zeros(VOCAB, np.float32)
+        out[EOS if made >= row.stop_after else 1 + (row.start + made) % (VOCAB - 1)] = 1.0
+        if self.nan_at is not None and made == self.nan_at:
+            out[3] = np.nan
+        return out
+
+    def prefill(self, prompt, adapter) -> Row:
+        row = Row(len(prompt), np.zeros(VOCAB, np.float32), [np.zeros((1, 1, len(prompt), 1), np.float32)])
+        row.prompt_length, row.start, row.stop_after = len(prompt), prompt[0], prompt[1]
+        row.logits = self._logits(row)
+        return row
+
+    def step(self, batch, tokens, adapter) -> None:
+        self.steps += 1
+        self.widest = max(self.widest, len(batch.rows))
+        if self.fail_at is not None and self.steps >= self.fail_at:
+            raise RuntimeError("the session failed")
+        for row in batch.rows:
+            row.length += 1
+            row.logits = self._logits(row)
+        batch.kv = [np.zeros((len(batch.rows), 1, max(r.length for r in batch.rows), 1), np.float32)]
+
+
+class Served:
+    def __init__(self):
+        self.lora, self.holders = object(), 0
+        self.decoder = type("D", (), {"text_stream": lambda self: type("T", (), {"decode": lambda self, t: f"<{t}>"})()})()
+
+    @contextlib.contextmanager
+    def held(self):
+        self.holders += 1
+        try:
+            yield self
+        finally:
+            self.holders -= 1
+
+
+def run(batcher: Batcher, asks: list[tuple[list[int], int, Pipe]], served: Served) -> list[int]:
+    finished: list[int] = []
+    for prompt, max_new, pipe in asks:
+        batcher.submit(BatchedGeneration(served, prompt, max_new, pipe, finished.append))
+    deadline = time.monotonic() + 30
+    while not all(p.done.is_set() for _, _, p in asks) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(p.done.is_set() for _, _, p in asks), "a generation never ended"
+    return finished
+
+
+def test_each_client_receives_its_own_rows_tokens_up_to_eos_or_its_max_tokens():
+    script, served = Script(), Served()
+    batcher = Batcher(script, max_batch=8, eos_ids=(EOS,))
+    asks = [([1, 5], 100, Pipe()), ([3, 9], 4, Pipe()), ([2, 2], 100, Pipe())]
+    try:
+        finished = run(batcher, asks, served)
+    finally:
+        batcher.stop()
+    tokens = [[t for t, _ in p.items[:-1]] for _, _, p in asks]
+    assert tokens == [[2, 3, 4, 5, 6], [4, 5, 6, 7], [3, 4]]  # EOS after 5 and 2 tokens; 4 tokens at most for the second
+    assert all(p.items[-1] == "END" for _, _, p in asks) and sorted(finished) == [2, 4, 5]
+    assert script.widest == 3 and served.holders == 0
+
+
+def test_non_finite_logits_end_that_generation_alone():
+    script, served = Script(nan_at=2), Served()
+    batcher = Batcher(script, max_batch=8, eos_ids=(EOS,))
+    asks = [([1, 6], 100, Pipe())]
+    try:
+        run(batcher, asks, served)
+    finally:
+        batcher.stop()
+    assert [t for t, _ in asks[0][2].items[:-1]] == [2, 3] and isinstance(asks[0][2].items[-1], NonFinite)
+
+
+def test_a_fault_of_the_thread_ends_every_generation_in_it_once_and_the_thread_goes_on():
+    script, served = Script(fail_at_step=2), Served()
+    batcher = Batcher(script, max_batch=8, eos_ids=(EOS,))
+    asks = [([1, 50], 100, Pipe()), ([2, 50], 100, Pipe())]
+    try:
+        finished = run(batcher, asks, served)
+        assert all(isinstance(p.items[-1], RuntimeError) for _, _, p in asks) and len(finished) == 2
+        script.fail_at = None
+        later = [([1, 3], 100, Pipe())]
+        run(batcher, later, served)  # the thread still serves
+        assert later[0][2].items[-1] == "END"
+    finally:
+        batcher.stop()
+    assert served.holders == 0
+
+
+def test_a_client_that_reads_nothing_holds_back_only_its_own_row():
+    script, served = Script(), Served()
+    batcher = Batcher(script, max_batch=8, eos_ids=(EOS,))
+    slow, fast = Pipe(credit=2), Pipe()
+    try:
+        batcher.submit(BatchedGeneration(served, [1, 40], 100, slow, lambda made: None))
+        run(batcher, [([2, 30], 100, fast)], served)
+        assert len(fast.items) == 31 and len(slow.items) == 3 and not slow.done.is_set()  # 3 sent, 2 credits taken
+        for _ in range(100):
+            slow.credit.release()
+        deadline = time.monotonic() + 30
+        while not slow.done.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert slow.done.is_set() and [t for t, _ in slow.items[:-1]] == [1 + (1 + k) % 7 for k in range(40)]
+    finally:
+        batcher.stop()
+
+
+@pytest.mark.parametrize("cancel_after", [0, 3])
+def test_a_cancelled_generation_ends_and_gives_its_version_back(cancel_after):
+    script, served = Script(), Served()
+    batcher = Batcher(script, max_batch=8, eos_ids=(EOS,))
+    pipe = Pipe(credit=cancel_after)
+    try:
+        batcher.submit(BatchedGeneration(served, [1, 90], 100, pipe, lambda made: None))
+        time.sleep(0.05)
+        pipe.cancel.set()
+        deadline = time.monotonic() + 30
+        while not pipe.done.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pipe.done.is_set() and pipe.items[-1] == "END"
+    finally:
+        batcher.stop()
+    assert served.holders == 0
