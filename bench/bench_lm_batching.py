@@ -76,7 +76,7 @@ def main() -> int:
         prompts = [decoder.encode_chat(c.messages()) for c in setup.chats[:PROMPTS]]
         alone = [_alone(decoder, p, "gated") for p in prompts]
         agreement = {}
-        for b in BATCHES[1:]:
+        for b in BATCHES:
             worst, same = 0.0, 0
             for start in range(0, PROMPTS, b):
                 tokens, logits = _batched(session, prompts[start : start + b], adapter, decoder.eos_ids)
