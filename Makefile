@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 # process compiled everything it imports again.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-variants bench-lm-batching bench-lm-seeds bench-rollout llama-cpp docs clean
+.PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-variants bench-lm-batching bench-lm-seeds bench-rollout llama-cpp llama-server docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -142,6 +142,20 @@ $(LLAMA_VENV)/.installed:
 		llama_cpp_python-0.3.36/vendor/llama.cpp/convert_lora_to_gguf.py llama_cpp_python-0.3.36/vendor/llama.cpp/conversion \
 		llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py
 	touch $@
+
+# llama.cpp's native server (continuous batching over -np parallel slots, multi-LoRA) and its quantizer, built with cmake
+# from the llama.cpp sources the same sdist vendors (about 5 minutes on 2 cores; no network, no libcurl), for
+# bench-llm-serving's equal-fidelity comparison. Never part of make test.
+LLAMA_SRC := $(LLAMA_VENV)/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp
+LLAMA_BUILD := $(LLAMA_VENV)/llama-server-build
+llama-server: $(LLAMA_BUILD)/bin/llama-server
+
+$(LLAMA_BUILD)/bin/llama-server: $(LLAMA_VENV)/.installed
+	tar xzf $(LLAMA_SDIST) -C $(LLAMA_VENV)/sdist llama_cpp_python-0.3.36/vendor/llama.cpp
+	cmake -S $(LLAMA_SRC) -B $(LLAMA_BUILD) -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF \
+		-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+	cmake --build $(LLAMA_BUILD) --target llama-server llama-quantize -j $$(nproc)
+	$(LLAMA_BUILD)/bin/llama-server --version
 
 # The tables in docs/ from the JSON the benches wrote under bench/results/.
 docs: install
