@@ -35,8 +35,8 @@ class Script:
     """A session whose rows count up from their prompt's first id: row logits peak at (start + tokens made) % VOCAB, and at
     EOS once a row has made its prompt's second id of tokens; step raises when told to."""
 
-    def __init__(self, fail_at_step: int | None = None, nan_at: int | None = None):
-        self.steps, self.widest, self.fail_at, self.nan_at = 0, 0, fail_at_step, nan_at
+    def __init__(self, fail_at_step: int | None = None, nan_at: int | None = None, delay_s: float = 0.0):
+        self.steps, self.widest, self.fail_at, self.nan_at, self.delay_s = 0, 0, fail_at_step, nan_at, delay_s
 
     def _logits(self, row: Row) -> np.ndarray:
         made = row.length - row.prompt_length
@@ -53,6 +53,7 @@ class Script:
         return row
 
     def step(self, batch, tokens, adapter) -> None:
+        time.sleep(self.delay_s)  # a step's work, so that rows overlap in time as they do in a server
         self.steps += 1
         self.widest = max(self.widest, len(batch.rows))
         if self.fail_at is not None and self.steps >= self.fail_at:
@@ -163,3 +164,25 @@ def test_a_cancelled_generation_ends_and_gives_its_version_back(cancel_after):
     finally:
         batcher.stop()
     assert served.holders == 0
+
+
+def test_a_version_never_decodes_more_rows_than_max_batch_its_parked_rows_counted():
+    script, served = Script(delay_s=0.002), Served()
+    batcher = Batcher(script, max_batch=2, eos_ids=(EOS,))
+    # The first row parks after 4 tokens (its client reads nothing more), while the others run 60 tokens each.
+    asks = [([1, 60], 100, Pipe(credit=3))] + [([k, 60], 100, Pipe()) for k in range(2, 6)]
+    try:
+        for prompt, max_new, pipe in asks:
+            batcher.submit(BatchedGeneration(served, prompt, max_new, pipe, lambda made: None))
+        deadline = time.monotonic() + 30
+        # Parked (its 4th token sent, no credit for it), and a third row admitted: beside the first's place, or after the second ended.
+        while not (len(asks[0][2].items) >= 4 and asks[2][2].items) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        asks[0][2].credit.release(100)  # it joins again
+        run(batcher, [], served)
+        while not all(p.done.is_set() for _, _, p in asks) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        batcher.stop()
+    assert all(p.items[-1] == "END" and len(p.items) == 61 for _, _, p in asks)  # 60 tokens each, then the end
+    assert script.widest == 2

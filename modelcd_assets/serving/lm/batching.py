@@ -94,12 +94,16 @@ class Batcher:
                     self._lock.wait(0.01)
         self._abandon(RuntimeError("the server is stopping"))
 
+    def _rows_of(self, served) -> int:
+        """The rows a version holds: in its batch, and parked to join it again."""
+        batch = self._batches.get(served)
+        return (len(batch[1]) if batch else 0) + sum(g.served is served for g in self._parked)
+
     def _take_arrivals(self) -> list[BatchedGeneration]:
         """The waiting generations that fit their version's batch now, in arrival order."""
         taken, kept = [], deque()
         for g in self._waiting:
-            batch = self._batches.get(g.served)
-            if (len(batch[1]) if batch else 0) + sum(t.served is g.served for t in taken) < self.max_batch:
+            if self._rows_of(g.served) + sum(t.served is g.served for t in taken) < self.max_batch:
                 taken.append(g)
             else:
                 kept.append(g)
