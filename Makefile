@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 # process compiled everything it imports again.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-variants bench-lm-batching bench-lm-seeds bench-rollout llama-cpp llama-server docs clean
+.PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-variants bench-lm-batching bench-gguf-fidelity bench-lm-seeds bench-rollout llama-cpp llama-server docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -124,6 +124,13 @@ bench-lm-variants: install
 
 bench-lm-batching: install
 	$(BIN)/python bench/bench_lm_batching.py
+	$(BIN)/python bench/render_docs.py
+
+# llama.cpp's Q8_0, Q5_K_M, Q4_K_M and the shipped Q4_1 of the demo's base, scored against modelcd's FP32 reference as
+# the fidelity gate scores a variant (bench/bench_gguf_fidelity.py).
+bench-gguf-fidelity: install llama-server
+	$(BIN)/pip install -q --no-compile -e '.[test,bench]'
+	$(BIN)/python bench/bench_gguf_fidelity.py
 	$(BIN)/python bench/render_docs.py
 
 # llama.cpp's own OpenAI-compatible server for bench-llm-serving: llama-cpp-python built from its sdist with the

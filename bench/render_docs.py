@@ -489,6 +489,24 @@ def lm_batching(d: dict) -> str:
     )
 
 
+def gguf_fidelity(d: dict) -> str:
+    lim = d["limits"]
+    rows = "\n".join(
+        f"| {name} | {r['file_mb']:.0f} | {r['fidelity']['mean_kl']:.4f} | {r['fidelity']['top1_in_top5']:.2%} | "
+        f"{r['fidelity']['top1_agreement']:.2%} | {r['fidelity']['perplexity_change']:+.2%} | "
+        f"{'within' if r['within_limits'] else '**outside**'} |"
+        for name, r in d["rows"].items()
+    )
+    return (
+        f"Measured on {_machine(d['machine'])}; {d['model']}. Every row teacher-forced on the ids of {d['replies']} evaluation "
+        f"replies and scored against {d['reference']}, as the fidelity gate scores a variant; the limits are the demo policy's "
+        f"(top-1 in FP32's top 5 ≥ {lim['min_top1_in_top5']:.1%}, mean KL ≤ {lim['max_mean_kl']:g}, perplexity ≤ "
+        f"{lim['max_perplexity_change']:+.0%}). The adapter: {d['lora']}.\n\n"
+        "| weights | file MB | mean KL | top-1 in top 5 | top-1 agreement | perplexity | fidelity gate |\n|---|---|---|---|---|---|---|\n"
+        + rows
+    )
+
+
 def demo(d: dict) -> str:
     t = d["targets"]
     total, outcomes = t["make demo on a fresh clone, install included (s)"], t["the demo's outcomes"]
@@ -572,6 +590,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "llm_serving": ("benchmarks.md", "llm_serving.json", llm_serving, "make bench-llm-serving"),
     "lm_variants": ("benchmarks.md", "lm_variants.json", lm_variants, "make bench-lm-variants"),
     "lm_batching": ("benchmarks.md", "lm_batching.json", lm_batching, "make bench-lm-batching"),
+    "gguf_fidelity": ("benchmarks.md", "gguf_fidelity.json", gguf_fidelity, "make bench-gguf-fidelity"),
     "batch_dependence": (
         "benchmarks.md",
         "batch_dependence.json",
