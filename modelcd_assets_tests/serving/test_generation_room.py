@@ -62,7 +62,8 @@ class Served:
 
 
 def _generations(**serving) -> Generations:
-    return Generations("m", ServingPolicy(**serving), LmServerMetrics(node_usd_per_hour=1.0))
+    """Generations whose callers decode alone, as shadow copies do, on the gated decoder (serving.max_batch 1: no batches)."""
+    return Generations("m", ServingPolicy(**({"max_batch": 1} | serving)), LmServerMetrics(node_usd_per_hour=1.0))
 
 
 async def _read(stream) -> list[int]:
