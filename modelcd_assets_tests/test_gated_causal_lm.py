@@ -216,8 +216,41 @@ def blocked_by_fidelity(env, instance, folder, model: str):
     return ref, next(r.reason for r in run.rows if r.gate == "int8_agrees_with_fp32"), CandidateRecord.of(env.home, ref).quantization()
 
 
-def test_a_variant_outside_the_fidelity_limits_is_never_chosen_and_with_none_within_nothing_is_promoted(env, instance, base, tiny_lm):
+def test_a_variant_outside_the_fidelity_limits_is_never_chosen_and_with_none_within_nothing_is_promoted(
+    env, instance, base, tiny_lm, monkeypatch
+):
+    from modelcd_assets.lib.tasks import causal_lm as task
+
+    # While quantized_model chooses, each weight folder's decoder is opened once (for timing and for judging), and the FP32
+    # reference's reply logits are computed once for every variant judged.
+    opened, reference_passes, choosing = [], [], [False]
+
+    class Counted(task.Decoder):
+        def __init__(self, folder, *args, **kw):
+            super().__init__(folder, *args, **kw)
+            self.counted_folder = Path(folder).name
+            if choosing[0]:
+                opened.append(self.counted_folder)
+
+        def reply_logits(self, sequences, name):
+            if choosing[0] and self.counted_folder == "fp32":
+                reference_passes.append(len(sequences))
+            return super().reply_logits(sequences, name)
+
+    quantize = task.CausalLmTask.quantize
+
+    def counted_quantize(self, record, state):
+        choosing[0] = True
+        try:
+            return quantize(self, record, state)
+        finally:
+            choosing[0] = False
+
+    monkeypatch.setattr(task, "Decoder", Counted)
+    monkeypatch.setattr(task.CausalLmTask, "quantize", counted_quantize)
     _, reason, gated = blocked_by_fidelity(env, instance, tiny_lm.adapter, STRICT)
+    assert sorted(opened) == sorted(set(opened)) and len(opened) == len(VARIANTS) + 1, opened
+    assert len(reference_passes) == 1, reference_passes
     assert reason.startswith("no weight variant is within the fidelity limits"), reason
     assert all(f"{name}: " in reason for name in VARIANTS), reason  # every variant judged, each failure named
     assert gated["variant_choice"]["chosen"] is None and gated["variant_choice"]["decided"] is False

@@ -303,16 +303,17 @@ class CausalLmTask:
         sequences = _sequences(fp32, items)
         judged: dict[str, Judged] = {}
         nll: dict[str, list] = {}
+        reference: list[np.ndarray] = []  # the FP32 twin's reply logits, computed once for every variant judged
 
         def judge(name: str) -> Judged:
             """name's weights + this adapter against the FP32 twin + adapter, by the fidelity gate's limits."""
             if name not in judged:
                 make_variant(build, name)
                 served = served_sessions.of(record, state, CANDIDATE, name)
+                if not reference:
+                    reference.extend(fp32.reply_logits(sequences, CANDIDATE))
                 tally, nll[name] = FidelityTally(), []
-                for q, f, (ids, start) in zip(
-                    served.reply_logits(sequences, CANDIDATE), fp32.reply_logits(sequences, CANDIDATE), sequences
-                ):
+                for q, f, (ids, start) in zip(served.reply_logits(sequences, CANDIDATE), reference, sequences, strict=True):
                     tally.add(q, f, ids[start:])
                     nll[name].append(_mean_nll(q, ids[start:]))
                 fidelity = tally.result().to_dict()
@@ -320,7 +321,7 @@ class CausalLmTask:
                 judged[name] = Judged(verdict.passed, verdict.reason, fidelity)
             return judged[name]
 
-        variant, choice = self._variant(record, state, build, policy, split_sha, len(items), judge)
+        variant, choice = self._variant(record, state, build, policy, split_sha, len(items), judge, served_sessions)
         fidelity = judge(variant).fidelity
         with record.build.lock():  # evaluation's reply NLL on the served weights: the same logits, not computed twice
             path = _reply_nll_path(record, state, len(items), split_sha, variant)
@@ -373,12 +374,20 @@ class CausalLmTask:
         )
 
     def _variant(
-        self, record: CandidateRecord, state: State, build: BaseBuild, policy: Policy, split_sha: str, replies: int, judge
+        self,
+        record: CandidateRecord,
+        state: State,
+        build: BaseBuild,
+        policy: Policy,
+        split_sha: str,
+        replies: int,
+        judge,
+        sessions: _Sessions,
     ) -> tuple[str, dict]:
         """The weight variant this adapter is judged and served on, and the record of how it was chosen. The choice is the
         registered model's, once per base build, evaluation split and fidelity limits: every later adapter of the base runs
         the variant chosen when the first was gated (as the classifier's INT8 variant), so the throughput gate compares like
-        with like."""
+        with like. sessions are quantize's own, so that each variant's decoder is opened once for timing and judging."""
         pinned = policy.quantization.variant
         if pinned != "auto":
             if pinned not in VARIANTS:
@@ -393,7 +402,6 @@ class CausalLmTask:
             gen = policy.generation
             for name in VARIANTS:
                 make_variant(build, name)
-            sessions = _Sessions()
             decoders = {name: sessions.of(record, state, CANDIDATE, name) for name in VARIANTS}
             any_decoder = next(iter(decoders.values()))
             prompts = [any_decoder.encode_chat(c.messages()) for c in chats(state, "evaluation", gen.speed_prompts)]
@@ -625,7 +633,7 @@ class CausalLmTask:
     def fidelity_verdict(self, record: CandidateRecord, state: State) -> Verdict:
         """The served weights' fidelity with this adapter; where no variant was within the limits, every failure is named."""
         gated = record.quantization()
-        verdict = judge_token_fidelity(gated["fidelity"], record.effective_policy().token_fidelity, served=gated.get("variant", "INT8"))
+        verdict = judge_token_fidelity(gated["fidelity"], record.effective_policy().token_fidelity, served=served_variant(record))
         choice = gated.get("variant_choice") or {}
         if not verdict.passed and choice.get("decided") is False:
             return replace(verdict, reason=choice["why"])
