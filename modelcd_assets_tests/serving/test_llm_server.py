@@ -208,6 +208,14 @@ def test_bounds_are_refused_with_the_openai_error_before_generation(client, serv
         client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, n=2)
 
 
+def test_any_integer_is_a_seed_and_the_same_seed_samples_the_same_answer(server, client):
+    # OpenAI takes any integer; ONNX Runtime GenAI a signed 32-bit one, with -1 meaning a random seed (once a 500 here).
+    ask = {"model": MODEL, "prompt": "the app crashes", "max_tokens": 12, "temperature": 1.5}
+    for seed in (2**63 - 1, -(2**63), 2**64 + 5, 2**31, -1):
+        first = client.completions.create(**ask, seed=seed).choices[0].text
+        assert client.completions.create(**ask, seed=seed).choices[0].text == first, seed
+
+
 def test_a_client_that_goes_away_mid_stream_stops_its_generation_and_frees_its_cache(server, client):
     # Sampling at a high temperature, a seed whose uninterrupted answer runs to max_tokens (seeded sampling repeats).
     asks = ({"model": MODEL, "prompt": "the app crashes", "max_tokens": 180, "temperature": 2.0, "seed": seed} for seed in range(40))

@@ -6,6 +6,7 @@ with the adapters loaded into it by name; a generator runs one sequence on one a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -52,6 +53,18 @@ class Sampling:
 
 
 GREEDY = Sampling()
+# ONNX Runtime GenAI's random_seed is a signed 32-bit int, and -1 asks it for a random seed.
+_GENAI_SEEDS = 2**31
+
+
+def genai_seed(seed: int) -> int:
+    """The GenAI random_seed a request's seed (any integer, as OpenAI takes it) runs with: the seed itself from 0 to
+    2**31 - 1; any other integer mapped to that range by the SHA-256 of its decimal form, so that the same seed samples
+    the same answer, and no seed means GenAI's own random one (-1)."""
+    seed = int(seed)
+    if 0 <= seed < _GENAI_SEEDS:
+        return seed
+    return int.from_bytes(hashlib.sha256(str(seed).encode()).digest()[:8], "big") % _GENAI_SEEDS
 
 
 class NonFinite(Exception):
@@ -123,7 +136,7 @@ class Decoder:
         if not sampling.greedy:
             options.update(temperature=float(sampling.temperature), top_p=float(sampling.top_p), top_k=0)
             if sampling.seed is not None:
-                options["random_seed"] = int(sampling.seed)
+                options["random_seed"] = genai_seed(sampling.seed)
         params.set_search_options(**options)
         generator = self._og.Generator(self.model, params)
         if adapter is not None:

@@ -108,3 +108,13 @@ def test_the_logits_and_greedy_tokens_are_the_same_bits_on_one_thread_and_on_eve
     (logits_1, tokens_1), (logits_2, tokens_2) = runs[1], runs[2]
     assert tokens_1 == tokens_2
     assert all(np.array_equal(a, b) for a, b in zip(logits_1, logits_2))
+
+
+def test_a_seed_of_any_integer_runs_as_a_genai_seed_of_its_own():
+    from modelcd_assets.lib.causal_lm.decoder import genai_seed
+
+    assert [genai_seed(s) for s in (0, 7, 2**31 - 1)] == [0, 7, 2**31 - 1]  # GenAI's own range: unchanged
+    outside = [-1, -(2**63), 2**31, 2**63 - 1, 2**64 + 5]
+    mapped = [genai_seed(s) for s in outside]
+    assert all(0 <= m < 2**31 for m in mapped) and len(set(mapped)) == len(outside), mapped
+    assert mapped == [genai_seed(s) for s in outside]  # the same seed, the same GenAI seed
