@@ -74,9 +74,10 @@ class Rejected(Exception):
 # Both APIs
 
 
-async def read_json(request: Request, limit: int) -> object:
+async def read_json(request: Request, limit: int, malformed: int = 422) -> object:
     """The request's JSON body, refused (Rejected) beyond limit bytes: on its Content-Length before a byte is read, and
-    while it streams for a body without one."""
+    while it streams for a body without one; a body that is not JSON is answered with the status malformed (the classify
+    API's 422, the OpenAI API's 400)."""
 
     def too_large(size: str) -> Rejected:
         return Rejected(
@@ -102,7 +103,7 @@ async def read_json(request: Request, limit: int) -> object:
     try:
         return json.loads(b"".join(chunks))
     except (ValueError, RecursionError) as e:
-        raise Rejected(422, BAD_REQUEST, f"the request body is not JSON: {e}") from None
+        raise Rejected(malformed, BAD_REQUEST, f"the request body is not JSON: {e}") from None
 
 
 def not_ready(model: str) -> Rejected:
@@ -249,6 +250,7 @@ def check_generations(running: int, policy: ServingPolicy) -> None:
             TOO_MANY_GENERATIONS,
             f"{running} generations are running, serving.max_generations; retry after {policy.retry_after_s} s",
             type="rate_limit_error",
+            code="rate_limit_exceeded",
             headers={"Retry-After": str(policy.retry_after_s)},
         )
 

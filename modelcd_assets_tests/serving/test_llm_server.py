@@ -189,6 +189,22 @@ def test_models_lists_what_is_served_and_other_names_are_404(client, versions):
     assert f"{MODEL}:{versions[2].version}" not in {m.id for m in client.models.list()}
 
 
+def test_every_error_is_the_openai_error_body_with_openai_status_codes(server, client):
+    fields = {"message", "type", "param", "code"}
+    r = httpx.post(f"{server.url}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("the request body is not JSON"), r.text
+    r = httpx.get(f"{server.url}/v1/nowhere")
+    assert r.status_code == 404 and set(r.json()["error"]) == fields and "GET /v1/nowhere" in r.json()["error"]["message"], r.text
+    r = httpx.get(f"{server.url}/v1/chat/completions")
+    assert r.status_code == 405 and "POST" in r.headers["allow"], r.text
+    assert set(r.json()["error"]) == fields and r.json()["error"]["type"] == "invalid_request_error", r.text
+    # models.retrieve, which needs GET /v1/models/{model}
+    assert client.models.retrieve(MODEL).id == MODEL and client.models.retrieve(f"{MODEL}:2").id == f"{MODEL}:2"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("another-model")
+    assert e.value.body["code"] == "model_not_found", e.value.body
+
+
 def test_bounds_are_refused_with_the_openai_error_before_generation(client, server):
     before = metric(server, "modelcd_requests_rejected_total", reason="max_tokens_too_large")
     with pytest.raises(openai.BadRequestError, match="serving.max_completion_tokens"):

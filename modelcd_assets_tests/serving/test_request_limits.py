@@ -193,7 +193,13 @@ def test_generations_at_once_are_bounded_and_the_client_told_when_to_retry():
     with pytest.raises(Rejected) as e:
         check_generations(2, LM_POLICY)
     r = e.value
-    assert (r.status, r.reason, r.type, r.headers) == (429, TOO_MANY_GENERATIONS, "rate_limit_error", {"Retry-After": "7"})
+    assert (r.status, r.reason, r.type, r.code, r.headers) == (
+        429,
+        TOO_MANY_GENERATIONS,
+        "rate_limit_error",
+        "rate_limit_exceeded",
+        {"Retry-After": "7"},
+    )
     assert "retry after 7 s" in str(r)
 
 

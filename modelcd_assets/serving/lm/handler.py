@@ -220,6 +220,13 @@ class CompletionHandler:
         ]
         return {"object": "list", "data": data}
 
+    def model(self, model_id: str) -> dict:
+        """One of models()'s entries by its id, or Rejected (404 model_not_found)."""
+        found = next((m for m in self.models()["data"] if m["id"] == model_id), None)
+        if found is None:
+            raise no_such_model(model_id, self.pool.model)
+        return found
+
     async def resolve(self, name: str) -> LmServed:
         """The version `model` names, or Rejected (404, or 503 before production is served)."""
         pool = self.pool
@@ -244,7 +251,7 @@ class CompletionHandler:
         """A chat (chat=True) or text completion, whole or streamed; refused in the OpenAI error body before a token is generated."""
         account = CompletionAccount(self.metrics, self.pool.model)
         try:
-            raw = await read_json(request, self.pool.policy.max_body_bytes)
+            raw = await read_json(request, self.pool.policy.max_body_bytes, malformed=400)
             body = parse(ChatRequest if chat else CompletionRequest, raw)
             served = await self.resolve(body.model)
             # NAME is production's, or, at a canary step, the candidate's for a canaried caller (the `user` field, else the

@@ -11,14 +11,17 @@ from __future__ import annotations
 import logging
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from modelcd_assets.serving.base_app import base_app
 from modelcd_assets.serving.lm.chaos import LmFaultRequest
 from modelcd_assets.serving.lm.generation import Generations
 from modelcd_assets.serving.lm.handler import CompletionHandler
+from modelcd_assets.serving.lm.openai_api import ApiError, error_body
 from modelcd_assets.serving.lm.pool import LmPool
 from modelcd_assets.serving.metrics import LiveDriftCollector, LmServerMetrics
-from modelcd_assets.serving.rejections import GENERATION_REASONS, REJECT_REASONS
+from modelcd_assets.serving.rejections import GENERATION_REASONS, REJECT_REASONS, Rejected
 from modelcd_assets.serving.server import ServerInputs
 
 log = logging.getLogger("modelcd.serve")
@@ -34,6 +37,30 @@ def handler(request: Request) -> CompletionHandler:
 async def models(request: Request):
     """NAME while production is served, and NAME:VERSION for each version loaded now (each verified when it was loaded)."""
     return handler(request).models()
+
+
+@router.get("/v1/models/{model_id}")
+async def model(model_id: str, request: Request):
+    """One model by its id (NAME, or NAME:VERSION of a version loaded now), as OpenAI's models.retrieve reads it."""
+    try:
+        return handler(request).model(model_id)
+    except Rejected as r:
+        return ApiError.of(r).response()
+
+
+async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+    """An unknown route (404) or a method a route does not take (405), in the OpenAI error body, as every other error."""
+    if e.status_code == 404:
+        message = (
+            f"Invalid URL ({request.method} {request.url.path}): this server answers POST /v1/chat/completions, POST "
+            "/v1/completions, GET /v1/models and GET /v1/models/{model}"
+        )
+    elif e.status_code == 405:
+        allowed = (e.headers or {}).get("allow", "another method")
+        message = f"{request.method} is not allowed on {request.url.path}; use {allowed}"
+    else:
+        message = str(e.detail)
+    return JSONResponse(error_body(message, type="invalid_request_error"), status_code=e.status_code, headers=e.headers)
 
 
 @faults_router.post("/v1/admin/faults")
@@ -86,6 +113,7 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
         pool, metrics, generations, base.swapper, base.traffic, base.sampler, base.rollout, base.shadow
     )
     base.app.include_router(router)
+    base.app.add_exception_handler(StarletteHTTPException, http_error)
     if chaos:  # without it the route does not exist: a production server cannot be made to misbehave on purpose
         base.admin.include_router(faults_router, dependencies=[Depends(base.require_admin)])
     return base.app
