@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 # process compiled everything it imports again.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-variants bench-lm-batching bench-gguf-fidelity bench-lm-seeds bench-rollout llama-cpp llama-server docs clean
+.PHONY: install demo test test-fast format mutation ui up bench bench-gates bench-serving bench-recalibration bench-llm bench-llm-serving bench-lm-variants bench-lm-batching bench-lm-speculative bench-gguf-fidelity bench-lm-seeds bench-rollout llama-cpp llama-server docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -112,9 +112,10 @@ bench-rollout: install
 bench-lm-seeds: install
 	$(BIN)/python bench/bench_lm_seeds.py
 
-# A causal LM's server against a hand-written one and llama.cpp's, swaps under load, many adapters on one base,
-# batching, and the roofline (bench/bench_llm_serving.py).
-bench-llm-serving: install llama-cpp
+# A causal LM's server against llama.cpp's llama-server at equal fidelity and against a hand-written one, swaps under
+# load, 127 adapters on one base, and the roofline (bench/bench_llm_serving.py).
+bench-llm-serving: install llama-server
+	$(BIN)/pip install -q --no-compile -e '.[test,bench]'
 	$(BIN)/python bench/bench_llm_serving.py
 	$(BIN)/python bench/render_docs.py
 
@@ -124,6 +125,12 @@ bench-lm-variants: install
 
 bench-lm-batching: install
 	$(BIN)/python bench/bench_lm_batching.py
+	$(BIN)/python bench/render_docs.py
+
+# ONNX Runtime GenAI's n-gram speculative decoding against plain greedy decoding on the demo's causal LM: speed-up,
+# acceptance rate, and whether its answers are plain decoding's (bench/bench_lm_speculative.py).
+bench-lm-speculative: install
+	$(BIN)/python bench/bench_lm_speculative.py
 	$(BIN)/python bench/render_docs.py
 
 # llama.cpp's Q8_0, Q5_K_M, Q4_K_M and the shipped Q4_1 of the demo's base, scored against modelcd's FP32 reference as

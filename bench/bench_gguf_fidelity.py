@@ -16,54 +16,39 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-from bench_llm_serving import LLAMA_SRC, LLAMA_VENV, llama_cpp_lora
+from llamacpp import base_gguf, llama_cpp_lora, quantized, reply_logits, require_llama_server
 from machine import machine
 
 RESULTS = Path(__file__).parent / "results" / "gguf_fidelity.json"
-QUANTIZE = LLAMA_VENV / "llama-server-build" / "bin" / "llama-quantize"
 TYPES = ("Q8_0", "Q5_K_M", "Q4_K_M")
-# Run by .venv-llamacpp's python: every position's logits of each sequence, teacher-forced, with the LoRA.
-LOGITS = """
-import json, sys
-import numpy as np
-from llama_cpp import Llama
-model, lora, ids_file, out = sys.argv[1:5]
-seqs = json.load(open(ids_file))
-llm = Llama(model_path=model, lora_path=lora, logits_all=True, n_ctx=max(len(s) for s in seqs) + 8, n_threads=2,
-            n_batch=512, verbose=False)
-rows = []
-for ids in seqs:
-    llm.reset()
-    llm.eval(ids)
-    rows.append(np.array(llm.scores[: len(ids)], dtype=np.float32))
-np.save(out, np.concatenate(rows))
-"""
 
 
-def _run(cmd: list[str], what: str, env: dict | None = None) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode:
-        raise SystemExit(f"{what} failed ({done.returncode}): {(done.stdout + done.stderr)[-2000:]}")
+def scored(served, reference, sequences, limits, name: str):
+    """Served reply logits against the FP32 reference's, as the fidelity gate scores a variant: its FidelityTally's
+    numbers and judge_token_fidelity's verdict under limits."""
+    from modelcd_assets.lib.causal_lm.scoring import FidelityTally
+    from modelcd_assets.lib.judging.gates import judge_token_fidelity
+
+    tally = FidelityTally()
+    for q, f, (ids, start) in zip(served, reference, sequences, strict=True):
+        tally.add(q, f, ids[start:])
+    fidelity = tally.result().to_dict()
+    return fidelity, judge_token_fidelity(fidelity, limits, served=name)
 
 
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if not QUANTIZE.is_file():
-        raise SystemExit(f"{QUANTIZE} is missing: run `make llama-server` first")
+    require_llama_server()
     from bench_llm import smollm2_build
 
     from modelcd_assets.lib.causal_lm.base import smollm2_gguf
     from modelcd_assets.lib.causal_lm.chats import chat_ids
     from modelcd_assets.lib.causal_lm.decoder import Decoder
-    from modelcd_assets.lib.causal_lm.scoring import FidelityTally
-    from modelcd_assets.lib.judging.gates import judge_token_fidelity
 
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="bench-gguf-fidelity-") as tmp:
@@ -76,35 +61,20 @@ def main() -> int:
         int8.load_adapter(adapter_file, "gated")
         replies = setup.chats[: policy.generation.evaluation_replies]
         sequences = [chat_ids(fp32.encode_chat, c, fp32.eos_ids) for c in replies]
-        (tmp / "ids.json").write_text(json.dumps([ids for ids, _ in sequences]))
         reference = list(fp32.reply_logits(sequences, "gated"))
 
         # llama.cpp's files: the FP32 base as GGUF, its quantizations, the shipped Q4_1, and the adapter as a GGUF LoRA.
-        gguf_env = dict(os.environ, PYTHONPATH=str(LLAMA_SRC / "gguf-py"))
-        f32 = tmp / "base-f32.gguf"
-        _run(
-            [sys.executable, str(LLAMA_SRC / "convert_hf_to_gguf.py"), str(setup.base_dir), "--outfile", str(f32), "--outtype", "f32"],
-            "convert_hf_to_gguf.py",
-            gguf_env,
-        )
-        files = {}
-        for kind in TYPES:
-            files[kind] = tmp / f"base-{kind.lower()}.gguf"
-            _run([str(QUANTIZE), str(f32), str(files[kind]), kind, "2"], f"llama-quantize {kind}")
+        f32 = base_gguf(setup.base_dir, tmp / "base-f32.gguf")
+        files = {kind: quantized(f32, kind, tmp / f"base-{kind.lower()}.gguf") for kind in TYPES}
         files["Q4_1 (shipped)"] = smollm2_gguf()
-        lora, lora_note = llama_cpp_lora(setup.base_dir, setup.adapter, tmp)
+        lora, lora_note = llama_cpp_lora(setup.base_dir, setup.adapter, tmp / "adapter-lora.gguf")
         if lora is None:
             raise SystemExit(lora_note)
-        (tmp / "logits.py").write_text(LOGITS)
 
         rows = {}
 
         def score(name: str, served, weights: str, size: int) -> None:
-            tally = FidelityTally()
-            for q, f, (ids, start) in zip(served, reference, sequences):
-                tally.add(q, f, ids[start:])
-            fidelity = tally.result().to_dict()
-            verdict = judge_token_fidelity(fidelity, limits, served=name)
+            fidelity, verdict = scored(served, reference, sequences, limits, name)
             rows[name] = {
                 "weights": weights,
                 "file_mb": round(size / 1e6, 1),
@@ -121,16 +91,7 @@ def main() -> int:
         size = sum(f.stat().st_size for f in build.int8.iterdir())
         score("modelcd int8", int8.reply_logits(sequences, "gated"), "modelcd's INT8 base build (ONNX Runtime GenAI)", size)
         for kind, path in files.items():
-            out = tmp / f"logits-{kind.split()[0]}.npy"
-            _run(
-                [str(LLAMA_VENV / "bin" / "python"), str(tmp / "logits.py"), str(path), str(lora), str(tmp / "ids.json"), str(out)],
-                f"llama.cpp logits of {kind}",
-            )
-            every = np.load(out, mmap_mode="r")
-            served, at = [], 0
-            for ids, start in sequences:  # each sequence's reply positions, as reply_logits gives them
-                served.append(np.asarray(every[at + start - 1 : at + len(ids) - 1], np.float32))
-                at += len(ids)
+            served = reply_logits(path, lora, sequences, tmp)
             score(f"llama.cpp {kind}", served, f"llama.cpp GGUF {kind} + GGUF LoRA", path.stat().st_size)
     result = {
         "machine": machine(),

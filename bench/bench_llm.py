@@ -142,8 +142,9 @@ def runtimes(base_dir: Path, build, adapter_dir: Path, adapter_file: Path, chats
     }
 
 
-def gating(home: Path, base_dir: Path, adapters: list[Path]) -> list[dict]:
-    """Register and gate each adapter in turn in a fresh state folder; seconds from registration to verdict."""
+def gating(home: Path, base_dir: Path, adapters: list[Path], policy: str | None = None) -> list[dict]:
+    """Register and gate each adapter in turn in a fresh state folder, under policy (the demo's by default); seconds from
+    registration to verdict."""
     import dagster as dg
 
     from modelcd_assets.demo.causal_lm import LM_BASE_NAME, LM_MODEL_NAME, LM_POLICY
@@ -154,7 +155,7 @@ def gating(home: Path, base_dir: Path, adapters: list[Path]) -> list[dict]:
 
     reg = Registry.from_env()
     init_keys(reg.keys)
-    policy_path(Path(os.environ["MODELCD_POLICY_DIR"]), LM_MODEL_NAME).write_text(LM_POLICY)
+    policy_path(Path(os.environ["MODELCD_POLICY_DIR"]), LM_MODEL_NAME).write_text(policy or LM_POLICY)
     reg.register(base_dir, LM_BASE_NAME, role="base", task="causal-lm")
     instance = dg.DagsterInstance.get()
     runs = []

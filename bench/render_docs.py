@@ -353,66 +353,69 @@ def llm(d: dict) -> str:
 
 
 def llm_serving(d: dict) -> str:
-    s, m, r, t = d["servers"], d["many_adapters"], d["roofline"], d["targets"]
-    names = list(s["rows"])
-    modelcd, baseline, llama = names
-    rows = "\n".join(
-        f"| {name} | {c} | {x['aggregate_tokens_per_s']:.1f} | {x['decode_tokens_per_s']:.1f} | {x['ttft_ms_p50']:.0f} /"
-        f" {x['ttft_ms_p99']:.0f} | {d['agreement'][name]['top5_agreement']:.1%} |"
-        for name in names
-        for c, x in s["rows"][name].items()
-    )
-    q, w, b, f4 = s["ratios"], d["swaps"], d["batching"], d["four_bit"]
+    s, fid, m, r, t, w = d["servers"], d["fidelity"], d["many_adapters"], d["roofline"], d["targets"], d["swaps"]
+    rows, lim = s["rows"], fid["limits"]
+    modelcd_name = "modelcd serve"
+
+    def speeds(name: str | None) -> str:
+        if name is None:
+            return " | ".join(["—"] * 7)
+        x = rows[name]
+        cells = [f"{x[n][c]['aggregate_tokens_per_s']:.1f}" for n in ("1", "4") for c in ("1", "4", "8")]
+        return " | ".join(cells) + f" | {x['1']['1']['ttft_ms_p50']:.0f} / {x['1']['1']['ttft_ms_p99']:.0f}"
+
+    table = []
+    for name, f in fid["rows"].items():
+        timed = modelcd_name if f.get("served") else (name if name in rows else None)
+        why = (
+            "served (the gate's choice)"
+            if f.get("served")
+            else ("timed" if timed else ("not chosen" if f["runtime"] == "modelcd" else "not timed"))
+        )
+        q = f["fidelity"]
+        table.append(
+            f"| {name} | {q['mean_kl']:.4f} | {q['top1_in_top5']:.2%} | {q['perplexity_change']:+.2%} | "
+            f"{'within' if f['within_limits'] else '**outside**'} | {why} | {speeds(timed)} |"
+        )
+    hand = next(n for n in rows if n.startswith("hand-written"))
+    h = rows[hand]["1"]
+    goals = "\n".join(f"| {k} | {v['target']} | {v['measured']} | {_met(v)} |" for k, v in t.items())
+    against = ", ".join(f"{k.replace('/', ' adapter(s), c')}: {v}" for k, v in s["compared_with"].items())
     many = "\n".join(f"| {k} | {x['aggregate_tokens_per_s']:.1f} | {x['rss_mb']:.0f} |" for k, x in m["by_count"].items())
     steps = "; ".join(f"{k} {v:.0f} ms" for k, v in w["load_step_ms_idle_median"].items())
-    drift = b["max_abs_logit_diff_batch4_vs_batch1"]
+    agree = "; ".join(f"{k} {v['top5_agreement']:.1%}" for k, v in d["agreement"].items())
     return (
-        f"Measured on {_machine(d['machine'])}; {d['model']}. {s['prompts']} chat prompts, {s['new_tokens']} greedy tokens, streamed over"
-        f" HTTP, median of {s['rounds']} rounds in rotating order. llama.cpp serves {d['llama_cpp']['gguf']} with the adapter:"
-        f" {d['llama_cpp']['lora']}. Top-5 agreement: the share of a server's answer tokens (at concurrency 1, tokenized again) in the top"
-        " 5 of modelcd's FP32 reference (the FP32 base build with the gated adapter file), teacher-forced over the same prompt.\n\n|"
-        " server | concurrency | aggregate tokens/s | decode tokens/s per request | TTFT p50 / p99 ms | top-5 agreement"
-        " |\n|---|---|---|---|---|---|\n"
-        + rows
-        + f"\n\nmodelcd over the hand-written server: decode at concurrency 1 **{q['decode_ratio_c1']:.2f}×** (target ≥"
-        f" {t['decode_ratio_c1']:g}×), aggregate at concurrency 8 **{q['aggregate_ratio_c8']:.2f}×** (target ≥"
-        f" {t['aggregate_ratio_c8']:g}×), TTFT p99 at concurrency 1 **{q['ttft_p99_ratio']:.2f}×** (target ≤"
-        f" {t['ttft_p99_ratio']:g}×).\n\nmodelcd over llama.cpp's server: tokens/s at concurrency 1 **{q['over_llama_cpp_c1']:.2f}×** and"
-        f" at concurrency 4 **{q['over_llama_cpp_c4']:.2f}×** (target ≥ {t['over_llama_cpp']:g}× at equal or better agreement); decode"
-        f" alone at concurrency 1 {q['decode_over_llama_cpp_c1']:.2f}×, TTFT p50 {q['ttft_p50_over_llama_cpp_c1']:.2f}×.\n\nSwaps under"
-        f" load ({w['clients']} clients streaming; steady phases of {w['phase_seconds']:g} s, swapping phases until their swaps were"
-        f" done): **{w['swaps']} swaps** through the admin API in {w['swapping_seconds']:.0f} s (target ≥ {t['swaps']}),"
-        f" {len(w['failed_swaps'])} refused or failed; **{w['failed_requests']} failed** of {w['requests']} requests; TTFT p99 swapping"
-        f" (a second after each swap ended) {w['swapping_ttft_p99_ms']:.0f} ms over steady {w['steady_ttft_p99_ms']:.0f} ms:"
-        f" **{w['swap_ttft_p99_ratio']:.2f}** (target ≤ {t['swap_ttft_p99_ratio']:g}). A whole verified load takes"
-        f" **{w['load_ms_idle_median']:.0f} ms** at idle (median of the idle loads, at most {w['load_ms_idle_max']:.0f}; target ≤"
-        f" {t['load_ms']:g} ms) and {w['load_ms_under_load_median']:.0f} ms under load (the loader runs below requests' priority). Its"
-        f" steps at idle: {steps}.\n\n| adapters loaded on one base | aggregate tokens/s (16 requests, 4 at a time) | resident MB"
-        " |\n|---|---|---|\n"
+        f"Measured on {_machine(d['machine'])}; {d['model']}. The weight variant modelcd serves: **{d['served_variant']}**, chosen by"
+        f" the fidelity gate when the first adapter was gated (the fastest variant within its limits). Fidelity: teacher-forced on"
+        f" {fid['positions']} positions of {fid['replies']} evaluation replies against modelcd's FP32 reference with production's"
+        f" adapter, as the fidelity gate scores a variant (limits: top-1 in FP32's top 5 ≥ {lim['min_top1_in_top5']:.1%}, mean KL ≤"
+        f" {lim['max_mean_kl']:g}, perplexity ≤ {lim['max_perplexity_change']:+.0%}). Speed: {s['prompts']} chat prompts,"
+        f" {s['new_tokens']} greedy tokens streamed over HTTP, median of {s['rounds']} rounds in rotating order, {s['threads']}"
+        " threads; llama-server with `-np` equal to the concurrency and its prompt cache off; with 4 adapters, request i names"
+        " adapter i mod 4.\n\n"
+        "| weights | mean KL | top-1 in top 5 | perplexity | fidelity gate | served | tokens/s c1 | c4 | c8 | 4 adapters c1 | c4 | c8 |"
+        " TTFT c1 p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        + "\n".join(table)
+        + f"\n\nThe {hand} server: aggregate {h['1']['aggregate_tokens_per_s']:.1f}, {h['4']['aggregate_tokens_per_s']:.1f}"
+        f" and {h['8']['aggregate_tokens_per_s']:.1f} tokens/s at concurrency 1, 4 and 8, TTFT p50 / p99 at concurrency 1"
+        f" {h['1']['ttft_ms_p50']:.0f} / {h['1']['ttft_ms_p99']:.0f} ms. Each ratio over llama-server is over its fastest format"
+        f" within the fidelity limits at that adapter set and concurrency ({against}). Top-5 agreement of each server's answers at"
+        f" concurrency 1 with the FP32 reference: {agree}.\n\n| target | wanted | measured | |\n|---|---|---|---|\n"
+        + goals
+        + f"\n\nSwaps under load ({w['clients']} clients streaming; steady phases of {w['phase_seconds']:g} s, swapping phases until"
+        f" their swaps were done): {w['swaps']} swaps in {w['swapping_seconds']:.0f} s, {len(w['failed_swaps'])} refused or failed;"
+        f" {w['failed_requests']} failed of {w['requests']} requests; TTFT p99 swapping {w['swapping_ttft_p99_ms']:.0f} ms over steady"
+        f" {w['steady_ttft_p99_ms']:.0f} ms. A whole verified load takes {w['load_ms_idle_median']:.0f} ms at idle (at most"
+        f" {w['load_ms_idle_max']:.0f}) and {w['load_ms_under_load_median']:.0f} ms under load (the loader runs below requests'"
+        f" priority). Its steps at idle: {steps}.\n\n| adapters loaded on one base | aggregate tokens/s ({m['requests']} requests,"
+        f" {m['at_once']} at a time, {m['new_tokens']} tokens) | resident MB |\n|---|---|---|\n"
         + many
-        + f"\n\n32 adapters over 1: **{m['adapters_32_over_1']:.2f}** (target ≥ {t['adapters_32_over_1']:g}); resident memory per further"
-        f" adapter **{m['mb_per_further_adapter']:.2f} MB** (target ≤ {t['mb_per_adapter']:g}); loading one adapter file into the"
-        f" runtime: median {m['load_ms_median']:.1f} ms, at most {m['load_ms_max']:.1f} ms.\n\nBatching, in process: the {b['prompts']}"
-        f" prompts as one static batch of ONNX Runtime GenAI decode {b['aggregate_tokens_per_s']['batch_8']:.1f} tokens/s against"
-        f" {b['aggregate_tokens_per_s']['one_at_a_time']:.1f} one at a time (**{b['batch_8_over_one_at_a_time']:.2f}×**). A batched"
-        f" decode step does not compute what the batch-1 step the gates judged computes: over the first {b['decode_steps_compared']}"
-        " decode steps, a batch of 4 copies of one prompt against that prompt alone differs by max |Δlogit|"
-        f" **{drift['int8_with_adapter']:.3g}** on the INT8 base with the adapter, {drift['int8_base']:.3g} on the INT8 base without it"
-        f" and {drift['fp32_with_adapter']:.3g} on the FP32 build with it; {b['greedy_answers_equal_batched_vs_alone']} of {b['prompts']}"
-        " batched greedy answers equal their batch-1 ones.\n\n4-bit weights, in process: the FP32 build quantized to 4 bits as the base"
-        f" build quantizes to 8 (symmetric round-to-nearest, block 32) reads {f4['weight_bytes']['int4'] / 1e6:.0f} MB a token against"
-        f" {f4['weight_bytes']['int8'] / 1e6:.0f} and decodes {f4['decode_tokens_per_s']['int4']:.1f} tokens/s against"
-        f" {f4['decode_tokens_per_s']['int8']:.1f} (**{f4['int4_over_int8']:.2f}×**), but on {f4['fidelity']['int4']['positions']}"
-        f" evaluation positions its mean KL to FP32 is **{f4['fidelity']['int4']['mean_kl']:.3f}** (INT8"
-        f" {f4['fidelity']['int8']['mean_kl']:.4f}; the fidelity gate's limit {f4['limits']['max_mean_kl']:g}), its top-1 is in FP32's"
-        f" top 5 at {f4['fidelity']['int4']['top1_in_top5']:.1%} of them (INT8 {f4['fidelity']['int8']['top1_in_top5']:.1%}; limit"
-        f" {f4['limits']['min_top1_in_top5']:.1%}) and its perplexity is {f4['fidelity']['int4']['perplexity_change']:+.1%} over FP32's"
-        f" (INT8 {f4['fidelity']['int8']['perplexity_change']:+.1%}).\n\nRoofline: {r['weight_bytes'] / 1e6:.0f} MB of weights read per"
-        f" decoded token at {r['decode_tokens_per_s']:.1f} tokens/s is **{r['weight_gb_per_s']:.2f} GB/s**, {r['share_of_triad']:.0%} of"
-        f" the {r['triad_gb_per_s']:.1f} GB/s a STREAM-like triad reaches on the same cores. llama.cpp reads"
-        f" {r['llama_cpp_weight_bytes'] / 1e6:.0f} MB a token (its GGUF's Q4_1 matrices and Q8_0 embedding, the tied output head) at"
-        f" {r['llama_cpp_decode_tokens_per_s']:.1f} tokens/s: {r['llama_cpp_weight_gb_per_s']:.2f} GB/s,"
-        f" {r['llama_cpp_share_of_triad']:.0%} of the triad."
+        + f"\n\nAn adapter file is {m['adapter_file_mb']:.2f} MB; loading one into the batched session takes {m['load_ms_median']:.1f} ms"
+        f" (at most {m['load_ms_max']:.1f}).\n\nRoofline: {r['weight_bytes'] / 1e6:.0f} MB of weights read per decoded token at"
+        f" {r['decode_tokens_per_s']:.1f} tokens/s is {r['weight_gb_per_s']:.2f} GB/s, {r['share_of_triad']:.0%} of the"
+        f" {r['triad_gb_per_s']:.1f} GB/s a STREAM-like triad reaches on the same cores; llama-server's {r['llama_cpp_gguf']} reads"
+        f" {r['llama_cpp_weight_bytes'] / 1e6:.0f} MB a token at {r['llama_cpp_decode_tokens_per_s']:.1f} tokens/s:"
+        f" {r['llama_cpp_weight_gb_per_s']:.2f} GB/s, {r['llama_cpp_share_of_triad']:.0%} of the triad."
     )
 
 
@@ -486,6 +489,26 @@ def lm_batching(d: dict) -> str:
         + "\n\n"
         + "; ".join(f"{name}: **{x['measured']}** (target {x['target']}, {_met(x)})" for name, x in d["targets"].items())
         + "."
+    )
+
+
+def lm_speculative(d: dict) -> str:
+    rows = "\n".join(
+        f"| {name} | {r['tokens_per_s']:.1f} | {r['over_plain']:.2f}× | "
+        + (
+            f"{r['acceptance_rate']:.1%} | {r['accepted_share_of_tokens']:.1%} | {r['answers_equal_plain']} of {d['prompts']} |"
+            if "acceptance_rate" in r
+            else "— | — | — |"
+        )
+        for name, r in d["rows"].items()
+    )
+    t = d["targets"]
+    goals = "; ".join(f"{k}: **{v['measured']}** (target {v['target']}, {_met(v)})" for k, v in t.items())
+    return (
+        f"Measured on {_machine(d['machine'])}; {d['model']}. {d['prompts']} evaluation chat prompts, up to {d['new_tokens']} greedy"
+        f" tokens each, batch 1, median of {d['rounds']} interleaved rounds; tokens/s over the whole generation, prefill"
+        " included.\n\n| decoding | tokens/s | over plain | acceptance rate | answer tokens from accepted drafts | answers equal to plain"
+        " |\n|---|---|---|---|---|---|\n" + rows + f"\n\nThe fastest setting, {d['best']}: {goals}."
     )
 
 
@@ -591,6 +614,7 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
     "lm_variants": ("benchmarks.md", "lm_variants.json", lm_variants, "make bench-lm-variants"),
     "lm_batching": ("benchmarks.md", "lm_batching.json", lm_batching, "make bench-lm-batching"),
     "gguf_fidelity": ("benchmarks.md", "gguf_fidelity.json", gguf_fidelity, "make bench-gguf-fidelity"),
+    "lm_speculative": ("benchmarks.md", "lm_speculative.json", lm_speculative, "make bench-lm-speculative"),
     "batch_dependence": (
         "benchmarks.md",
         "batch_dependence.json",
