@@ -535,12 +535,7 @@ def main() -> int:
         weights, adapter_file = served_files.int8, served_files.paths[attestation.ADAPTER_FILE]
         build = BaseBuild(weights.parent)
 
-        loras = []
-        for k, folder in enumerate(folders):
-            lora, lora_note = llama_cpp_lora(base_dir, folder, tmp / f"lora-{k}.gguf")
-            if lora is None:
-                raise SystemExit(f"the adapter {folder.name} as a GGUF LoRA: {lora_note}")
-            loras.append(lora)
+        loras = [llama_cpp_lora(base_dir, folder, tmp / f"lora-{k}.gguf")[0] for k, folder in enumerate(folders)]
         f32 = base_gguf(base_dir, tmp / "base-f32.gguf")
         llama_files = {kind: quantized(f32, kind, tmp / f"base-{kind.lower()}.gguf") for kind in TYPES} | {SHIPPED: smollm2_gguf()}
         fid = fidelity(record, build, adapter_file, chats, llama_files, loras[-1], tmp)

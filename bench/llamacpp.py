@@ -55,12 +55,10 @@ def _gguf_env() -> dict:
     return dict(os.environ, PYTHONPATH=str(LLAMA_SRC / "gguf-py"))
 
 
-def llama_cpp_lora(base_dir: Path, adapter_dir: Path, out: Path) -> tuple[Path | None, str]:
-    """The adapter as a GGUF LoRA at out, by llama.cpp's own converter (from the llama-cpp-python sdist), or None and why not."""
+def llama_cpp_lora(base_dir: Path, adapter_dir: Path, out: Path) -> tuple[Path, str]:
+    """The adapter as a GGUF LoRA at out, by llama.cpp's own converter (from the llama-cpp-python sdist), and what it made."""
     cmd = [sys.executable, str(LLAMA_SRC / "convert_lora_to_gguf.py"), "--base", str(base_dir), "--outfile", str(out)]
-    done = subprocess.run(cmd + ["--outtype", "f32", str(adapter_dir)], env=_gguf_env(), capture_output=True, text=True)
-    if done.returncode or not out.is_file():
-        return None, f"convert_lora_to_gguf.py failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:] or ''}"
+    run(cmd + ["--outtype", "f32", str(adapter_dir)], f"convert_lora_to_gguf.py of {adapter_dir.name}", _gguf_env())
     return out, f"converted by llama.cpp's convert_lora_to_gguf.py ({out.stat().st_size / 1e6:.2f} MB, F32)"
 
 
