@@ -76,7 +76,8 @@ def ask(url: str, model: str, messages: list[dict], max_tokens: int = NEW_TOKENS
     """One streamed chat completion: seconds to the first text, to the end, the tokens made (the streamed usage, else
     llama-server's timings, else the content chunks) and the text."""
     start_t, first, made, chunks, text = time.perf_counter(), None, 0, 0, []
-    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True} | (extra or {})
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    body |= {"stream_options": {"include_usage": True}} | (extra or {})
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as r:
         if r.status_code != 200:
             raise SystemExit(f"{url} answered {r.status_code} to {model}: {r.read().decode()[:500]}")

@@ -74,10 +74,9 @@ class Rejected(Exception):
 # Both APIs
 
 
-async def read_json(request: Request, limit: int, malformed: int = 422) -> object:
-    """The request's JSON body, refused (Rejected) beyond limit bytes: on its Content-Length before a byte is read, and
-    while it streams for a body without one; a body that is not JSON is answered with the status malformed (the classify
-    API's 422, the OpenAI API's 400)."""
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, refused (Rejected) beyond limit bytes: on its Content-Length before a byte is read, and while it
+    streams for a body without one."""
 
     def too_large(size: str) -> Rejected:
         return Rejected(
@@ -100,8 +99,15 @@ async def read_json(request: Request, limit: int, malformed: int = 422) -> objec
         if size > limit:
             raise too_large("")
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, limit: int, malformed: int = 422) -> object:
+    """The request's JSON body, read by read_body; a body that is not JSON is answered with the status malformed (the
+    classify API's 422, the OpenAI API's 400)."""
+    raw = await read_body(request, limit)
     try:
-        return json.loads(b"".join(chunks))
+        return json.loads(raw)
     except (ValueError, RecursionError) as e:
         raise Rejected(malformed, BAD_REQUEST, f"the request body is not JSON: {e}") from None
 
@@ -125,14 +131,7 @@ def check_texts(raw: object, policy: ServingPolicy) -> None:
     texts = raw.get("texts") if isinstance(raw, dict) else None
     if not isinstance(texts, list):
         return
-    if len(texts) > policy.max_texts:
-        raise Rejected(
-            422,
-            TOO_MANY_TEXTS,
-            f"{len(texts)} texts in one request, more than serving.max_texts ({policy.max_texts})",
-            "serving.max_texts",
-            policy.max_texts,
-        )
+    check_text_count(len(texts), policy)
     for i, text in enumerate(texts):
         if isinstance(text, str) and len(text) > policy.max_text_chars:
             raise Rejected(
@@ -142,6 +141,17 @@ def check_texts(raw: object, policy: ServingPolicy) -> None:
                 "serving.max_text_chars",
                 policy.max_text_chars,
             )
+
+
+def check_text_count(count: int, policy: ServingPolicy) -> None:
+    if count > policy.max_texts:
+        raise Rejected(
+            422,
+            TOO_MANY_TEXTS,
+            f"{count} texts in one request, more than serving.max_texts ({policy.max_texts})",
+            "serving.max_texts",
+            policy.max_texts,
+        )
 
 
 def not_a_classify_request(e: ValidationError) -> Rejected:
@@ -167,20 +177,34 @@ def bad_request(message: str, param: str | None = None) -> Rejected:
 
 
 def not_a_completion_request(e: ValidationError) -> Rejected:
-    """The first problem pydantic found, named by its field as OpenAI's server does."""
+    """The first problem pydantic found, named by its field as OpenAI's server does; a field OpenAI's API does not have is
+    refused by name rather than ignored."""
     err = e.errors(include_url=False, include_input=False)[0]
     param = ".".join(str(x) for x in err["loc"]) or None
-    return bad_request(f"{param or 'body'}: {err['msg']}", param)
+    if err["type"] == "extra_forbidden":
+        return Rejected(
+            400,
+            UNSUPPORTED,
+            f"{param}: unknown field; this server takes the OpenAI API's fields and refuses any other rather than ignore it",
+            param=param,
+        )
+    message = err["msg"].removeprefix("Value error, ")
+    return bad_request(f"{param}: {message}" if param else message, param)
 
 
-def check_one_choice(n: int) -> None:
-    if n != 1:
-        raise Rejected(400, UNSUPPORTED, "n must be 1: one choice per request is served", param="n")
-
-
-def check_one_prompt(prompts: list[str]) -> None:
-    if len(prompts) != 1:
-        raise Rejected(400, UNSUPPORTED, "one prompt per request is served; send the others as requests of their own", param="prompt")
+def check_choices(choices: int, policy: ServingPolicy) -> None:
+    """n (times the prompts of a text completion): at most serving.max_choices, and never more than can run at once."""
+    bound = min(policy.max_choices, policy.max_generations)
+    if choices > bound:
+        limit = "serving.max_choices" if policy.max_choices <= policy.max_generations else "serving.max_generations"
+        raise Rejected(
+            400,
+            UNSUPPORTED,
+            f"{choices} choices (n times the prompts) in one request, more than {limit} ({bound}); send fewer, or more requests",
+            limit,
+            bound,
+            param="n",
+        )
 
 
 def no_such_model(name: str, model: str) -> Rejected:

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from modelcd_assets.lib.causal_lm.decoder import Sampling
+from modelcd_assets.lib.causal_lm.decoder import Chosen, Sampling
 from modelcd_assets.lib.judging.policy import ServingPolicy
 from modelcd_assets.serving.lm.generation import Generations, Yielded
 from modelcd_assets.serving.metrics import LmServerMetrics
@@ -27,7 +27,7 @@ class _Text:
 class GatedDecoder:
     """Each generation's tokens are released one by one by the test (release()); `made` lists who generated each token."""
 
-    context_length, kv_bytes_per_token = 64, 16
+    context_length, kv_bytes_per_token, vocab_size = 64, 16, 64
 
     def __init__(self):
         self.made: list[str] = []
@@ -45,7 +45,7 @@ class GatedDecoder:
             if not self.gate(who).acquire(timeout=DEADLINE):
                 raise AssertionError(f"{who}'s token {i} was never released")
             self.made.append(who)
-            yield i
+            yield Chosen(i)
 
 
 class Served:
@@ -67,7 +67,7 @@ def _generations(**serving) -> Generations:
 
 
 async def _read(stream) -> list[int]:
-    return [token async for token, _ in stream]
+    return [chosen.token async for chosen, _ in stream]
 
 
 async def _ended(gens: Generations, left: tuple[int, int, int] = (0, 0, 0)) -> None:

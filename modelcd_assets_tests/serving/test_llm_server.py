@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 
 import httpx
+import jsonschema
 import openai
 import pytest
 
 from modelcd_assets.faults.llm_builders import scaled_lora_b
 from modelcd_assets.launch import BLOCKED, PROMOTED, run_gate
-from modelcd_assets.lib.causal_lm.decoder import Decoder
+from modelcd_assets.lib.causal_lm.decoder import Decoder, Sampling, log_probabilities
 from modelcd_assets.lib.operations import traffic_log
 from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.lib.release.registry import ROLLED_BACK
@@ -29,15 +30,16 @@ from modelcd_assets_tests.tiny_lm import TINY_LM_POLICY
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny-reply"
-# Bounds small enough to reach with the tiny model: its KV cache is 512 bytes a token (2 layers, 2 KV heads of 16).
+# Bounds small enough to reach with the tiny model: its KV cache is 512 bytes a token (2 layers, 2 KV heads of 16). A
+# prompt of 210 tokens holds two functions described to the model (about 1 token a character of JSON, in the tiny tokenizer).
 POLICY = (
     TINY_LM_POLICY
     + """\
 serving:
   poll_seconds: 0.5
   max_completion_tokens: 200
-  max_prompt_tokens: 120
-  max_kv_cache_mb: 0.1
+  max_prompt_tokens: 210
+  max_kv_cache_mb: 0.122
   sample_ratio: 1.0
 drift:
   live_window: 200
@@ -109,13 +111,25 @@ def test_a_chat_completion_is_the_gated_build_greedy_answer_with_its_usage(clien
     assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (len(prompt), len(expected.tokens) + expected.stopped_at_eos)
 
 
-def test_streamed_chunks_join_to_the_whole_answer_and_end_with_usage(client):
+def test_streamed_chunks_join_to_the_whole_answer_and_usage_comes_as_openai_streams_it(client):
     whole = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0)
     chunks = list(client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0, stream=True))
     assert all(c.object == "chat.completion.chunk" for c in chunks) and len(chunks) > 3
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
     assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
-    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert all(c.usage is None for c in chunks)  # no usage unless stream_options.include_usage asks for it
+    counted = list(
+        client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    # usage on a last chunk of its own, with no choices; null on every other
+    assert counted[-1].choices == [] and counted[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert counted[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+    assert all(c.usage is None and len(c.choices) == 1 for c in counted[:-1])
+    assert counted[-2].choices[0].finish_reason == whole.choices[0].finish_reason
+    with pytest.raises(openai.BadRequestError, match="stream_options is only allowed when stream is true"):
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, stream_options={"include_usage": True})
 
 
 def test_concurrent_greedy_answers_are_decoded_in_batches_and_each_is_its_answer_alone(server, client, reference):
@@ -149,7 +163,7 @@ def test_the_raw_stream_is_server_sent_events_ending_in_done(server):
     ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         data = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
-    assert data[-1] == "[DONE]" and json.loads(data[-2])["usage"]["completion_tokens"] <= 8
+    assert data[-1] == "[DONE]" and json.loads(data[-2])["choices"][0]["finish_reason"] in ("stop", "length")
     assert all(json.loads(d)["object"] == "text_completion" for d in data[:-1])
 
 
@@ -217,11 +231,11 @@ def test_bounds_are_refused_with_the_openai_error_before_generation(client, serv
     with pytest.raises(openai.BadRequestError) as e:  # the prompt's 68 tokens + 200 are beyond the tiny model's context of 256
         client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=200)
     assert e.value.body["code"] == "context_length_exceeded" and "context of 256 tokens" in e.value.body["message"]
-    with pytest.raises(openai.APIStatusError) as e:  # 0.1 MiB holds 204 tokens: 68 + 150 fit the context, not the KV cache bound
-        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=150)
+    with pytest.raises(openai.APIStatusError) as e:  # 0.122 MiB holds 249 tokens: 68 + 185 fit the context, not the KV cache bound
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=185)
     assert e.value.status_code == 413 and "serving.max_kv_cache_mb" in e.value.body["message"]
-    with pytest.raises(openai.BadRequestError, match="n must be 1"):
-        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, n=2)
+    with pytest.raises(openai.BadRequestError, match="serving.max_choices"):
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, n=5)
 
 
 def test_any_integer_is_a_seed_and_the_same_seed_samples_the_same_answer(server, client):
@@ -574,3 +588,320 @@ def test_live_drift_judges_a_causal_lm_production_on_its_sampled_prompts(env, in
     assert calm.judged and not calm.detected and calm.version == production.version, calm
     drifted = judged([str(i % 10) * 60 for i in range(120)])
     assert drifted.judged and drifted.detected and "digit_share" in drifted.descriptors, drifted
+
+
+# The OpenAI API's fields: each honoured, computed as the core computes it, or refused by name.
+
+
+def test_logprobs_are_the_gated_builds_and_stream_as_they_answer(client, reference):
+    prompt = reference.encode_chat(MESSAGES)
+    expected = reference.generate(prompt, 24, "v2")
+    done = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0, logprobs=True, top_logprobs=3)
+    content = done.choices[0].logprobs.content
+    assert "".join(e.token for e in content) == done.choices[0].message.content
+    assert len(content) == len(expected.tokens) and all(len(e.top_logprobs) == 3 for e in content)
+    # the first token's logprobs are those of the logits gating recorded for the probe: the same build, adapter and prompt
+    first = log_probabilities(expected.first_logits)
+    assert content[0].logprob == pytest.approx(first[expected.tokens[0]], abs=1e-6)
+    assert content[0].top_logprobs[0].token == content[0].token and bytes(content[0].bytes) == content[0].token.encode()
+    streamed = list(
+        client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0, logprobs=True, top_logprobs=3, stream=True
+        )
+    )
+    entries = [e for c in streamed if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in entries] == [(e.token, e.logprob) for e in content]
+    with pytest.raises(openai.BadRequestError) as e:  # OpenAI's bound
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, logprobs=True, top_logprobs=21)
+    assert e.value.body["param"] == "top_logprobs"
+    text = client.completions.create(model=MODEL, prompt="the app crashes", max_tokens=8, temperature=0, logprobs=2).choices[0]
+    assert "".join(text.logprobs.tokens) == text.text and len(text.logprobs.token_logprobs) == len(text.logprobs.tokens)
+    assert all(len(top) >= 2 for top in text.logprobs.top_logprobs) and text.logprobs.text_offset[0] == 0
+
+
+def test_bias_and_penalties_move_the_choice_as_the_core_moves_it(client, reference):
+    prompt = reference.encode_chat(MESSAGES)
+    plain = reference.generate(prompt, 30, "v2").tokens
+    asks = [
+        ({"frequency_penalty": 2.0, "presence_penalty": 1.0}, Sampling(frequency_penalty=2.0, presence_penalty=1.0)),
+        ({"logit_bias": {str(plain[0]): -100}}, Sampling(logit_bias=((plain[0], -100.0),))),
+    ]
+    for fields, sampling in asks:
+        answer = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=30, temperature=0, **fields)
+        expected = [c.token for c in reference.stream(prompt, 30, "v2", sampling)]
+        assert expected != plain, fields
+        assert answer.choices[0].message.content == reference.decode(expected), fields
+    with pytest.raises(openai.BadRequestError, match="vocabulary has") as e:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, logit_bias={"999999": 5})
+    assert e.value.body["param"] == "logit_bias"
+
+
+def test_response_format_constrains_the_answer_to_json_and_its_schema(client):
+    schema = {
+        "type": "object",
+        "properties": {"team": {"enum": ["billing", "bugs", "orders"]}, "urgent": {"type": "boolean"}},
+        "required": ["team", "urgent"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "routing", "schema": schema, "strict": True}}
+    for temperature in (0, 1.0):
+        done = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=60, temperature=temperature, response_format=fmt)
+        jsonschema.validate(json.loads(done.choices[0].message.content), schema)
+    anything = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=60, response_format={"type": "json_object"})
+    if anything.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(anything.choices[0].message.content), dict)
+    else:  # cut at max_tokens: a prefix of an object
+        assert anything.choices[0].message.content.startswith("{")
+    for bad, param in (
+        ({"type": "sound"}, "response_format.type"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}, "response_format"),
+    ):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, response_format=bad)
+        assert e.value.body["param"] == param, e.value.body
+
+
+# Functions small enough to describe within the tiny model's context; closed objects, as OpenAI's strict mode requires
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "route",
+            "parameters": {
+                "type": "object",
+                "properties": {"team": {"enum": ["billing", "bugs"]}},
+                "required": ["team"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "close",
+            "parameters": {
+                "type": "object",
+                "properties": {"spam": {"type": "boolean"}},
+                "required": ["spam"],
+                "additionalProperties": False,
+            },
+        },
+    },
+]
+TOOL_ASK = [{"role": "user", "content": "refund please"}]
+
+
+def test_a_named_or_required_tool_choice_answers_with_a_call_that_fits_the_function(client):
+    named = {"type": "function", "function": {"name": "route"}}
+    ask = {"model": MODEL, "messages": TOOL_ASK, "max_tokens": 40, "temperature": 0}
+    done = client.chat.completions.create(**ask, tools=TOOLS[:1], tool_choice=named)
+    (call,) = done.choices[0].message.tool_calls
+    assert done.choices[0].finish_reason == "tool_calls" and done.choices[0].message.content is None
+    assert call.type == "function" and call.function.name == "route" and call.id.startswith("call_")
+    jsonschema.validate(json.loads(call.function.arguments), TOOLS[0]["function"]["parameters"])
+    streamed = list(client.chat.completions.create(**ask, tools=TOOLS[:1], tool_choice=named, stream=True))
+    deltas = [t for c in streamed if c.choices and c.choices[0].delta.tool_calls for t in c.choices[0].delta.tool_calls]
+    assert [(t.function.name, t.function.arguments) for t in deltas] == [("route", call.function.arguments)]
+    assert streamed[-1].choices[0].finish_reason == "tool_calls"
+    # the model picks the function too (one here: two functions described are beyond the tiny model's context)
+    required = client.chat.completions.create(
+        **(ask | {"temperature": 1.0, "seed": 5, "max_tokens": 44}), tools=TOOLS[:1], tool_choice="required"
+    )
+    (call,) = required.choices[0].message.tool_calls
+    fn = next(t["function"] for t in TOOLS if t["function"]["name"] == call.function.name)
+    jsonschema.validate(json.loads(call.function.arguments), fn["parameters"])
+
+
+def test_what_the_chat_template_cannot_render_is_refused_by_name(client):
+    tool_turn = MESSAGES + [
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "close_ticket", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "closed"},
+    ]
+    for fields, param in (
+        ({"tools": TOOLS}, "tool_choice"),  # auto, the default
+        ({"tools": TOOLS, "tool_choice": "auto"}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),  # without tools
+        ({"messages": tool_turn}, "messages[2]"),
+        ({"messages": [{"role": "user", "content": "hi", "name": "ann"}]}, "messages[0].name"),
+    ):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(**({"model": MODEL, "messages": MESSAGES, "max_tokens": 4} | fields))
+        assert e.value.body["param"] == param, (fields, e.value.body)
+    assert "does not render tools" in e.value.body["message"] or "participants' names" in e.value.body["message"]
+    # tool_choice none: the functions are described, and the answer is text
+    done = client.chat.completions.create(model=MODEL, messages=TOOL_ASK, max_tokens=8, temperature=0, tools=TOOLS[:1], tool_choice="none")
+    assert done.choices[0].message.tool_calls is None and done.choices[0].finish_reason in ("stop", "length")
+
+
+def test_unknown_and_unserved_fields_are_refused_by_name(server, client):
+    ask = {"model": MODEL, "messages": MESSAGES, "max_tokens": 4}
+    for extra, param in (
+        ({"top_k": 5}, "top_k"),  # vLLM's, not OpenAI's
+        ({"repetition_penalty": 1.1}, "repetition_penalty"),
+        ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
+        ({"modalities": ["text", "audio"]}, "modalities"),
+        ({"store": True}, "store"),
+        ({"reasoning_effort": "high"}, "reasoning_effort"),
+        ({"service_tier": "flex"}, "service_tier"),
+        ({"functions": [{"name": "f"}]}, "functions"),
+        ({"stream_options": {"include_usage": True, "extra": 1}, "stream": True}, "stream_options.extra"),
+    ):
+        r = httpx.post(f"{server.url}/v1/chat/completions", json=ask | extra, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param and param.split(".")[-1] in r.json()["error"]["message"], r.text
+    for extra, param in (({"suffix": "end"}, "suffix"), ({"best_of": 3}, "best_of"), ({"echo": True, "logprobs": 1}, "echo")):
+        r = httpx.post(f"{server.url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 4} | extra, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    # the off values of what is not served are accepted, and OpenAI's message shape has its refusal field
+    done = httpx.post(f"{server.url}/v1/chat/completions", json=ask | {"store": False, "service_tier": "auto"}, timeout=60).json()
+    assert done["choices"][0]["message"]["refusal"] is None and "refusal" in done["choices"][0]["message"]
+
+
+def test_n_choices_prompt_lists_token_prompts_echo_and_top_p_zero(client, reference):
+    greedy = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0)
+    three = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0, n=3)
+    assert [c.index for c in three.choices] == [0, 1, 2]
+    assert {c.message.content for c in three.choices} == {greedy.choices[0].message.content}
+    assert three.usage.prompt_tokens == greedy.usage.prompt_tokens  # the prompt counted once, as OpenAI counts it
+    assert three.usage.completion_tokens == 3 * greedy.usage.completion_tokens
+    sampled = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=16, temperature=1.5, seed=11, n=2)
+    assert (
+        sampled.choices[0].message.content
+        == client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=16, temperature=1.5, seed=11)
+        .choices[0]
+        .message.content
+    )  # choice 0 samples with the seed; choice i with seed + i
+    assert (
+        sampled.choices[1].message.content
+        == client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=16, temperature=1.5, seed=12)
+        .choices[0]
+        .message.content
+    )
+    streamed = list(client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0, n=2, stream=True))
+    for i in (0, 1):
+        text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices and c.choices[0].index == i)
+        assert text == greedy.choices[0].message.content
+    assert client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=16, top_p=0).choices[0].message.content == (
+        greedy.choices[0].message.content
+    )  # a nucleus of one token: greedy
+
+    texts = ["the app crashes", "refund please"]
+    ids = reference.encode(texts[0])
+    listed = client.completions.create(model=MODEL, prompt=texts, max_tokens=8, temperature=0)
+    alone = [client.completions.create(model=MODEL, prompt=t, max_tokens=8, temperature=0).choices[0].text for t in texts]
+    assert [c.text for c in sorted(listed.choices, key=lambda c: c.index)] == alone
+    assert listed.usage.prompt_tokens == sum(len(reference.encode(t)) for t in texts)
+    assert client.completions.create(model=MODEL, prompt=ids, max_tokens=8, temperature=0).choices[0].text == alone[0]
+    echoed = client.completions.create(model=MODEL, prompt=texts[0], max_tokens=8, temperature=0, echo=True).choices[0].text
+    assert echoed == texts[0] + alone[0]
+    with pytest.raises(openai.BadRequestError, match="vocabulary") as e:
+        client.completions.create(model=MODEL, prompt=[ids[0], 10**9], max_tokens=4)
+    assert e.value.body["param"] == "prompt"
+
+
+def json_schema(node):
+    """OpenAPI's schema as JSON Schema: the spec marks what may be null with OpenAPI 3.0's `nullable: true`."""
+    if isinstance(node, list):
+        return [json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: json_schema(v) for k, v in node.items() if k != "nullable"}
+    return {"anyOf": [out, {"type": "null"}]} if node.get("nullable") is True else out
+
+
+def completion_chunk(spec: dict) -> dict:
+    """The spec has no schema for a streamed text completion's chunks: OpenAI streams them in CreateCompletionResponse's
+    shape, with finish_reason null until a choice ends, and usage null but on the last chunk when include_usage asks."""
+    chunk = json.loads(json.dumps(spec["components"]["schemas"]["CreateCompletionResponse"]))
+    choice = chunk["properties"]["choices"]["items"]["properties"]
+    choice["finish_reason"] = {"anyOf": [choice["finish_reason"], {"type": "null"}]}
+    chunk["properties"]["usage"] = {"anyOf": [chunk["properties"]["usage"], {"type": "null"}]}
+    return chunk
+
+
+SPEC = json_schema(json.loads((Path(__file__).parent / "openai_spec" / "schemas.json").read_text()))
+SPEC["components"]["schemas"]["CompletionChunk"] = completion_chunk(SPEC)
+
+
+def spec_errors(schema: str, instance) -> list[str]:
+    """What in instance violates OpenAI's OpenAPI schema of that name (openai_spec/schemas.json, at the commit it records)."""
+    validator = jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{schema}", "components": SPEC["components"]})
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(instance)]
+
+
+def sse(server, path: str, body: dict) -> list[dict]:
+    with httpx.stream("POST", f"{server.url}{path}", json=body | {"stream": True}, timeout=60) as r:
+        assert r.status_code == 200, r.read()
+        data = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    return [json.loads(d) for d in data[:-1]]
+
+
+def test_every_answer_fits_the_openai_openapi_schemas(server):
+    chat = {"model": MODEL, "messages": MESSAGES, "max_tokens": 12, "temperature": 0}
+    named = {"tools": TOOLS[:1], "tool_choice": {"type": "function", "function": {"name": "route"}}, "messages": TOOL_ASK, "max_tokens": 40}
+    chats = [chat, chat | {"logprobs": True, "top_logprobs": 2, "n": 2}, chat | named, chat | {"response_format": {"type": "json_object"}}]
+    texts = [
+        {"model": MODEL, "prompt": "the app crashes", "max_tokens": 8, "temperature": 0},
+        {"model": MODEL, "prompt": ["the app crashes", "refund"], "max_tokens": 8, "logprobs": 2, "seed": 3},
+        {"model": MODEL, "prompt": "refund", "max_tokens": 8, "echo": True, "temperature": 0},
+    ]
+    samples = []
+    for body in chats:
+        samples.append(("CreateChatCompletionResponse", httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60).json()))
+        for streamed in (body, body | {"stream_options": {"include_usage": True}}):
+            samples += [("CreateChatCompletionStreamResponse", c) for c in sse(server, "/v1/chat/completions", streamed)]
+    for body in texts:
+        samples.append(("CreateCompletionResponse", httpx.post(f"{server.url}/v1/completions", json=body, timeout=60).json()))
+        samples += [("CompletionChunk", c) for c in sse(server, "/v1/completions", body | {"stream_options": {"include_usage": True}})]
+    samples += [
+        ("ListModelsResponse", httpx.get(f"{server.url}/v1/models", timeout=60).json()),
+        ("Model", httpx.get(f"{server.url}/v1/models/{MODEL}", timeout=60).json()),
+        ("ErrorResponse", httpx.post(f"{server.url}/v1/chat/completions", json=chat | {"top_k": 1}, timeout=60).json()),
+        ("ErrorResponse", httpx.get(f"{server.url}/v1/nowhere", timeout=60).json()),
+    ]
+    found = {f"{schema} #{i}: {error}" for i, (schema, sample) in enumerate(samples) for error in spec_errors(schema, sample)}
+    assert not found, sorted(found)
+    assert len(samples) > 40
+
+
+def test_the_async_openai_client_langchain_and_litellm_get_the_gated_answer(server, reference, monkeypatch):
+    import asyncio
+
+    expected = reference.decode(reference.generate(reference.encode_chat(MESSAGES), 24, "v2").tokens)
+    assert len(expected) > 8
+
+    async def async_client():
+        client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+        done = await client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0)
+        stream = await client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0, stream=True, stream_options={"include_usage": True}
+        )
+        chunks = [c async for c in stream]
+        await client.close()
+        return done, chunks
+
+    done, chunks = asyncio.run(async_client())
+    assert done.choices[0].message.content == expected
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected
+    assert chunks[-1].usage.completion_tokens == done.usage.completion_tokens
+
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(base_url=f"{server.url}/v1", api_key="unused", model=MODEL, temperature=0, max_tokens=24, max_retries=0)
+    turns = [("system", MESSAGES[0]["content"]), ("human", MESSAGES[1]["content"])]
+    assert llm.invoke(turns).content == expected
+    assert "".join(c.content for c in llm.stream(turns)) == expected
+    routed = llm.bind_tools(TOOLS[:1], tool_choice="route").invoke([("human", TOOL_ASK[0]["content"])], max_tokens=40)
+    assert [c["name"] for c in routed.tool_calls] == ["route"] and routed.tool_calls[0]["args"]["team"] in ("billing", "bugs")
+
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no download of the price list (no network in tests)
+    import litellm
+
+    answer = litellm.completion(
+        model=f"openai/{MODEL}", api_base=f"{server.url}/v1", api_key="unused", messages=MESSAGES, max_tokens=24, temperature=0
+    )
+    assert answer.choices[0].message.content == expected
+    pieces = litellm.completion(
+        model=f"openai/{MODEL}", api_base=f"{server.url}/v1", api_key="unused", messages=MESSAGES, max_tokens=24, temperature=0, stream=True
+    )
+    assert "".join(p.choices[0].delta.content or "" for p in pieces if p.choices) == expected

@@ -97,7 +97,7 @@ def test_each_client_receives_its_own_rows_tokens_up_to_eos_or_its_max_tokens():
         finished = run(batcher, asks, served)
     finally:
         batcher.stop()
-    tokens = [[t for t, _ in p.items[:-1]] for _, _, p in asks]
+    tokens = [[c.token for c, _ in p.items[:-1]] for _, _, p in asks]
     assert tokens == [[2, 3, 4, 5, 6], [4, 5, 6, 7], [3, 4]]  # EOS after 5 and 2 tokens; 4 tokens at most for the second
     assert all(p.items[-1] == "END" for _, _, p in asks) and sorted(finished) == [2, 4, 5]
     assert script.widest == 3 and served.holders == 0
@@ -111,7 +111,7 @@ def test_non_finite_logits_end_that_generation_alone():
         run(batcher, asks, served)
     finally:
         batcher.stop()
-    assert [t for t, _ in asks[0][2].items[:-1]] == [2, 3] and isinstance(asks[0][2].items[-1], NonFinite)
+    assert [c.token for c, _ in asks[0][2].items[:-1]] == [2, 3] and isinstance(asks[0][2].items[-1], NonFinite)
 
 
 def test_a_fault_of_the_thread_ends_every_generation_in_it_once_and_the_thread_goes_on():
@@ -143,7 +143,7 @@ def test_a_client_that_reads_nothing_holds_back_only_its_own_row():
         deadline = time.monotonic() + 30
         while not slow.done.is_set() and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert slow.done.is_set() and [t for t, _ in slow.items[:-1]] == [1 + (1 + k) % 7 for k in range(40)]
+        assert slow.done.is_set() and [c.token for c, _ in slow.items[:-1]] == [1 + (1 + k) % 7 for k in range(40)]
     finally:
         batcher.stop()
 

@@ -22,9 +22,8 @@ from modelcd_assets.serving.rejections import (
     TOO_MANY_GENERATIONS,
     TOO_MANY_TEXTS,
     Rejected,
+    check_choices,
     check_generations,
-    check_one_choice,
-    check_one_prompt,
     check_prompt,
     generation_bounds,
 )
@@ -203,17 +202,19 @@ def test_generations_at_once_are_bounded_and_the_client_told_when_to_retry():
     assert "retry after 7 s" in str(r)
 
 
-def test_an_empty_prompt_more_than_one_choice_or_prompt_are_bad_requests():
+def test_an_empty_prompt_and_more_choices_than_the_policy_allows_are_bad_requests():
     check_prompt([1])
-    check_one_choice(1)
-    check_one_prompt(["a"])
-    for call, param in (
-        (lambda: check_prompt([]), "prompt"),
-        (lambda: check_one_choice(2), "n"),
-        (lambda: check_one_prompt(["a", "b"]), "prompt"),
+    check_choices(4, ServingPolicy())  # serving.max_choices 4, serving.max_generations 4
+    with pytest.raises(Rejected) as e:
+        check_prompt([])
+    assert (e.value.status, e.value.param) == (400, "prompt")
+    for policy, limit in (
+        (ServingPolicy(), "serving.max_choices"),
+        (ServingPolicy(max_choices=8, max_generations=2), "serving.max_generations"),
     ):
+        bound = min(policy.max_choices, policy.max_generations)
+        check_choices(bound, policy)
         with pytest.raises(Rejected) as e:
-            call()
-        assert (e.value.status, e.value.param) == (400, param)
-    with pytest.raises(Rejected):
-        check_one_prompt([])
+            check_choices(bound + 1, policy)
+        assert (e.value.status, e.value.param, e.value.limit, e.value.value) == (400, "n", limit, bound)
+        assert limit in str(e.value)

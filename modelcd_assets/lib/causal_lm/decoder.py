@@ -40,16 +40,72 @@ class Generation:
 
 @dataclass(frozen=True)
 class Sampling:
-    """How the next token is chosen: temperature 0 is greedy search; otherwise sampling from the top_p nucleus, seeded."""
+    """How the next token is chosen from the logits the model computed, which nothing here changes: temperature 0 (or top_p
+    0, a nucleus of one token) is greedy search; otherwise sampling from the top_p nucleus, seeded. Before the choice,
+    logit_bias is added and the presence and frequency penalties subtracted (OpenAI's definitions, over the tokens this
+    generation made), and guidance (llguidance's (kind, grammar): "json_schema", "regex" or "lark_grammar") masks every
+    token that cannot continue the grammar. top_logprobs (None: none) asks for each chosen token's log-probability and
+    the most likely alternatives, from the model's own logits."""
 
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
     min_new_tokens: int = 0  # EOS is not chosen before this many tokens (GenAI's min_length; vLLM's min_tokens)
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    guidance: tuple[str, str] | None = None
+    top_logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature == 0 or self.top_p == 0
+
+    @property
+    def moves_logits(self) -> bool:
+        """Whether the choice is made from logits other than the model's (bias and penalties added)."""
+        return bool(self.logit_bias) or bool(self.presence_penalty) or bool(self.frequency_penalty)
+
+    @property
+    def plain(self) -> bool:
+        """Greedy search over the model's logits and nothing else: the decoding the gates and the probe judge."""
+        return self.greedy and not self.min_new_tokens and not self.moves_logits and self.guidance is None and self.top_logprobs is None
+
+    def moved(self, logits: np.ndarray, counts: dict[int, int]) -> np.ndarray:
+        """The logits the choice is made from: a copy, logit_bias added, penalties subtracted for the tokens made so far."""
+        out = np.array(logits, np.float32, copy=True).reshape(-1)
+        for token, bias in self.logit_bias:
+            out[token] += bias
+        for token, count in counts.items():
+            out[token] -= self.presence_penalty + self.frequency_penalty * count
+        return out.reshape(np.shape(logits))
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A generated token, with its log-probability and the top alternatives' (token, log-probability), most likely first,
+    under the model's own logits, when asked for."""
+
+    token: int
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def log_probabilities(logits: np.ndarray) -> np.ndarray:
+    """log softmax, in float64 so that the most likely token's is exactly representable to its float32 bits' precision."""
+    x = np.asarray(logits, np.float64).reshape(-1)
+    shifted = x - x.max()
+    return shifted - np.log(np.exp(shifted).sum())
+
+
+def chosen(logits: np.ndarray, token: int, top: int | None) -> Chosen:
+    """token with its log-probability and the top alternatives', or alone when top is None."""
+    if top is None:
+        return Chosen(token)
+    lp = log_probabilities(logits)
+    best = np.argpartition(-lp, top)[:top] if 0 < top < lp.size else np.arange(lp.size if top else 0)
+    best = best[np.argsort(-lp[best], kind="stable")]
+    return Chosen(token, float(lp[token]), tuple((int(t), float(lp[t])) for t in best))
 
 
 GREEDY = Sampling()
@@ -117,6 +173,9 @@ class Decoder:
         self.eos_ids = tuple(eos) if isinstance(eos, list) else (int(eos),)
         self.adapters = og.Adapters(self.model)
         self._loaded: set[str] = set()
+        template = folder / "chat_template.jinja"
+        # Whether the chat template renders tool definitions, calls and results (the OpenAI API's tools and role "tool").
+        self.renders_tools = template.is_file() and "tools" in template.read_text()
 
     def load_adapter(self, path: Path, name: str) -> None:
         if name not in self._loaded:
@@ -138,10 +197,27 @@ class Decoder:
             if sampling.seed is not None:
                 options["random_seed"] = genai_seed(sampling.seed)
         params.set_search_options(**options)
+        if sampling.guidance is not None:
+            params.set_guidance(*sampling.guidance)
         generator = self._og.Generator(self.model, params)
         if adapter is not None:
             generator.set_active_adapter(self.adapters, adapter)
         return generator
+
+    def check_guidance(self, kind: str, grammar: str) -> None:
+        """ValueError with llguidance's own message when grammar (of kind "json_schema", "regex" or "lark_grammar") cannot
+        guide this model's tokens; checked on a generator that holds no tokens, so it costs no model run."""
+        params = self._og.GeneratorParams(self.model)
+        params.set_search_options(max_length=1, batch_size=1)
+        try:
+            params.set_guidance(kind, grammar)
+            self._og.Generator(self.model, params)
+        except RuntimeError as e:
+            raise ValueError(str(e)) from None
+
+    def token_text(self, token: int) -> str:
+        """The text of one token alone (a piece of a character decodes to U+FFFD, as OpenAI's logprobs show it)."""
+        return self.tokenizer.decode(np.asarray([token], np.int32))
 
     def logits(self, ids: list[int], adapter: str | None = None) -> np.ndarray:
         """Next-token logits at every position of ids, [len(ids), vocab], in one prefill."""
@@ -213,18 +289,31 @@ class Decoder:
         end = time.perf_counter()
         return Generation(tokens, stopped, first or end - start, end - start - (first or end - start), finite, first_logits)
 
-    def stream(self, prompt: list[int], max_new_tokens: int, adapter: str | None = None, sampling: Sampling = GREEDY) -> Iterator[int]:
-        """The tokens after prompt as they are made (EOS not included), by greedy search or by sampling; NonFinite when a
-        step's logits are not all finite. The KV cache is allocated for prompt + max_new_tokens and freed with the iterator."""
+    def stream(self, prompt: list[int], max_new_tokens: int, adapter: str | None = None, sampling: Sampling = GREEDY) -> Iterator[Chosen]:
+        """The tokens after prompt as they are made (EOS not included), chosen as sampling says; NonFinite when a step's
+        logits are not all finite. The KV cache is allocated for prompt + max_new_tokens and freed with the iterator.
+
+        Plain greedy search runs as the gates judged it: GenAI's own choice from the model's logits. Bias and penalties are
+        written over the logits (set_logits) before GenAI chooses, and guidance masks them there; the logits a token's
+        log-probabilities come from are the model's, read before either."""
         least = len(prompt) + min(sampling.min_new_tokens, max_new_tokens) if sampling.min_new_tokens else 0
         generator = self._generator(len(prompt) + max_new_tokens, adapter, sampling, least)
         generator.append_tokens(np.asarray(prompt, np.int32))
-        for token, logits in self._steps(generator, max_new_tokens):
+        counts: dict[int, int] = {}
+        for made in range(max_new_tokens):
+            if generator.is_done():
+                return
+            logits = generator.get_logits()
             if not np.isfinite(logits).all():
-                raise NonFinite(f"the model's logits held NaN or Inf at generated token {token}")
+                raise NonFinite(f"the model's logits held NaN or Inf at generated token {made + 1}")
+            if sampling.moves_logits:
+                generator.set_logits(sampling.moved(logits, counts))
+            generator.generate_next_token()
+            token = int(generator.get_next_tokens()[0])
             if token in self.eos_ids:
                 return
-            yield token
+            counts[token] = counts.get(token, 0) + 1
+            yield chosen(logits, token, sampling.top_logprobs)
 
     def text_stream(self):
         """Incremental detokenizing of one generation: .decode(token) gives the text that token adds."""

@@ -356,6 +356,15 @@ class ServingPolicy(_Strict):
     max_generations: int = Field(
         4, ge=1, le=1024, description="Causal LM: generations running at once; a request beyond them is answered 429 with Retry-After."
     )
+    max_choices: int = Field(
+        4,
+        ge=1,
+        le=128,
+        description=(
+            "Causal LM: most choices one request may ask for (n, times the prompts of a text completion), each a generation of its own "
+            "among serving.max_generations; beyond it 400."
+        ),
+    )
     retry_after_s: int = Field(1, ge=1, le=3600, description="Causal LM: the Retry-After a 429 answer carries, seconds.")
     max_shadow_in_flight: int = Field(
         1,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from modelcd_assets.lib.causal_lm.batched import Batch, BatchedSession, Row
-from modelcd_assets.lib.causal_lm.decoder import NonFinite
+from modelcd_assets.lib.causal_lm.decoder import Chosen, NonFinite
 
 log = logging.getLogger("modelcd.serve")
 
@@ -139,7 +139,7 @@ class Batcher:
             return False
         g.made += 1
         g.next_token = token
-        g.pipe.put((token, g.text.decode(token)))
+        g.pipe.put((Chosen(token), g.text.decode(token)))
         if g.made >= g.max_new_tokens or g.pipe.cancel.is_set():
             self._end(g)
             return False

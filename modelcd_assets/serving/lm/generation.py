@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from modelcd_assets.lib.causal_lm.decoder import Sampling, cores
+from modelcd_assets.lib.causal_lm.decoder import Chosen, Sampling, cores
 from modelcd_assets.lib.judging.policy import ServingPolicy
 from modelcd_assets.serving.lm.batching import BatchedGeneration, Batcher
 from modelcd_assets.serving.lm.pool import LmServed
@@ -62,12 +62,19 @@ class Generations:
         """The generation's bounds, or serving/rejections.Rejected (400, 413, 429) before anything runs: the caller's account
         counts it and the OpenAI router answers it, as every other rejection. A background generation (a shadow copy, which
         the shadow lane bounds) is not counted against serving.max_generations."""
-        new, kv = generation_bounds(self.policy, prompt_tokens, max_tokens, context_length, kv_bytes_per_token)
+        return self.admit_all([prompt_tokens], max_tokens, context_length, kv_bytes_per_token, background)[0]
+
+    def admit_all(
+        self, prompts_tokens: list[int], max_tokens: int | None, context_length: int, kv_bytes_per_token: int, background: bool = False
+    ) -> list[Admitted]:
+        """One request's generations (its choices), each by admit()'s rules: all of them admitted at once, or none."""
+        bounds = [generation_bounds(self.policy, n, max_tokens, context_length, kv_bytes_per_token) for n in prompts_tokens]
         with self._lock:
             if not background:
-                check_generations(self.callers, self.policy)
-            self._started(kv, background)
-        return Admitted(new, kv, background)
+                check_generations(self.callers + len(bounds) - 1, self.policy)
+            for _, kv in bounds:
+                self._started(kv, background)
+        return [Admitted(new, kv, background) for new, kv in bounds]
 
     def wait_room(self, cancel: threading.Event, budget_s: float) -> float | None:
         """For a background generation's next token: wait until fewer callers' generations than background_below run, at most
@@ -110,11 +117,12 @@ class Generations:
         self.metrics.generations.labels(self.model).set(self.running)
 
     def tokens(self, served: LmServed, prompt: list[int], admitted: Admitted, sampling: Sampling) -> TokenStream:
-        """(token, the text it adds) as they are generated, started now; closing the stream early, or dropping it unread,
-        stops the generation and frees its cache. A caller's greedy generation is decoded in its version's batch
-        (lm/batching.py) when serving.max_batch allows more than one row; a sampled one, one with a least number of tokens,
-        and a shadow copy run alone, on ONNX Runtime GenAI's own generator."""
-        batcher = self._batcher(served) if sampling.greedy and not sampling.min_new_tokens and not admitted.background else None
+        """(Chosen, the text its token adds) as they are generated, started now; closing the stream early, or dropping it
+        unread, stops the generation and frees its cache. A caller's plain greedy generation is decoded in its version's
+        batch (lm/batching.py) when serving.max_batch allows more than one row; any other (sampled, biased, penalized,
+        guided, with logprobs or a least number of tokens) and a shadow copy run alone, on ONNX Runtime GenAI's own
+        generator."""
+        batcher = self._batcher(served) if sampling.plain and not admitted.background else None
         if batcher is None:
             return TokenStream(self, admitted, lambda pipe: self.executor.submit(_produce, pipe, self, served, prompt, admitted, sampling))
 
@@ -185,11 +193,11 @@ def _produce(pipe: _Pipe, owner: Generations, served: LmServed, prompt: list[int
                                 f"a shadow copy waited {owner.policy.shadow_max_wait_s:g} s in all for fewer than"
                                 f" {owner.background_below} callers' generations (serving.shadow_below_generations)"
                             )
-                    token = next(steps, _END)
-                    if token is _END:
+                    step = next(steps, _END)
+                    if step is _END:
                         break
                     made += 1
-                    pipe.put((token, text.decode(token)))
+                    pipe.put((step, text.decode(step.token)))
                     if pipe.cancel.is_set() or not pipe.wait_credit():
                         break
             finally:
@@ -218,7 +226,7 @@ class TokenStream:
     def __aiter__(self) -> TokenStream:
         return self
 
-    async def __anext__(self) -> tuple[int, str]:
+    async def __anext__(self) -> tuple[Chosen, str]:
         item = await self._pipe.queue.get()
         if item is _END:
             raise StopAsyncIteration

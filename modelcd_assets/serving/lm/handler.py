@@ -10,6 +10,7 @@ import logging
 import math
 import random
 import time
+from dataclasses import replace
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -24,10 +25,30 @@ from modelcd_assets.serving.accounting import RequestAccount
 from modelcd_assets.serving.admin import Swapper
 from modelcd_assets.serving.lm.chaos import INJECTED, LmFaultRequest
 from modelcd_assets.serving.lm.generation import Admitted, Generations, TokenStream, Yielded
-from modelcd_assets.serving.lm.openai_api import Answer, ApiError, ChatRequest, CompletionRequest, StopCut, error_body, parse, usage
+from modelcd_assets.serving.lm.openai_api import (
+    Answer,
+    ApiError,
+    ChatRequest,
+    CompletionRequest,
+    Logprobs,
+    StopCut,
+    error_body,
+    parse,
+    tool_calls,
+    usage,
+)
 from modelcd_assets.serving.lm.pool import LmPool, LmServed
 from modelcd_assets.serving.metrics import LmServerMetrics
-from modelcd_assets.serving.rejections import Rejected, bad_request, check_prompt, may_not_be_served, no_such_model, not_ready, read_json
+from modelcd_assets.serving.rejections import (
+    Rejected,
+    bad_request,
+    check_choices,
+    check_prompt,
+    may_not_be_served,
+    no_such_model,
+    not_ready,
+    read_json,
+)
 from modelcd_assets.serving.rollout import RolloutFollower, caller_of
 from modelcd_assets.serving.sampler import Sampler
 from modelcd_assets.serving.shadow import ShadowLane
@@ -61,8 +82,8 @@ class CompletionAccount(RequestAccount):
             self.first, self.first_token = time.perf_counter(), int(token)
 
     def ended_turn(self) -> None:
-        """The model generated EOS, which counts as a token."""
-        self.eos = 1
+        """A choice's model generated EOS, which counts as a token."""
+        self.eos += 1
 
     def finish(self, failed: bool) -> None:
         """Observed at the answer's end, TTFT included, so that a shadow copy stopped before it (abandon) is in no series."""
@@ -80,92 +101,176 @@ class CompletionAccount(RequestAccount):
             self.metrics.tpot.labels(*self.labels).observe((time.perf_counter() - self.first) / (self.made - 1))
 
 
-class Completion:
-    """One admitted generation's answer, whole or streamed: its text cut at the stop sequences, why it finished, and the
-    error it failed with (answered, never dropped)."""
+class Choice:
+    """One admitted generation of a request: its text cut at the stop sequences, the logprobs of the tokens sent, why it
+    finished, and the error it failed with (answered, never dropped)."""
 
     def __init__(
-        self,
-        chat: bool,
-        body: ChatRequest | CompletionRequest,
-        served: LmServed,
-        prompt: list[int],
-        admitted: Admitted,
-        tokens: TokenStream,
-        account: CompletionAccount,
+        self, index: int, prompt: list[int], admitted: Admitted, tokens: TokenStream, account: CompletionAccount, stops: list[str]
     ):
-        self.chat, self.body, self.served, self.prompt, self.admitted, self.tokens = chat, body, served, prompt, admitted, tokens
-        self.account = account
-        self.answer = Answer(chat, f"{served.model}:{served.version}")
-        self.headers = served_headers(served)
+        self.index, self.prompt, self.admitted, self.tokens, self.account, self.stops = index, prompt, admitted, tokens, account, stops
         self.finish_reason = "length"
+        self.made = 0
+        self.first_token: int | None = None
+        self.eos = False
         self.error: dict | None = None  # the OpenAI error body of a generation that failed
-        self.after = None  # called with this completion once it has finished, however it ended (a shadow copy is offered there)
         self.fault: LmFaultRequest | None = None  # --chaos: the fault injected into its version (lm/chaos.py)
 
-    def usage(self) -> dict:
-        return usage(len(self.prompt), self.account.completion_tokens)
+    @property
+    def completion_tokens(self) -> int:
+        return self.made + self.eos
 
     async def pieces(self):
-        """The text to send, piece by piece, cut at a stop sequence; the finish reason and any error land on self."""
-        cut = StopCut(self.body.stops)
+        """(text, the Chosen steps whose tokens it holds) to send, piece by piece, cut at a stop sequence; the finish reason
+        and any error land on self. A token whose text is held back (a piece of a character, or of a stop sequence) is sent
+        with the text that follows it; one inside the stop sequence is not sent."""
+        cut, held = StopCut(self.stops), []
         try:
             if self.fault is not None:
                 await asyncio.sleep(self.fault.latency_ms / 1000)
                 if random.random() < self.fault.error_ratio:
                     self.error = error_body(INJECTED)
                     return
-            async for token, piece in self.tokens:
-                self.account.token(token)
+            async for step, piece in self.tokens:
+                self.account.token(step.token)
+                self.made += 1
+                if self.first_token is None:
+                    self.first_token = step.token
+                held.append(step)
                 text = cut.feed(piece)
                 if text:
-                    yield text
+                    yield text, held
+                    held = []
                 if cut.stopped:
                     self.finish_reason = "stop"
                     return
-            if self.account.made < self.admitted.max_new_tokens:  # the model ended its turn
-                self.finish_reason = "stop"
+            if self.made < self.admitted.max_new_tokens:  # the model ended its turn
+                self.finish_reason, self.eos = "stop", True
                 self.account.ended_turn()
-            if rest := cut.flush():
-                yield rest
+            rest = cut.flush()
+            if rest or held:
+                yield rest, held
         except Yielded:  # a shadow copy that found no room in time: dropped by the lane, never an error of its version
             raise
         except NonFinite as e:
             self.account.non_finite()
             self.error = error_body(f"generation stopped: {e}", code="non_finite_logits")
         except Exception as e:  # a failed generation is counted and answered, never dropped
-            log.exception("generation failed on %s version %s", self.served.model, self.served.version)
+            log.exception("generation failed")
             self.error = error_body(f"generation failed: {e}")
         finally:
             await self.tokens.aclose()
+
+
+class Completion:
+    """One request's answer, whole or streamed: its choices (n, times the prompts of a text completion), each a generation of
+    its own, with logprobs, echo and tool calls as the request asked; usage for all of them; a failed choice answers the
+    request with its error."""
+
+    def __init__(
+        self, chat: bool, body: ChatRequest | CompletionRequest, served: LmServed, choices: list[Choice], account: CompletionAccount
+    ):
+        self.chat, self.body, self.served, self.choices, self.account = chat, body, served, choices, account
+        self.answer = Answer(chat, f"{served.model}:{served.version}")
+        self.headers = served_headers(served)
+        self.after = None  # called with this completion once it has finished, however it ended (a shadow copy is offered there)
+        self.echo: list[str] = [""] * len(choices)  # a text completion's echoed prompt, per choice
+        self.tool_call = chat and body.calls_tool() is not None
+        top = body.logprobs_top()
+        decoder = served.decoder
+        self.logprobs = [Logprobs(chat, decoder.token_text) if top is not None else None for _ in choices]
+
+    @property
+    def error(self) -> dict | None:
+        return next((c.error for c in self.choices if c.error is not None), None)
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.choices[0].prompt
+
+    def usage(self) -> dict:
+        prompts = {id(c.prompt): len(c.prompt) for c in self.choices}  # a prompt asked n times is counted once, as OpenAI counts it
+        return usage(sum(prompts.values()), self.account.completion_tokens)
+
+    def _ending(self, choice: Choice, text: str) -> tuple[str | None, str, list[dict] | None]:
+        """(content, finish reason, tool calls) of a finished choice whose whole text is text."""
+        if self.tool_call and choice.finish_reason == "stop":
+            calls = tool_calls(self.body, text)
+            if calls is not None:
+                return None, "tool_calls", calls
+        return text, choice.finish_reason, None
 
     def finish(self) -> None:
         self.account.finish(failed=self.error is not None)
         if self.after is not None:
             self.after(self)
 
+    async def _whole_choice(self, choice: Choice) -> dict:
+        texts, steps = [self.echo[choice.index]], []
+        async for text, chosen in choice.pieces():
+            texts.append(text)
+            steps += chosen
+        content, finish, calls = self._ending(choice, "".join(texts))
+        lp = self.logprobs[choice.index]
+        return self.answer.choice(choice.index, content, finish, lp.of(steps) if lp else None, calls)
+
     async def whole(self) -> JSONResponse:
-        text = "".join([p async for p in self.pieces()])
-        self.finish()
+        try:
+            choices = await asyncio.gather(*(self._whole_choice(c) for c in self.choices))
+        finally:
+            for c in self.choices:
+                await c.tokens.aclose()
+            self.finish()
         if self.error is not None:
             return JSONResponse(self.error, status_code=500, headers=self.headers)
-        return JSONResponse(self.answer.whole(text, self.finish_reason, self.usage()), headers=self.headers)
+        return JSONResponse(self.answer.whole(list(choices), self.usage()), headers=self.headers)
 
     def streamed(self) -> EventSourceResponse:
         return EventSourceResponse(self._events(), headers=self.headers, ping=15)
 
+    async def _choice_events(self, choice: Choice, out: asyncio.Queue) -> None:
+        """choice's events onto out, then None; a tool call's is sent whole at the end."""
+        usage, lp, i = self.body.include_usage, self.logprobs[choice.index], choice.index
+        await out.put(self.answer.chunk(i, "" if self.chat else self.echo[i] or None, first=True, usage=usage))
+        texts = []
+        async for text, chosen in choice.pieces():
+            if self.tool_call:
+                texts.append(text)
+            else:
+                await out.put(self.answer.chunk(i, text, logprobs=lp.of(chosen) if lp else None, usage=usage))
+        if choice.error is None:
+            content, finish, calls = self._ending(choice, "".join(texts))
+            if self.tool_call:
+                calls = [{"index": 0} | c for c in calls] if calls else None
+                await out.put(self.answer.chunk(i, content, tool_calls=calls, usage=usage))
+            await out.put(self.answer.chunk(i, None, finish, usage=usage))
+        await out.put(None)
+
     async def _events(self):
+        """Every choice's events as they come; then, with include_usage, one event of usage alone; then [DONE]. A choice that
+        failed is sent as an error event, and the stream ends with [DONE] as every stream does."""
+        out: asyncio.Queue = asyncio.Queue()
+        tasks = [asyncio.ensure_future(self._choice_events(c, out)) for c in self.choices]
         try:
-            yield {"data": json.dumps(self.answer.chunk("" if self.chat else None, first=True))}
-            async for text in self.pieces():
-                yield {"data": json.dumps(self.answer.chunk(text))}
+            running = len(tasks)
+            while running:
+                event = await out.get()
+                if event is None:
+                    running -= 1
+                    if self.error is not None:
+                        break
+                    continue
+                yield {"data": json.dumps(event)}
             if self.error is not None:
                 yield {"data": json.dumps(self.error)}
-            else:
-                yield {"data": json.dumps(self.answer.chunk(None, self.finish_reason, self.usage()))}
-                yield {"data": "[DONE]"}
-        finally:  # also when the client went away: the generation stops with the token in hand
-            await self.tokens.aclose()
+            elif self.body.include_usage:
+                yield {"data": json.dumps(self.answer.usage_chunk(self.usage()))}
+            yield {"data": "[DONE]"}
+        finally:  # also when the client went away: each generation stops with the token in hand
+            for task in tasks:
+                task.cancel()
+            for c in self.choices:
+                await c.tokens.aclose()
             self.finish()
 
 
@@ -199,14 +304,21 @@ class CompletionHandler:
             self.faults[body.version] = body
         return {"faults": {v: f.model_dump() for v, f in self.faults.items()}}
 
-    def _generate(self, served: LmServed, prompt: list[int], admitted: Admitted, body, account, chat: bool) -> Completion:
-        """A completion of prompt by served within admitted's bounds, with its version's injected fault, if any."""
+    def _generate(
+        self, served: LmServed, prompts: list[list[int]], admitted: list[Admitted], body, account, chat: bool, sampling: Sampling
+    ) -> Completion:
+        """A completion with a choice per prompt by served within its admitted bounds, with its version's injected fault, if
+        any. Choice i of a seeded request samples with seed + i, so that its choices differ and each repeats."""
         fault = self.faults.get(served.version)
-        least = admitted.max_new_tokens if fault is not None and fault.ignore_eos else 0
-        tokens = self.generations.tokens(served, prompt, admitted, Sampling(body.temperature, body.top_p, body.seed, least))
-        completion = Completion(chat, body, served, prompt, admitted, tokens, account)
-        completion.fault = fault
-        return completion
+        choices = []
+        for i, (prompt, bounds) in enumerate(zip(prompts, admitted)):
+            least = bounds.max_new_tokens if fault is not None and fault.ignore_eos else 0
+            seed = None if sampling.seed is None else sampling.seed + i
+            tokens = self.generations.tokens(served, prompt, bounds, replace(sampling, min_new_tokens=least, seed=seed))
+            choice = Choice(i, prompt, bounds, tokens, account, body.stops)
+            choice.fault = fault
+            choices.append(choice)
+        return Completion(chat, body, served, choices, account)
 
     def models(self) -> dict:
         """NAME while production is served, and NAME:VERSION for each version loaded now (each verified when it was loaded)."""
@@ -262,24 +374,55 @@ class CompletionHandler:
             if canary:
                 served = candidate
             decoder = served.decoder
-            try:
-                prompt = decoder.encode_chat(body.chat()) if chat else decoder.encode(body.text())
-            except ValueError as e:
-                raise bad_request(str(e), "messages" if chat else "prompt") from None
-            check_prompt(prompt)
-            admitted = self.generations.admit(len(prompt), body.limit, decoder.context_length, decoder.kv_bytes_per_token)
+            prompts = self._prompts(body, decoder, chat)
+            check_choices(len(prompts) * body.choices, self.pool.policy)
+            sampling = body.sampling(decoder.vocab_size)
+            if sampling.guidance is not None:
+                try:
+                    decoder.check_guidance(*sampling.guidance)
+                except ValueError as e:
+                    param = body.guidance_param() if chat else None
+                    raise bad_request(f"{param}: the constraint cannot be decoded: {e}", param) from None
+            prompts = [p for p in prompts for _ in range(body.choices)]
+            admitted = self.generations.admit_all([len(p) for p in prompts], body.limit, decoder.context_length, decoder.kv_bytes_per_token)
         except Rejected as r:
             return ApiError.of(account.reject(r)).response()
         if self.traffic.chosen():
             self.sampler.submit(served.version, [body.sampled_text()])
         account.admit(served)
-        account.prompt(len(prompt))
-        completion = self._generate(served, prompt, admitted, body, account, chat)
+        account.prompt(sum(len(p) for p in prompts[:: body.choices]))
+        completion = self._generate(served, prompts, admitted, body, account, chat, sampling)
+        if not chat and body.echo:
+            completion.echo = [p if isinstance(p, str) else decoder.decode(p) for p in body.prompts() for _ in range(body.choices)]
         if canary:
             completion.headers[ARM_HEADER] = "canary"
-        elif candidate is not None and split.shadowed():
+        elif candidate is not None and split.shadowed() and len(prompts) == 1:
             completion.after = lambda answered: self._offer_shadow(candidate, answered)
         return completion.streamed() if body.stream else await completion.whole()
+
+    @staticmethod
+    def _prompts(body, decoder, chat: bool) -> list[list[int]]:
+        """Each prompt's token ids (a chat's, in its template), or Rejected (400) for one the model cannot take."""
+        if chat:
+            try:
+                prompts = [decoder.encode_chat(body.chat(decoder.renders_tools))]
+            except ValueError as e:  # a content part that is not text
+                raise bad_request(str(e), "messages") from None
+        else:
+            prompts = []
+            for i, p in enumerate(body.prompts()):
+                if isinstance(p, str):
+                    prompts.append(decoder.encode(p))
+                    continue
+                outside = [t for t in p if not 0 <= t < decoder.vocab_size]
+                if outside:
+                    raise bad_request(
+                        f"prompt {i} holds token {outside[0]}; the model's vocabulary has {decoder.vocab_size} tokens", "prompt"
+                    )
+                prompts.append(list(p))
+        for p in prompts:
+            check_prompt(p)
+        return prompts
 
     def _offer_shadow(self, candidate: LmServed, answered: Completion) -> None:
         if answered.error is None:
@@ -295,25 +438,27 @@ class CompletionHandler:
         try:
             decoder = candidate.decoder
             admitted = self.generations.admit(len(prompt), body.limit, decoder.context_length, decoder.kv_bytes_per_token, background=True)
+            sampling = body.sampling(decoder.vocab_size)
         except Rejected:
             self.metrics.shadow_dropped.labels(self.pool.model).inc()
             return None
         account.admit(candidate)
-        copy = self._generate(candidate, prompt, admitted, body, account, answered.chat)
+        copy = self._generate(candidate, [prompt], [admitted], body, account, answered.chat, sampling)
         try:
-            text = "".join([p async for p in copy.pieces()])
+            text = "".join([p async for p, _ in copy.choices[0].pieces()])
         except Yielded:
             account.abandon()
             self.metrics.shadow_dropped.labels(self.pool.model).inc()
             return None
         account.prompt(len(prompt))
         copy.finish()
-        ours, theirs = copy.account, answered.account
+        ours, theirs = copy.choices[0], answered.choices[0]
+        greedy = sampling.greedy
         record = {"ts": time.time(), "production": answered.served.version, "candidate": candidate.version, "prompt_tokens": len(prompt)}
         if copy.error is not None:
             return {**record, "candidate_error": copy.error["error"]["message"]}
-        labels = ours.labels
-        if body.temperature == 0:
+        labels = account.labels
+        if greedy:
             self.metrics.shadow_pairs.labels(*labels).inc()
             if ours.first_token == theirs.first_token:
                 self.metrics.shadow_agreements.labels(*labels).inc()
@@ -325,7 +470,7 @@ class CompletionHandler:
         self.metrics.length_ratio.labels(*labels).observe(ratio)
         return {
             **record,
-            "greedy": body.temperature == 0,
+            "greedy": greedy,
             "first_token": {"production": theirs.first_token, "candidate": ours.first_token},
             "tokens": {"production": theirs.completion_tokens, "candidate": ours.completion_tokens},
             "eos": {"production": bool(theirs.eos), "candidate": bool(ours.eos)},

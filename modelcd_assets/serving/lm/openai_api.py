@@ -1,21 +1,26 @@
 """The OpenAI API's shapes, as LLM clients send and parse them: chat and text completion requests, their answers and
-stream chunks, the error body, and stop sequences cut out of streamed text."""
+stream chunks, logprobs and tool calls, the error body, and stop sequences cut out of streamed text.
+
+Every field of OpenAI's Chat Completions and Completions requests is either honoured or refused with 400 naming it;
+a field OpenAI does not define is refused too, by name. Nothing is accepted and left unused."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from modelcd_assets.serving.rejections import (
-    Rejected,
-    bad_request,
-    check_one_choice,
-    check_one_prompt,
-    not_a_completion_request,
-)
+from modelcd_assets.lib.causal_lm.decoder import Chosen, Sampling
+from modelcd_assets.serving.rejections import UNSUPPORTED, Rejected, bad_request, not_a_completion_request
+
+MAX_TOP_LOGPROBS = 20  # Chat Completions' top_logprobs
+MAX_COMPLETION_LOGPROBS = 5  # Completions' logprobs
+# Compact JSON unless the schema's own "x-guidance" says otherwise: llguidance's default lets a small model spend its
+# tokens on whitespace between the keys (measured on the tiny test LM: 40 tokens of spaces after "{").
+COMPACT_JSON = {"whitespace_flexible": False}
 
 
 class ApiError(Rejected):
@@ -36,34 +41,159 @@ def error_body(message: str, *, type: str = "server_error", param: str | None = 
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "developer", "user", "assistant"]
+# Fields of OpenAI's requests that this server refuses unless they hold their "off" value, each with why.
+_CHAT_NOT_SERVED = {
+    "audio": ("audio output", (None,)),
+    "modalities": ("output other than text", (None, ["text"])),
+    "prediction": ("predicted outputs", (None,)),
+    "reasoning_effort": ("reasoning effort: the base is not a reasoning model", (None,)),
+    "verbosity": ("verbosity: the base is not a reasoning model", (None,)),
+    "web_search_options": ("web search", (None,)),
+    "functions": ("the deprecated functions field; send tools", (None,)),
+    "function_call": ("the deprecated function_call field; send tool_choice", (None,)),
+    "store": ("stored completions", (None, False)),
+    "metadata": ("metadata, which OpenAI keeps only for stored completions", (None,)),
+    "service_tier": ("service tiers other than the one tier it has (auto, default)", (None, "auto", "default")),
+    "prompt_cache_key": ("prompt cache keys: it keeps no prompt cache to route by", (None,)),
+    "safety_identifier": ("safety identifiers: it runs no abuse monitoring to report to; name the end user in `user`", (None,)),
+}
+_COMPLETION_NOT_SERVED = {
+    "suffix": ("fill-in-the-middle: the base was not trained for it", (None, "")),
+}
+
+
+def _refuse_not_served(raw, not_served: dict):
+    """raw without the fields not served that hold their "off" value (which asks for what leaving them out does);
+    Rejected (400) naming the first that holds another."""
+    if not isinstance(raw, dict):
+        return raw
+    for name, (what, off) in not_served.items():
+        if name in raw and raw[name] not in off:
+            raise Rejected(400, UNSUPPORTED, f"{name}: this server does not serve {what}", param=name)
+    return {k: v for k, v in raw.items() if k not in not_served}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+    include_obfuscation: bool = False  # OpenAI's padding of stream events against side channels; none is added here
+
+    @field_validator("include_obfuscation")
+    @classmethod
+    def _no_obfuscation(cls, v):
+        if v:
+            raise ValueError("this server adds no obfuscation padding to stream events")
+        return v
+
+
+class FunctionCall(_Strict):
+    name: str
+    arguments: str
+
+
+class ToolCall(_Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(_Strict):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict] | None = None
+    name: str | None = None
+    refusal: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
-        if self.content is None or isinstance(self.content, str):
-            return self.content or ""
+        """The content as the chat template renders it: an assistant turn that refused, by its refusal."""
+        if self.content is None:
+            return self.refusal or ""
+        if isinstance(self.content, str):
+            return self.content
         parts = []
         for part in self.content:
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+            if part.get("type") not in ("text", "refusal") or not isinstance(part.get(part["type"]), str):
                 raise ValueError(f"only text content parts are served; got a part of type {part.get('type')!r}")
-            parts.append(part["text"])
+            parts.append(part[part["type"]])
         return "".join(parts)
 
 
-class _Sampled(BaseModel):
-    """What both endpoints take. Unknown fields are ignored, as OpenAI's own server does with fields it does not use."""
+class FunctionDef(_Strict):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict | None = None
+    strict: bool | None = None  # every call is constrained to the parameters' schema, strict or not
 
-    model_config = ConfigDict(extra="ignore")
+    def schema(self) -> dict:
+        return self.parameters if self.parameters is not None else {"type": "object", "properties": {}}
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedTool(_Strict):
+    type: Literal["function"]
+    function: dict
+
+    @field_validator("function")
+    @classmethod
+    def _named(cls, v):
+        if set(v) != {"name"} or not isinstance(v["name"], str):
+            raise ValueError('a named tool_choice is {"type": "function", "function": {"name": NAME}}')
+        return v
+
+
+class JsonSchemaFormat(_Strict):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    schema_: dict | None = Field(None, alias="schema")
+    strict: bool | None = None  # the answer is constrained to the schema, strict or not
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_with_its_type(self):
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise bad_request('json_schema is given with type "json_schema", and only then', "response_format.json_schema")
+        return self
+
+
+def _guided_json(schema: dict) -> tuple[str, str]:
+    """llguidance's JSON-schema grammar of schema, compact unless the schema's own x-guidance says otherwise."""
+    return "json_schema", json.dumps(schema | {"x-guidance": COMPACT_JSON | schema.get("x-guidance", {})})
+
+
+class _Sampled(_Strict):
+    """What both endpoints take."""
+
+    not_served: ClassVar[dict] = {}  # fields refused unless they hold their "off" value: name -> (what, off values)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_served(cls, raw):
+        return _refuse_not_served(raw, cls.not_served)
+
     model: str = Field(min_length=1, max_length=200)
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0, le=2)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
     seed: int | None = None
     stop: str | list[str] | None = None
-    stream: bool = False
-    n: int = Field(1, ge=1)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    n: int | None = Field(None, ge=1, le=128)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
     user: str | None = Field(None, max_length=256, description="Who the request is for: a rollout's canary is sticky per user.")
 
     @field_validator("stop")
@@ -74,21 +204,172 @@ class _Sampled(BaseModel):
             raise ValueError("stop takes up to 4 non-empty sequences")
         return stops
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _biases(cls, v):
+        for token, bias in (v or {}).items():
+            if not (token.isascii() and token.isdigit()):
+                raise ValueError(f"logit_bias maps token ids to biases; {token!r} is not a token id")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"logit_bias of token {token} is {bias:g}; a bias is from -100 to 100")
+        return v
+
+    @model_validator(mode="after")
+    def _stream_options_with_stream(self):
+        if self.stream_options is not None and not self.stream:
+            raise bad_request("stream_options is only allowed when stream is true", "stream_options")
+        return self
+
     @property
     def stops(self) -> list[str]:
         return list(self.stop or [])
 
+    @property
+    def choices(self) -> int:
+        return self.n or 1
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def logprobs_top(self) -> int | None:
+        """None: no logprobs; else how many alternatives each token's logprobs list."""
+        raise NotImplementedError
+
+    def guidance(self) -> tuple[str, str] | None:
+        return None
+
+    def sampling(self, vocab_size: int, min_new_tokens: int = 0) -> Sampling:
+        """How each token is chosen; Rejected (400) for a logit_bias token outside the model's vocabulary."""
+        bias = tuple(sorted((int(t), float(b)) for t, b in (self.logit_bias or {}).items()))
+        for token, _ in bias:
+            if token >= vocab_size:
+                raise bad_request(f"logit_bias names token {token}; the model's vocabulary has {vocab_size} tokens", "logit_bias")
+        return Sampling(
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            seed=self.seed,
+            min_new_tokens=min_new_tokens,
+            logit_bias=bias,
+            presence_penalty=self.presence_penalty or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
+            guidance=self.guidance(),
+            top_logprobs=self.logprobs_top(),
+        )
+
 
 class ChatRequest(_Sampled):
+    not_served = _CHAT_NOT_SERVED
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedTool | None = None
+    parallel_tool_calls: bool | None = None  # one call per answer, which is what either value allows
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.top_logprobs is not None and not self.logprobs:
+            raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+        if self.tool_choice is not None and not self.tools:
+            raise bad_request("tool_choice is given without tools", "tool_choice")
+        if self.tools and self.response_format is not None and self.response_format.type != "text":
+            raise bad_request(
+                "response_format and tools together: an answer is either a tool call or JSON in the format, not both", "response_format"
+            )
+        names = [t.function.name for t in self.tools or []]
+        if len(set(names)) != len(names):
+            raise bad_request("tools name the same function twice", "tools")
+        if isinstance(self.tool_choice, NamedTool) and self.tool_choice.function["name"] not in names:
+            raise bad_request(f"tool_choice names the function {self.tool_choice.function['name']!r}, which is not in tools", "tool_choice")
+        return self
 
     @property
     def limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
-    def chat(self) -> list[dict]:
-        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
+    def logprobs_top(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    def calls_tool(self) -> str | None:
+        """ "required", or the function tool_choice names, when the answer is a tool call; None otherwise."""
+        if not self.tools or self.tool_choice in (None, "none", "auto"):
+            return None
+        return "required" if self.tool_choice == "required" else self.tool_choice.function["name"]
+
+    def guidance(self) -> tuple[str, str] | None:
+        call = self.calls_tool()
+        if call == "required":
+            return _guided_json(
+                {
+                    "anyOf": [
+                        {
+                            "type": "object",
+                            "properties": {"name": {"const": t.function.name}, "arguments": t.function.schema()},
+                            "required": ["name", "arguments"],
+                            "additionalProperties": False,
+                        }
+                        for t in self.tools
+                    ]
+                }
+            )
+        if call is not None:
+            return _guided_json(next(t.function.schema() for t in self.tools if t.function.name == call))
+        fmt = self.response_format
+        if fmt is None or fmt.type == "text":
+            return None
+        if fmt.type == "json_object":
+            return _guided_json({"type": "object"})
+        return _guided_json(fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {})
+
+    def guidance_param(self) -> str:
+        return "tools" if self.calls_tool() else "response_format"
+
+    def chat(self, renders_tools: bool) -> list[dict]:
+        """The messages as the chat template takes them; Rejected (400) for what this base's template cannot render.
+
+        A tool call's functions are described to the model in the system message (its own first, if any), as llama.cpp
+        does for a template without tools; the answer is then constrained to a call that fits them (guidance())."""
+        why = (
+            "this base's chat template does not render tools"
+            if not renders_tools
+            else "modelcd does not hand tools to a chat template yet, though this base's renders them"
+        )
+        for i, m in enumerate(self.messages):
+            if m.role == "tool" or m.tool_calls:
+                raise bad_request(f"messages[{i}]: tool calls and tool results cannot be sent: {why}; send them as text", f"messages[{i}]")
+        if self.tools and self.tool_choice in (None, "auto"):
+            raise bad_request(
+                f'tool_choice "auto" (the default with tools) lets the model choose between text and a call, and {why}: name a '
+                'function in tool_choice, or send "required" or "none"',
+                "tool_choice",
+            )
+        for i, m in enumerate(self.messages):
+            if m.name is not None:
+                raise bad_request(
+                    f"messages[{i}].name: this base's chat template does not render participants' names", f"messages[{i}].name"
+                )
+        chat = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
+        if self.tools:
+            described = self._tools_text()
+            if chat[0]["role"] == "system":
+                chat[0] = {"role": "system", "content": f"{chat[0]['content']}\n\n{described}"}
+            else:
+                chat.insert(0, {"role": "system", "content": described})
+        return chat
+
+    def _tools_text(self) -> str:
+        tools = json.dumps([t.function.model_dump(exclude_none=True) for t in self.tools], separators=(",", ":"))
+        call = self.calls_tool()
+        if call is None:
+            how = "Answer in text."
+        elif call == "required":
+            how = 'Call one: JSON {"name","arguments"}.'
+        else:
+            how = f"Call {call}: JSON arguments."
+        return f"Functions: {tools}\n{how}"
 
     def sampled_text(self) -> str:
         """What the traffic log keeps of it: the last user message."""
@@ -96,32 +377,55 @@ class ChatRequest(_Sampled):
 
 
 class CompletionRequest(_Sampled):
-    prompt: str | list[str]
+    not_served = _COMPLETION_NOT_SERVED
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_COMPLETION_LOGPROBS)
+    best_of: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.best_of is not None and self.best_of != self.choices:
+            raise bad_request(
+                f"best_of {self.best_of} with n {self.choices}: choosing the best of more candidates than are returned is not served; "
+                "leave best_of out or set it to n",
+                "best_of",
+            )
+        if self.echo and self.logprobs is not None:
+            raise bad_request("echo with logprobs (the prompt's own log-probabilities) is not served; ask for one of them", "echo")
+        if isinstance(self.prompt, list) and not self.prompt:
+            raise bad_request("prompt is an empty list", "prompt")
+        return self
 
     @property
     def limit(self) -> int | None:
         return self.max_tokens
 
-    def text(self) -> str:
-        if isinstance(self.prompt, list):
-            check_one_prompt(self.prompt)
-            return self.prompt[0]
-        return self.prompt
+    def prompts(self) -> list[str | list[int]]:
+        """Each prompt: a text, or token ids."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if all(isinstance(x, int) for x in p):
+            return [list(p)]
+        return list(p)
+
+    def logprobs_top(self) -> int | None:
+        return self.logprobs
 
     def sampled_text(self) -> str:
-        return self.text()
+        first = self.prompts()[0]
+        return first if isinstance(first, str) else ""
 
 
 def parse(cls: type[_Sampled], raw) -> _Sampled:
     """The request, or Rejected (400) for anything OpenAI's shapes do not allow or this server does not serve."""
     try:
-        body = cls.model_validate(raw)
+        return cls.model_validate(raw)
     except ValidationError as e:
         raise not_a_completion_request(e) from None
     except ValueError as e:
         raise bad_request(str(e)) from None
-    check_one_choice(body.n)
-    return body
 
 
 class StopCut:
@@ -148,44 +452,101 @@ class StopCut:
         return "" if self.stopped else held
 
 
+class Logprobs:
+    """A choice's logprobs in the shape of its endpoint, built piece by piece: Chat Completions' {"content": [...],
+    "refusal": null}, or Completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"}."""
+
+    def __init__(self, chat: bool, token_text, offset: int = 0):
+        self.chat, self.token_text, self.offset = chat, token_text, offset
+
+    def _entry(self, token: int, logprob: float) -> dict:
+        text = self.token_text(token)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    def of(self, steps: list[Chosen]) -> dict:
+        """The logprobs of steps (Completions' text offsets count on from the last steps')."""
+        if self.chat:
+            return {
+                "content": [self._entry(c.token, c.logprob) | {"top_logprobs": [self._entry(t, lp) for t, lp in c.top]} for c in steps],
+                "refusal": None,
+            }
+        out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for c in steps:
+            piece = self.token_text(c.token)
+            out["tokens"].append(piece)
+            out["token_logprobs"].append(c.logprob)
+            out["top_logprobs"].append({self.token_text(t): lp for t, lp in c.top} | {piece: c.logprob})
+            out["text_offset"].append(self.offset)
+            self.offset += len(piece)
+        return out
+
+    @staticmethod
+    def join(chat: bool, parts: list[dict]) -> dict:
+        if chat:
+            return {"content": [e for p in parts for e in p["content"]], "refusal": None}
+        return {k: [x for p in parts for x in p[k]] for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+
+
 class Answer:
-    """The ids, times and shapes of one request's answer, for either endpoint, whole or streamed."""
+    """The ids, times and shapes of one request's answer, for either endpoint, whole or streamed, with any number of choices."""
 
     def __init__(self, chat: bool, model: str):
         self.chat, self.model = chat, model
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
 
-    def _choice(self, text: str | None, finish: str | None, first: bool = False) -> dict:
+    def _head(self, streamed: bool) -> dict:
+        kind = ("chat.completion.chunk" if streamed else "chat.completion") if self.chat else "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+    def chunk(
+        self,
+        index: int,
+        text: str | None,
+        finish: str | None = None,
+        first: bool = False,
+        logprobs: dict | None = None,
+        tool_calls: list[dict] | None = None,
+        usage: bool = False,
+    ) -> dict:
+        """One stream event of choice index; usage: the stream carries usage (include_usage), null on every event but the last."""
         if self.chat:
-            delta = ({"role": "assistant"} if first else {}) | ({"content": text} if text is not None else {})
-            return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
-        return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+            delta = {"role": "assistant", "content": "", "refusal": None} if first else {}
+            delta |= {"content": text} if text is not None else {}
+            delta |= {"tool_calls": tool_calls} if tool_calls else {}
+            choice = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
+        else:
+            choice = {"index": index, "text": text or "", "finish_reason": finish, "logprobs": logprobs}
+        return self._head(True) | {"choices": [choice]} | ({"usage": None} if usage else {})
 
-    def chunk(self, text: str | None, finish: str | None = None, usage: dict | None = None, first: bool = False) -> dict:
-        out = {
-            "id": self.id,
-            "object": "chat.completion.chunk" if self.chat else "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [self._choice(text, finish, first)],
-        }
-        return out | ({"usage": usage} if usage else {})
+    def usage_chunk(self, usage: dict) -> dict:
+        """The last event of a stream with include_usage: no choices, the request's usage."""
+        return self._head(True) | {"choices": [], "usage": usage}
 
-    def whole(self, text: str, finish: str, usage: dict) -> dict:
-        choice = (
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish, "logprobs": None}
-            if self.chat
-            else {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
-        )
-        return {
-            "id": self.id,
-            "object": "chat.completion" if self.chat else "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-            "usage": usage,
-        }
+    def choice(self, index: int, text: str | None, finish: str, logprobs: dict | None, tool_calls: list[dict] | None = None) -> dict:
+        if self.chat:
+            message = {"role": "assistant", "content": text, "refusal": None} | ({"tool_calls": tool_calls} if tool_calls else {})
+            return {"index": index, "message": message, "finish_reason": finish, "logprobs": logprobs}
+        return {"index": index, "text": text, "finish_reason": finish, "logprobs": logprobs}
+
+    def whole(self, choices: list[dict], usage: dict) -> dict:
+        return self._head(False) | {"choices": choices, "usage": usage}
+
+
+def tool_calls(request: ChatRequest, text: str) -> list[dict] | None:
+    """The tool call a constrained answer holds, in OpenAI's shape; None when the answer was cut before it was whole."""
+    call = request.calls_tool()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if call == "required":
+        if not isinstance(value, dict) or not {"name", "arguments"} <= set(value):
+            return None
+        name, arguments = value["name"], value["arguments"]
+    else:
+        name, arguments = call, value
+    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:

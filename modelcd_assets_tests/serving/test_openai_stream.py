@@ -1,0 +1,112 @@
+"""A streamed answer's events as OpenAI clients read them, on stand-in generations (no model): a generation that fails
+after the stream began is an error event followed by [DONE], and a client's parser sees it as an error."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from modelcd_assets.lib.causal_lm.decoder import Chosen
+from modelcd_assets.serving.lm.generation import Admitted
+from modelcd_assets.serving.lm.handler import Choice, Completion
+from modelcd_assets.serving.lm.openai_api import ChatRequest, CompletionRequest, parse
+
+
+class Tokens:
+    """A generation's token stream that yields pieces, then fails (or ends)."""
+
+    def __init__(self, pieces: list[str], fails: BaseException | None):
+        self.pieces, self.fails, self.closed = list(pieces), fails, False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        await asyncio.sleep(0)
+        if self.pieces:
+            return Chosen(len(self.pieces), -0.5, ((len(self.pieces), -0.5),)), self.pieces.pop(0)
+        if self.fails is not None:
+            raise self.fails
+        raise StopAsyncIteration
+
+    async def aclose(self):
+        self.closed = True
+
+
+class Account:
+    def __init__(self):
+        self.made, self.eos, self.failed = 0, 0, None
+
+    @property
+    def completion_tokens(self):
+        return self.made + self.eos
+
+    def token(self, token):
+        self.made += 1
+
+    def ended_turn(self):
+        self.eos += 1
+
+    def non_finite(self):
+        pass
+
+    def finish(self, failed):
+        self.failed = failed
+
+
+SERVED = SimpleNamespace(
+    model="m", version="3", content_hash="h", artifact_sha256="a", decoder=SimpleNamespace(token_text=lambda t: f"<{t}>")
+)
+
+
+def events(body: dict, chat: bool, streams: list[Tokens]) -> tuple[list[str], Account]:
+    request = parse(ChatRequest if chat else CompletionRequest, body)
+    account = Account()
+    choices = [Choice(i, [1, 2], Admitted(8, 0), s, account, request.stops) for i, s in enumerate(streams)]
+    completion = Completion(chat, request, SERVED, choices, account)
+
+    async def read():
+        return [e["data"] async for e in completion._events()]
+
+    return asyncio.run(read()), account
+
+
+def test_a_generation_that_fails_after_the_stream_began_ends_with_an_error_event_then_done():
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    data, account = events(body, True, [Tokens(["a", "b"], RuntimeError("the runtime failed"))])
+    assert data[-1] == "[DONE]"
+    error = json.loads(data[-2])["error"]
+    assert error["message"] == "generation failed: the runtime failed" and error["type"] == "server_error"
+    assert "".join(json.loads(d)["choices"][0]["delta"].get("content", "") for d in data[:-2]) == "ab"
+    assert account.failed is True
+
+
+def test_the_openai_client_raises_the_error_event_it_reads():
+    import httpx
+    import openai
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    data, _ = events(body, True, [Tokens(["a"], RuntimeError("the runtime failed"))])
+    sse = "".join(f"data: {d}\r\n\r\n" for d in data).encode()
+    transport = httpx.MockTransport(lambda r: httpx.Response(200, content=sse, headers={"content-type": "text/event-stream"}))
+    client = openai.OpenAI(base_url="http://modelcd/v1", api_key="x", http_client=httpx.Client(transport=transport), max_retries=0)
+    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+    with pytest.raises(openai.APIError, match="generation failed: the runtime failed"):
+        list(stream)
+
+
+def test_choices_stream_side_by_side_and_usage_comes_last_when_asked():
+    body = {"model": "m", "prompt": "hi", "n": 2, "stream": True, "logprobs": 1, "stream_options": {"include_usage": True}}
+    data, account = events(body, False, [Tokens(["a", "b"], None), Tokens(["c"], None)])
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert data[-1] == "[DONE]" and chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 2 + 1 + 2
+    assert chunks[-1]["usage"]["prompt_tokens"] == 4  # two prompts of two tokens, each its own choice
+    texts = {i: "".join(c["choices"][0]["text"] for c in chunks[:-1] if c["choices"][0]["index"] == i) for i in (0, 1)}
+    assert texts == {0: "ab", 1: "c"} and all(c["usage"] is None for c in chunks[:-1])
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks[:-1] if c["choices"][0]["finish_reason"]]
+    assert finishes == ["stop", "stop"] and account.failed is False
+    tokens = [t for c in chunks[:-1] if c["choices"][0]["logprobs"] for t in c["choices"][0]["logprobs"]["tokens"]]
+    assert sorted(tokens) == ["<1>", "<1>", "<2>"]
