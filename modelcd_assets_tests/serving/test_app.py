@@ -114,6 +114,76 @@ def test_classify_is_served_by_the_gated_int8_artifact_with_its_hash(served, cli
     assert np.array_equal(np.array([p["logits"] for p in r.json()["predictions"]], dtype=np.float32), gated_logits(served, served.v2))
 
 
+def test_the_open_inference_protocol_answers_what_classify_answers(served, client):
+    """KServe V2 beside /v1/classify, on the same version, verdict and limits; JSON tensors here, binary ones below."""
+    ask = {"id": "r1", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(TEXTS)], "data": TEXTS}]}
+    r = client.post(f"/v2/models/{MODEL}/infer", json=ask)
+    assert r.status_code == 200 and r.headers[VERSION_HEADER] == served.v2.version, r.text
+    body = r.json()
+    assert (body["model_name"], body["model_version"], body["id"]) == (MODEL, served.v2.version, "r1")
+    logits, labels = (next(o for o in body["outputs"] if o["name"] == n) for n in ("logits", "label"))
+    expected = gated_logits(served, served.v2)
+    assert logits["datatype"] == "FP32" and logits["shape"] == list(expected.shape)
+    assert np.array_equal(np.asarray(logits["data"], np.float32).reshape(expected.shape), expected)
+    classified = client.post("/v1/classify", json={"texts": TEXTS}).json()
+    assert labels["data"] == [p["label"] for p in classified["predictions"]] and labels["datatype"] == "BYTES"
+    meta = client.get(f"/v2/models/{MODEL}").json()
+    assert meta["outputs"][0]["parameters"]["labels"] == classified["labels"] and meta["inputs"][0]["datatype"] == "BYTES"
+    assert served.v2.version in meta["versions"]
+    assert client.get(f"/v2/models/{MODEL}/versions/{served.v2.version}/ready").json()["ready"] is True
+    assert client.get("/v2/health/ready").json() == {"ready": True} and client.get("/v2/health/live").json() == {"live": True}
+    for path, bad, status, words in (
+        ("/v2/models/another/infer", ask, 404, "not served here"),
+        (f"/v2/models/{MODEL}/versions/99/infer", ask, 404, "version 99"),
+        (f"/v2/models/{MODEL}/infer", ask | {"parameters": {"priority": 1}}, 400, "'priority' is not served"),
+        (
+            f"/v2/models/{MODEL}/infer",
+            ask | {"outputs": [{"name": "logits", "parameters": {"classification": 2}}]},
+            400,
+            "'classification'",
+        ),
+        (f"/v2/models/{MODEL}/infer", ask | {"outputs": [{"name": "probabilities"}]}, 400, "'probabilities' is not one"),
+        (f"/v2/models/{MODEL}/infer", {"inputs": [{"name": "text", "datatype": "INT64", "shape": [1], "data": [1]}]}, 400, "BYTES"),
+        (f"/v2/models/{MODEL}/infer", {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2], "data": ["a"]}]}, 400, "takes 2"),
+    ):
+        r = client.post(path, json=bad)
+        assert r.status_code == status and words in r.json()["error"], (path, r.status_code, r.text)
+
+
+def test_tritonclient_the_protocols_reference_client_gets_the_gated_logits(served, tmp_path):
+    import tritonclient.http as triton
+    from tritonclient.utils import InferenceServerException
+
+    from modelcd_assets_tests.serving.conftest import ServerProcess
+
+    proc = ServerProcess(served.env, tmp_path / "server.log")
+    try:
+        proc.wait_ready(served.v2.version)
+        client = triton.InferenceServerClient(url=proc.url.removeprefix("http://"))
+        assert client.is_server_live() and client.is_server_ready() and client.is_model_ready(MODEL)
+        assert "binary_tensor_data" in client.get_server_metadata()["extensions"]
+        expected = gated_logits(served, served.v2)
+        for binary in (True, False):  # the binary tensor data extension, tritonclient's default, and JSON
+            text = triton.InferInput("text", [len(TEXTS)], "BYTES")
+            text.set_data_from_numpy(np.array([t.encode() for t in TEXTS], dtype=np.object_), binary_data=binary)
+            outputs = [triton.InferRequestedOutput("logits", binary_data=binary), triton.InferRequestedOutput("label", binary_data=binary)]
+            result = client.infer(MODEL, [text], outputs=outputs, model_version=served.v2.version)
+            assert np.array_equal(result.as_numpy("logits"), expected), binary
+            labels = [x.decode() if isinstance(x, bytes) else x for x in result.as_numpy("label")]
+            assert len(labels) == len(TEXTS)
+        default = client.infer(MODEL, [text])  # no outputs named: both, in binary (tritonclient asks binary_data_output)
+        assert np.array_equal(default.as_numpy("logits"), expected)
+        many = triton.InferInput("text", [100], "BYTES")
+        many.set_data_from_numpy(np.array([b"hi"] * 100, dtype=np.object_))
+        with pytest.raises(InferenceServerException, match="serving.max_texts"):
+            client.infer(MODEL, [many])
+        with pytest.raises(InferenceServerException, match="not served here"):
+            client.infer("another-model", [text])
+        client.close()
+    finally:
+        proc.stop()
+
+
 def test_the_public_app_has_no_admin_routes(client):
     """The admin API used to share the public port, where anyone who could classify could also try the token."""
     assert client.get("/v1/admin/adapters", headers=AUTH).status_code == 404

@@ -12,17 +12,18 @@ from concurrent.futures import Executor
 
 import numpy as np
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from modelcd_assets.lib.operations.traffic_log import TrafficLog
 from modelcd_assets.serving import ARM_HEADER, served_headers
 from modelcd_assets.serving.accounting import RequestAccount
+from modelcd_assets.serving.classifier import inference_protocol as oip
 from modelcd_assets.serving.classifier.batcher import MicroBatcher
 from modelcd_assets.serving.classifier.classify_api import FaultRequest, read_classify
 from modelcd_assets.serving.classifier.engine import Served
 from modelcd_assets.serving.classifier.pool import ClassifierPool
 from modelcd_assets.serving.metrics import ServerMetrics
-from modelcd_assets.serving.rejections import Rejected, not_served
+from modelcd_assets.serving.rejections import UNKNOWN_VERSION, Rejected, not_served, read_body
 from modelcd_assets.serving.rollout import RolloutFollower, caller_of
 from modelcd_assets.serving.sampler import Sampler
 from modelcd_assets.serving.shadow import ShadowLane
@@ -87,21 +88,68 @@ class ClassifyHandler:
             served = self.resolve(body.adapter)
         except Rejected as r:
             return account.reject(r).response()
-        # A request that names no version is production's, or, at a canary step, the candidate's for a canaried caller.
-        split = self.rollout.split if body.adapter is None else None
+        status, payload, headers = await self.answer(request, served, body.texts, body.adapter, account)
+        return JSONResponse(payload, status_code=status, headers=headers)
+
+    async def answer(
+        self, request: Request, served: Served, texts: list[str], version: str | None, account: ClassifyAccount
+    ) -> tuple[int, dict, dict]:
+        """Texts classified by served, for either API: (status, the classify API's payload, headers). A request that names
+        no version is production's, or, at a canary step, the candidate's for a canaried caller; one production answered
+        may be shadowed by the candidate, and sampled to the traffic log."""
+        split = self.rollout.split if version is None else None
         candidate = self.rollout.candidate() if split is not None else None
         canary = candidate is not None and split.canaried(caller_of(request))
         if canary:
             served = candidate
         account.admit(served)
-        status, payload = await self._answer(served, body.texts, account)
+        status, payload = await self._answer(served, texts, account)
         if status == 200 and self.traffic.chosen():
-            self.sampler.submit(served.version, body.texts)
+            self.sampler.submit(served.version, texts)
         account.finish(failed=status >= 500)
         if status == 200 and candidate is not None and not canary and split.shadowed():
-            self.shadow.offer(lambda: self._shadow(candidate, served, body.texts, payload))
-        headers = {**served_headers(served), **({ARM_HEADER: "canary"} if canary else {})}
-        return JSONResponse(payload, status_code=status, headers=headers)
+            self.shadow.offer(lambda: self._shadow(candidate, served, texts, payload))
+        return status, payload, {**served_headers(served), **({ARM_HEADER: "canary"} if canary else {})}
+
+    # The Open Inference Protocol (KServe V2): the same versions, verdicts, limits, accounts and rollout as /v1/classify.
+
+    def _named(self, name: str, version: str | None) -> Served:
+        """The version a V2 route names, or Rejected (404; 503 before production is served)."""
+        if name != self.pool.model:
+            raise Rejected(404, UNKNOWN_VERSION, f"model {name!r} is not served here; this server serves {self.pool.model!r}")
+        return self.resolve(version)
+
+    def model_metadata(self, name: str, version: str | None) -> JSONResponse:
+        try:
+            served = self._named(name, version)
+        except Rejected as r:
+            return _v2_error(r)
+        versions = [v.version for v in self.pool.loaded() if v.version not in self.pool.withdrawn]
+        return JSONResponse(oip.model_metadata(self.pool.model, versions if version is None else [served.version], served.engine.labels))
+
+    def model_ready(self, name: str, version: str | None) -> JSONResponse:
+        try:
+            self._named(name, version)
+        except Rejected as r:
+            return _v2_error(r)
+        return JSONResponse({"name": name, "ready": True})
+
+    async def infer(self, request: Request, name: str, version: str | None) -> Response:
+        account = ClassifyAccount(self.metrics, self.pool.model)
+        try:
+            raw = await read_body(request, self.pool.policy.max_body_bytes)
+            inference = oip.read_inference(raw, request.headers.get(oip.HEADER_LENGTH), self.pool.policy)
+            served = self._named(name, version)
+        except Rejected as r:
+            return _v2_error(account.reject(r))
+        status, payload, headers = await self.answer(request, served, inference.texts, version, account)
+        if status != 200:
+            return JSONResponse({"error": payload["error"]}, status_code=status, headers=headers)
+        logits = np.asarray([p["logits"] for p in payload["predictions"]], np.float32)
+        body, kinds = oip.infer_response(
+            self.pool.model, payload["version"], inference, logits, [p["label"] for p in payload["predictions"]]
+        )
+        return Response(body, status_code=200, headers={**headers, **kinds})
 
     async def _shadow(self, candidate: Served, production: Served, texts: list[str], answered: dict) -> dict:
         """A copy of a request production answered, answered by the candidate, counted in its series, and compared per text:
@@ -170,3 +218,8 @@ def _top_probability(logits: list[float]) -> float:
     z = np.asarray(logits, np.float64)
     e = np.exp(z - z.max())
     return float(e.max() / e.sum())
+
+
+def _v2_error(r: Rejected) -> JSONResponse:
+    """The Open Inference Protocol's error body, {"error": message}; a request the classify API answers 422 is a 400 here."""
+    return JSONResponse({"error": str(r)}, status_code=400 if r.status == 422 else r.status, headers=r.headers)

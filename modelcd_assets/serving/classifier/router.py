@@ -7,8 +7,10 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from modelcd_assets.serving.base_app import base_app
+from modelcd_assets.serving.classifier import inference_protocol as oip
 from modelcd_assets.serving.classifier.classify_api import CLASSIFY_BODY, FaultRequest
 from modelcd_assets.serving.classifier.handler import ClassifyHandler
 from modelcd_assets.serving.classifier.pool import ClassifierPool
@@ -28,6 +30,61 @@ def handler(request: Request) -> ClassifyHandler:
 @router.post("/v1/classify", openapi_extra=CLASSIFY_BODY)
 async def classify(request: Request):
     return await handler(request).classify(request)
+
+
+# The Open Inference Protocol (KServe V2 / Triton / Seldon MLServer), beside /v1/classify.
+
+
+@router.get("/v2")
+async def server_metadata(request: Request):
+    return {"name": "modelcd", "version": modelcd_version(), "extensions": oip.EXTENSIONS}
+
+
+@router.get("/v2/health/live")
+async def v2_live():
+    return {"live": True}
+
+
+@router.get("/v2/health/ready")
+async def v2_ready(request: Request):
+    ready = request.app.state.pool.active is not None
+    return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+
+
+def _v2_model_route(path: str, method: str, answer) -> None:
+    """A V2 model route, on the model (production) and on one of its versions: answer(handler, request, name, version)."""
+
+    async def endpoint(name: str, request: Request):
+        return await answer(handler(request), request, name, request.path_params.get("version"))
+
+    for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+        router.add_api_route(prefix + path, endpoint, methods=[method])
+
+
+async def _metadata(h: ClassifyHandler, request: Request, name: str, version: str | None):
+    return h.model_metadata(name, version)
+
+
+async def _ready(h: ClassifyHandler, request: Request, name: str, version: str | None):
+    return h.model_ready(name, version)
+
+
+async def _infer(h: ClassifyHandler, request: Request, name: str, version: str | None):
+    return await h.infer(request, name, version)
+
+
+_v2_model_route("", "GET", _metadata)
+_v2_model_route("/ready", "GET", _ready)
+_v2_model_route("/infer", "POST", _infer)
+
+
+def modelcd_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("modelcd")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 @faults_router.post("/v1/admin/faults")
