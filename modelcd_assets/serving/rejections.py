@@ -180,7 +180,7 @@ def not_a_completion_request(e: ValidationError) -> Rejected:
     """The first problem pydantic found, named by its field as OpenAI's server does; a field OpenAI's API does not have is
     refused by name rather than ignored."""
     err = e.errors(include_url=False, include_input=False)[0]
-    param = ".".join(str(x) for x in err["loc"]) or None
+    param = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in err["loc"]).lstrip(".") or None  # messages[0].role
     if err["type"] == "extra_forbidden":
         return Rejected(
             400,
@@ -228,18 +228,24 @@ def check_prompt(prompt: list[int]) -> None:
 
 
 def generation_bounds(
-    policy: ServingPolicy, prompt_tokens: int, max_tokens: int | None, context_length: int, kv_bytes_per_token: int
+    policy: ServingPolicy,
+    prompt_tokens: int,
+    max_tokens: int | None,
+    context_length: int,
+    kv_bytes_per_token: int,
+    prompt_param: str = "messages",
 ) -> tuple[int, int]:
-    """The tokens a generation may make and the KV cache it preallocates, or Rejected (400, 413): the prompt and
-    max_tokens against the policy and the model's context (lib/inference/tokens.check_generation_length, the rule the
-    gates use), and prompt + max_tokens times the model's bytes per token against serving.max_kv_cache_mb."""
+    """The tokens a generation may make and the KV cache it preallocates, or Rejected (400, 413): the prompt (the request's
+    field prompt_param) and max_tokens against the policy and the model's context (lib/inference/tokens.check_generation_length,
+    the rule the gates use), and prompt + max_tokens times the model's bytes per token against serving.max_kv_cache_mb. A
+    request without max_tokens gets serving.default_max_tokens, cut to what the context and the KV cache bound leave."""
     p = policy
     if prompt_tokens > p.max_prompt_tokens:
         raise Rejected(
             400,
             PROMPT_TOO_LONG,
             f"the prompt has {prompt_tokens} tokens, more than serving.max_prompt_tokens ({p.max_prompt_tokens})",
-            param="messages",
+            param=prompt_param,
             code="context_length_exceeded",
         )
     if max_tokens is not None and max_tokens > p.max_completion_tokens:
@@ -249,19 +255,28 @@ def generation_bounds(
             f"max_tokens {max_tokens} is more than serving.max_completion_tokens ({p.max_completion_tokens})",
             param="max_tokens",
         )
-    new = max_tokens if max_tokens is not None else max(1, min(p.default_max_tokens, context_length - prompt_tokens))
+    kv_tokens = int(p.max_kv_cache_mb * MIB // kv_bytes_per_token)  # tokens of context the KV cache bound holds
+    default = min(p.default_max_tokens, context_length - prompt_tokens, kv_tokens - prompt_tokens)
+    new = max_tokens if max_tokens is not None else max(1, default)
     try:
         check_generation_length(prompt_tokens, new, context_length)
     except BadCandidate as e:
-        raise Rejected(400, PROMPT_TOO_LONG, str(e), param="max_tokens", code="context_length_exceeded") from None
+        raise Rejected(
+            400, PROMPT_TOO_LONG, str(e), param=prompt_param if max_tokens is None else "max_tokens", code="context_length_exceeded"
+        ) from None
     kv = (prompt_tokens + new) * kv_bytes_per_token
     if kv > p.max_kv_cache_mb * MIB:
+        what, do = (
+            ("prompt + max_tokens", "ask for fewer max_tokens")
+            if max_tokens is not None
+            else ("the prompt + 1 token", "send a shorter prompt")
+        )
         raise Rejected(
             413,
             KV_CACHE_TOO_LARGE,
-            f"prompt + max_tokens ({prompt_tokens} + {new} tokens) need {kv / MIB:.1f} MiB of KV cache, more than "
-            f"serving.max_kv_cache_mb ({p.max_kv_cache_mb:g}); ask for fewer max_tokens",
-            param="max_tokens",
+            f"{what} ({prompt_tokens} + {new} tokens) need {kv / MIB:.2f} MiB of KV cache, more than "
+            f"serving.max_kv_cache_mb ({p.max_kv_cache_mb:g}); {do}",
+            param="max_tokens" if max_tokens is not None else prompt_param,
         )
     return new, kv
 

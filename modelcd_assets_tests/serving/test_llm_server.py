@@ -24,6 +24,8 @@ from modelcd_assets.lib.release.registry import ROLLED_BACK
 from modelcd_assets.lib.release.rollout import read_state
 from modelcd_assets.lib.release.rollout_state import RolloutState, sign_state
 from modelcd_assets.lib.release.signing import Keys
+from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER
+from modelcd_assets.serving.lm.openai_api import fingerprint
 from modelcd_assets_tests.conftest import module_state_fixtures
 from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, ServerProcess, of_name, samples, wait_for
 from modelcd_assets_tests.tiny_lm import TINY_LM_POLICY
@@ -905,3 +907,136 @@ def test_the_async_openai_client_langchain_and_litellm_get_the_gated_answer(serv
         model=f"openai/{MODEL}", api_base=f"{server.url}/v1", api_key="unused", messages=MESSAGES, max_tokens=24, temperature=0, stream=True
     )
     assert "".join(p.choices[0].delta.content or "" for p in pieces if p.choices) == expected
+
+
+def test_malformed_and_out_of_range_requests_are_answered_4xx_never_5xx(server):
+    """What llama.cpp's and vLLM's suites send to break a server, and more: each a 4xx in the OpenAI error body."""
+    chat = {"model": MODEL, "messages": MESSAGES, "max_tokens": 4}
+    text = {"model": MODEL, "prompt": "hi", "max_tokens": 4}
+    chats = [
+        {"model": MODEL, "messages": None},
+        {"model": MODEL, "messages": "string"},
+        {"model": MODEL, "messages": []},
+        {"model": MODEL, "messages": [123]},
+        {"model": MODEL, "messages": [{}]},
+        {"model": MODEL, "messages": [{"role": 123}]},
+        {"model": MODEL, "messages": [{"role": "system", "content": 123}]},
+        {"model": MODEL, "messages": [{"role": "my-custom-role", "content": "hi"}]},
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi", "extra_field": "0"}]},
+        {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]},
+        {"messages": MESSAGES},
+        chat | {"model": None},
+        chat | {"max_tokens": 0},
+        chat | {"max_tokens": -1},
+        chat | {"max_tokens": "many"},
+        chat | {"max_completion_tokens": 10**12},
+        chat | {"temperature": -0.1},
+        chat | {"temperature": 2.5},
+        chat | {"top_p": 1.5},
+        chat | {"n": 0},
+        chat | {"n": 129},
+        chat | {"seed": "x"},
+        chat | {"seed": 1.5},
+        chat | {"stop": [""]},
+        chat | {"stop": ["a", "b", "c", "d", "e"]},
+        chat | {"presence_penalty": 3},
+        chat | {"frequency_penalty": -2.5},
+        chat | {"logit_bias": {"1": 101}},
+        chat | {"logit_bias": {"-1": 1}},
+        chat | {"logit_bias": {" the ": -100}},
+        chat | {"logprobs": True, "top_logprobs": -1},
+        chat | {"stream": "yes"},
+        chat | {"stream": True, "stream_options": {"include_usage": "yes"}},
+        chat | {"stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+        chat | {"response_format": {"type": "json_schema"}},
+        chat | {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}},
+        chat | {"response_format": {"type": "json_object", "schema": {}}},
+        chat
+        | {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "minProperties": "a"}}}},
+        chat | {"tools": [{"type": "function", "function": {"name": "bad name!"}}], "tool_choice": "required"},
+        chat | {"tools": TOOLS[:1], "tool_choice": {"type": "function", "function": {"name": "nowhere"}}},
+        chat | {"tools": TOOLS[:1] * 2, "tool_choice": "required"},
+        chat | {"tools": TOOLS[:1], "tool_choice": "sometimes"},
+        chat | {"tools": TOOLS[:1], "tool_choice": "required", "response_format": {"type": "json_object"}},
+        chat | {"user": "u" * 300},
+    ]
+    texts = [
+        text | {"prompt": None},
+        text | {"prompt": []},
+        text | {"prompt": [[]]},
+        text | {"prompt": [1, "x"]},
+        text | {"prompt": [-1]},
+        text | {"prompt": [10**9]},
+        text | {"prompt": "x" * 5000},
+        text | {"logprobs": 6},
+        text | {"logprobs": -1},
+        text | {"echo": "yes"},
+        text | {"best_of": 0},
+        text | {"n": 2, "best_of": 3},
+        text | {"suffix": "end"},
+        text | {"max_tokens": 10**6},
+        text | {"stream": True, "logprobs": 30},
+    ]
+    sent = [("/v1/chat/completions", b) for b in chats] + [("/v1/completions", b) for b in texts]
+    sent += [("/v1/chat/completions", b | {"stream": True}) for b in chats[:12]]
+    for path, body in sent:
+        r = httpx.post(f"{server.url}{path}", json=body, timeout=60)
+        assert 400 <= r.status_code < 500, (path, body, r.status_code, r.text[:300])
+        assert r.headers["content-type"].startswith("application/json"), (body, r.headers["content-type"])  # refused before any stream
+        assert set(r.json()["error"]) == {"message", "type", "param", "code"} and r.json()["error"]["message"], r.text
+    assert len(sent) >= 70
+
+
+def test_stream_chunks_keep_one_id_name_the_role_once_and_end_with_an_empty_delta(server, client):
+    whole = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, temperature=0)
+    chunks = sse(server, "/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "max_tokens": 8, "temperature": 0})
+    assert len({c["id"] for c in chunks}) == 1 and len({c["created"] for c in chunks}) == 1
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "", "refusal": None}
+    assert not any("role" in c["choices"][0]["delta"] for c in chunks[1:])
+    assert chunks[-1]["choices"][0]["delta"] == {} and chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    # system_fingerprint names the bytes that answered (the headers' registered files and base build): the same on every
+    # chunk and on the whole answer of that version
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES, max_tokens=2, temperature=0)
+    assert raw.parse().system_fingerprint == fingerprint(raw.headers[HASH_HEADER], raw.headers[ARTIFACT_HEADER])
+    assert {c["system_fingerprint"] for c in chunks} == {whole.system_fingerprint} == {raw.parse().system_fingerprint}
+    assert fingerprint(raw.headers[HASH_HEADER], "another build") != whole.system_fingerprint
+
+
+def test_the_peers_edge_cases_of_the_openai_api(server, client, reference):
+    ask = {"model": MODEL, "messages": MESSAGES, "temperature": 0}
+    greedy = client.chat.completions.create(**ask, max_tokens=16).choices[0].message.content
+    # No max_tokens: serving.default_max_tokens cut to what the context and the KV cache bound leave (was 413 here)
+    assert client.chat.completions.create(**ask).choices[0].finish_reason in ("stop", "length")
+    assert client.chat.completions.create(**ask, max_tokens=16, logprobs=False).choices[0].logprobs is None
+    zero = client.chat.completions.create(**ask, max_tokens=8, logprobs=True, top_logprobs=0).choices[0].logprobs.content
+    assert zero and all(e.top_logprobs == [] for e in zero)
+    one = client.completions.create(model=MODEL, prompt="the app crashes", max_tokens=8, temperature=0, logprobs=0).choices[0]
+    assert all(len(top) == 1 and set(top) == {tok} for top, tok in zip(one.logprobs.top_logprobs, one.logprobs.tokens))
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="hi", max_tokens=4, logprobs=6)
+    assert e.value.body["param"] == "logprobs"
+    # stream_options without include_usage: no usage anywhere
+    assert all(c.usage is None and c.choices for c in client.chat.completions.create(**ask, max_tokens=8, stream=True, stream_options={}))
+    # max_completion_tokens, content parts and response_format text answer as their plain forms do
+    five = client.chat.completions.create(**ask, max_completion_tokens=5)
+    assert five.usage.completion_tokens <= 5 and five.choices[0].message.content == greedy[: len(five.choices[0].message.content)]
+    parts = [
+        MESSAGES[0],
+        {"role": "user", "content": [{"type": "text", "text": "i was charged twice "}, {"type": "text", "text": "for my invoice."}]},
+    ]
+    assert client.chat.completions.create(model=MODEL, messages=parts, temperature=0, max_tokens=16).choices[0].message.content == greedy
+    assert client.chat.completions.create(**ask, max_tokens=16, response_format={"type": "text"}).choices[0].message.content == greedy
+    # text completions: stream equals whole, stop sequences, lists of token-id prompts, and the prompt named by its field
+    whole = client.completions.create(model=MODEL, prompt="the app crashes", max_tokens=24, temperature=0).choices[0].text
+    streamed = list(client.completions.create(model=MODEL, prompt="the app crashes", max_tokens=24, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in streamed) == whole and sum(1 for c in streamed if c.choices[0].finish_reason) == 1
+    assert len(whole) > 6, whole
+    stop = whole[4:7]
+    cut = client.completions.create(model=MODEL, prompt="the app crashes", max_tokens=24, temperature=0, stop=stop).choices[0]
+    assert (cut.text, cut.finish_reason) == (whole[: whole.index(stop)], "stop")
+    ids = reference.encode("the app crashes")
+    pair = client.completions.create(model=MODEL, prompt=[ids, ids], max_tokens=24, temperature=0)
+    assert [c.text for c in pair.choices] == [whole, whole] and pair.usage.prompt_tokens == 2 * len(ids)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="the app crashes " * 40, max_tokens=4)
+    assert (e.value.body["param"], e.value.body["code"]) == ("prompt", "context_length_exceeded")

@@ -110,3 +110,35 @@ def test_choices_stream_side_by_side_and_usage_comes_last_when_asked():
     assert finishes == ["stop", "stop"] and account.failed is False
     tokens = [t for c in chunks[:-1] if c["choices"][0]["logprobs"] for t in c["choices"][0]["logprobs"]["tokens"]]
     assert sorted(tokens) == ["<1>", "<1>", "<2>"]
+
+
+class Endless(Tokens):
+    """A generation that makes one token and then waits for more until it is closed."""
+
+    async def __anext__(self):
+        if self.pieces:
+            return await super().__anext__()
+        while not self.closed:
+            await asyncio.sleep(0.01)
+        raise StopAsyncIteration
+
+
+class LeavingClient:
+    """A request whose client goes away after it has been asked a few times."""
+
+    def __init__(self, after: int):
+        self.asked, self.after = 0, after
+
+    async def is_disconnected(self) -> bool:
+        self.asked += 1
+        return self.asked > self.after
+
+
+def test_a_client_that_goes_away_before_its_whole_answer_stops_every_choice_and_is_no_error():
+    request = parse(ChatRequest, {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2})
+    account, streams = Account(), [Endless(["a"], None), Endless(["b"], None)]
+    choices = [Choice(i, [1, 2], Admitted(8, 0), s, account, request.stops) for i, s in enumerate(streams)]
+    completion = Completion(True, request, SERVED, choices, account)
+    response = asyncio.run(asyncio.wait_for(completion.whole(LeavingClient(after=3)), 60))  # without the watch: a timeout
+    assert response.status_code == 499 and all(s.closed for s in streams)  # both generations stopped
+    assert account.failed is False and account.made == 2  # counted with the tokens made, as a stream whose client left

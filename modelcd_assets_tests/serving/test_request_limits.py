@@ -171,6 +171,17 @@ def test_without_max_tokens_a_generation_gets_the_default_or_what_the_context_le
     assert generation_bounds(LM_POLICY, 10, None, 11, KV_PER_TOKEN)[0] == 1
 
 
+def test_without_max_tokens_the_default_is_cut_to_what_the_kv_cache_bound_leaves_too():
+    holds = int(0.05 * MIB) // 2000  # tokens of context 0.05 MiB holds at 2000 bytes a token: 26
+    assert generation_bounds(LM_POLICY, 10, None, CONTEXT, 2000) == (holds - 10, holds * 2000)  # not 30, which would be 413
+    assert generation_bounds(LM_POLICY, holds - 1, None, CONTEXT, 2000)[0] == 1
+    r = bounds_rejected(holds, None, kv_per_token=2000)  # the prompt alone fills the bound
+    assert (r.status, r.reason, r.param) == (413, KV_CACHE_TOO_LARGE, "messages") and "send a shorter prompt" in str(r)
+    with pytest.raises(Rejected) as e:  # a text completion's prompt is named by its own field
+        generation_bounds(LM_POLICY, 51, None, CONTEXT, KV_PER_TOKEN, prompt_param="prompt")
+    assert (e.value.param, e.value.code) == ("prompt", "context_length_exceeded")
+
+
 def test_a_prompt_and_its_tokens_must_fit_the_context_and_are_never_cut():
     assert generation_bounds(LM_POLICY, 50, 40, 90, KV_PER_TOKEN)[0] == 40  # exactly the context
     r = bounds_rejected(50, 40, context=89)

@@ -26,7 +26,7 @@ def bad(message: str) -> Rejected:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class RequestInput(_Strict):

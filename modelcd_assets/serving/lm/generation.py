@@ -65,10 +65,17 @@ class Generations:
         return self.admit_all([prompt_tokens], max_tokens, context_length, kv_bytes_per_token, background)[0]
 
     def admit_all(
-        self, prompts_tokens: list[int], max_tokens: int | None, context_length: int, kv_bytes_per_token: int, background: bool = False
+        self,
+        prompts_tokens: list[int],
+        max_tokens: int | None,
+        context_length: int,
+        kv_bytes_per_token: int,
+        background: bool = False,
+        prompt_param: str = "messages",
     ) -> list[Admitted]:
-        """One request's generations (its choices), each by admit()'s rules: all of them admitted at once, or none."""
-        bounds = [generation_bounds(self.policy, n, max_tokens, context_length, kv_bytes_per_token) for n in prompts_tokens]
+        """One request's generations (its choices), each by admit()'s rules: all of them admitted at once, or none.
+        prompt_param: the request field a prompt beyond its bounds is named by."""
+        bounds = [generation_bounds(self.policy, n, max_tokens, context_length, kv_bytes_per_token, prompt_param) for n in prompts_tokens]
         with self._lock:
             if not background:
                 check_generations(self.callers + len(bounds) - 1, self.policy)

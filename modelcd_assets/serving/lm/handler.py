@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from modelcd_assets.lib.causal_lm.decoder import NonFinite, Sampling
@@ -33,6 +33,7 @@ from modelcd_assets.serving.lm.openai_api import (
     Logprobs,
     StopCut,
     error_body,
+    fingerprint,
     parse,
     tool_calls,
     usage,
@@ -171,7 +172,7 @@ class Completion:
         self, chat: bool, body: ChatRequest | CompletionRequest, served: LmServed, choices: list[Choice], account: CompletionAccount
     ):
         self.chat, self.body, self.served, self.choices, self.account = chat, body, served, choices, account
-        self.answer = Answer(chat, f"{served.model}:{served.version}")
+        self.answer = Answer(chat, f"{served.model}:{served.version}", fingerprint(served.content_hash, served.artifact_sha256))
         self.headers = served_headers(served)
         self.after = None  # called with this completion once it has finished, however it ended (a shadow copy is offered there)
         self.echo: list[str] = [""] * len(choices)  # a text completion's echoed prompt, per choice
@@ -214,10 +215,19 @@ class Completion:
         lp = self.logprobs[choice.index]
         return self.answer.choice(choice.index, content, finish, lp.of(steps) if lp else None, calls)
 
-    async def whole(self) -> JSONResponse:
+    async def whole(self, request: Request) -> Response:
+        """The answer once every choice has finished; a client that goes away first stops them, as a stream's does (its
+        generations end with the token in hand and free their caches), and gets nothing."""
+        answer = asyncio.ensure_future(asyncio.gather(*(self._whole_choice(c) for c in self.choices)))
+        watch = asyncio.ensure_future(_gone(request))
         try:
-            choices = await asyncio.gather(*(self._whole_choice(c) for c in self.choices))
+            await asyncio.wait((answer, watch), return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():  # counted as a stream whose client left is: the tokens made, no error of the version
+                answer.cancel()
+                return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+            choices = answer.result()
         finally:
+            watch.cancel()
             for c in self.choices:
                 await c.tokens.aclose()
             self.finish()
@@ -272,6 +282,12 @@ class Completion:
             for c in self.choices:
                 await c.tokens.aclose()
             self.finish()
+
+
+async def _gone(request: Request, every_s: float = 0.1) -> None:
+    """Returns once the client has gone away (ASGI's http.disconnect)."""
+    while not await request.is_disconnected():
+        await asyncio.sleep(every_s)
 
 
 class CompletionHandler:
@@ -384,7 +400,13 @@ class CompletionHandler:
                     param = body.guidance_param() if chat else None
                     raise bad_request(f"{param}: the constraint cannot be decoded: {e}", param) from None
             prompts = [p for p in prompts for _ in range(body.choices)]
-            admitted = self.generations.admit_all([len(p) for p in prompts], body.limit, decoder.context_length, decoder.kv_bytes_per_token)
+            admitted = self.generations.admit_all(
+                [len(p) for p in prompts],
+                body.limit,
+                decoder.context_length,
+                decoder.kv_bytes_per_token,
+                prompt_param="messages" if chat else "prompt",
+            )
         except Rejected as r:
             return ApiError.of(account.reject(r)).response()
         if self.traffic.chosen():
@@ -398,7 +420,7 @@ class CompletionHandler:
             completion.headers[ARM_HEADER] = "canary"
         elif candidate is not None and split.shadowed() and len(prompts) == 1:
             completion.after = lambda answered: self._offer_shadow(candidate, answered)
-        return completion.streamed() if body.stream else await completion.whole()
+        return completion.streamed() if body.stream else await completion.whole(request)
 
     @staticmethod
     def _prompts(body, decoder, chat: bool) -> list[list[int]]:

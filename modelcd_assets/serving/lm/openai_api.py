@@ -6,6 +6,7 @@ a field OpenAI does not define is refused too, by name. Nothing is accepted and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -74,7 +75,9 @@ def _refuse_not_served(raw, not_served: dict):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown keys refused, and no value coerced: "yes" is not a boolean nor "5" a number, as OpenAI's own server holds."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class StreamOptions(_Strict):
@@ -490,14 +493,14 @@ class Logprobs:
 class Answer:
     """The ids, times and shapes of one request's answer, for either endpoint, whole or streamed, with any number of choices."""
 
-    def __init__(self, chat: bool, model: str):
-        self.chat, self.model = chat, model
+    def __init__(self, chat: bool, model: str, fingerprint: str):
+        self.chat, self.model, self.fingerprint = chat, model, fingerprint
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
 
     def _head(self, streamed: bool) -> dict:
         kind = ("chat.completion.chunk" if streamed else "chat.completion") if self.chat else "text_completion"
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model, "system_fingerprint": self.fingerprint}
 
     def chunk(
         self,
@@ -547,6 +550,12 @@ def tool_calls(request: ChatRequest, text: str) -> list[dict] | None:
     else:
         name, arguments = call, value
     return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]
+
+
+def fingerprint(content_hash: str, artifact_sha256: str) -> str:
+    """OpenAI's system_fingerprint, "the backend configuration the model runs with": the version's registered files and
+    the base build that answered. Answers with equal fingerprints came from the same bytes."""
+    return "fp_" + hashlib.sha256(f"{content_hash}:{artifact_sha256}".encode()).hexdigest()[:16]
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
