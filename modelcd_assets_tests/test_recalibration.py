@@ -43,9 +43,9 @@ def poor_texts() -> list[str]:
     return [" ".join(["thanks"] * int(k)) for k in rng.integers(5, 10, size=300)]
 
 
-def good_texts(evaluation: set[str]) -> list[str]:
+def good_texts(evaluation: set[str], seed: int = 7) -> list[str]:
     """Fresh tickets from the same generator as the evaluation split, another seed, less those that happen to be in it."""
-    return [ex.text for ex in generate(400, 7) if ex.text not in evaluation][:300]
+    return [ex.text for ex in generate(400, seed) if ex.text not in evaluation][:300]
 
 
 def record(env, version: str) -> CandidateRecord:
@@ -163,3 +163,98 @@ def test_a_revision_of_a_version_that_is_no_longer_production_is_superseded_not_
     assert env.registry.production(MODEL) == prod
     assert main(["status", MODEL]) == 0
     assert "calibration revision of 1" in capsys.readouterr().out
+
+
+def test_a_set_sent_inline_through_dagsters_graphql_api_is_registered_and_its_revision_gated(env, instance, production_v1, tmp_path):
+    """A client on another machine has no file on the machine that runs the job: it hands the texts inline, through the
+    launchRun mutation (dagster-graphql's client) of the stack `modelcd up` runs (`dagster dev`: the webserver, and the
+    daemon that dequeues runs and runs the sensors). A set is refused with the same reasons as a file; an accepted one
+    becomes a calibration revision that the registry sensor gates, as any new version."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import httpx
+    from dagster_graphql import DagsterGraphQLClient
+
+    from modelcd_assets.launch import StepError
+    from modelcd_assets.lib.operations.processes import start_process, stop_process
+    from modelcd_assets.lib.operations.settings import PG_URL_VAR
+    from modelcd_assets.lib.release.calibration import jsonl
+    from modelcd_assets_tests.serving.conftest import free_port
+
+    if env.env.get(PG_URL_VAR):
+        pytest.skip("launchRun does not depend on the storage: run once, on SQLite")
+    done = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+
+    def wait(what: str, check, seconds: float = 300):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            assert stack.poll() is None, (tmp_path / "dagster.log").read_text()[-3000:]
+            found = check()
+            if found:
+                return found
+            time.sleep(1)
+        raise AssertionError(f"{what} within {seconds} s; see {tmp_path / 'dagster.log'}")
+
+    def launch(texts: list[str]) -> str:
+        return client.submit_job_execution(
+            "calibrate", run_config={"ops": {"calibration_set": {"config": {"model": MODEL, "texts": texts}}}}
+        )
+
+    def answering() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    port, workspace = free_port(), Path(__file__).resolve().parents[1] / "workspace.yaml"
+    log = open(tmp_path / "dagster.log", "wb")
+    stack = start_process(
+        [str(Path(sys.executable).with_name("dagster")), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)],
+        env=dict(os.environ, **env.env),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait("the webserver answered", answering, 180)
+        client = DagsterGraphQLClient("127.0.0.1", port_number=port)
+        before = env.registry.calibration_of(MODEL)
+        refused = launch(["thanks"] * 5)
+        assert wait(
+            "the refused set's run finished", lambda: client.get_run_status(refused) in done and client.get_run_status(refused)
+        ) == (dg.DagsterRunStatus.FAILURE)
+        failures = [e.dagster_event for e in instance.all_logs(refused, of_type=dg.DagsterEventType.STEP_FAILURE)]
+        error = StepError.of(SimpleNamespace(all_events=failures))  # as `modelcd calibrate` reads a run's failure
+        assert (error.step, error.cls_name) == ("calibration_set", "BadCalibrationSet"), error
+        assert (
+            "the inline calibration set (5 texts) was refused" in error.message
+            and "fewer than calibration.min_examples (200)" in error.message
+        )
+        assert env.registry.calibration_of(MODEL) == before  # the current set stays
+
+        texts = good_texts({ex.text for ex in read_split(env.data / "evaluation.jsonl")}, seed=13)
+        accepted = launch(texts)
+        assert wait("the set's run finished", lambda: client.get_run_status(accepted) in done and client.get_run_status(accepted)) == (
+            dg.DagsterRunStatus.SUCCESS
+        )
+        digest = hashlib.sha256(jsonl(texts)).hexdigest()  # the file the texts would be, written one {"text": ...} a line
+        assert env.registry.calibration_of(MODEL) == digest
+        revision = max(env.registry.versions(MODEL), key=lambda r: int(r.version))
+        assert env.registry.tags(revision)[CALIBRATION] == digest and REVISION_OF in env.registry.tags(revision)
+
+        def gated():
+            runs = instance.get_runs(dg.RunsFilter(tags={"modelcd/candidate": revision.key}, statuses=list(done)))
+            return runs[0] if runs else None
+
+        gate_run = wait("the registry sensor's gated run of the revision finished", gated, 420)
+    finally:
+        stop_process(stack)
+        log.close()
+    rows, problems = latest_gate_rows(instance, revision)
+    assert gate_run.status == dg.DagsterRunStatus.SUCCESS or problems, gate_run.status
+    assert {r.gate for r in rows} >= {"int8_agrees_with_fp32", "accuracy_within_tolerance"}, (rows, problems)

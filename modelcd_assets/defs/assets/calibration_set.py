@@ -8,7 +8,7 @@ from pydantic import Field
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.inference.tokens import TextEncoder
 from modelcd_assets.lib.release.attestation import CALIBRATION_SET
-from modelcd_assets.lib.release.calibration import read_texts, validate
+from modelcd_assets.lib.release.calibration import BadCalibrationSet, inline_texts, read_texts, validate
 from modelcd_assets.lib.splits import read_split
 from modelcd_assets.lib.tasks.names import declaration_of
 from modelcd_assets.resources.policy import PolicyResource
@@ -25,6 +25,13 @@ class CalibrationSetConfig(dg.Config):
         ),
     )
     source: str = Field("", description='With model: a JSON-lines file on this machine, one {"text": ...} object per line.')
+    texts: list[str] = Field(
+        default_factory=list,
+        description=(
+            "With model, instead of source: the set's texts inline, for a client on another machine (the UI's launchpad, Dagster's "
+            "launchRun mutation). Bounded by the policy's calibration.max_examples and max_text_chars, and validated as a file is."
+        ),
+    )
 
 
 @dg.asset(group_name="data", kinds={"json"})
@@ -39,8 +46,9 @@ def calibration_set(
     accepted, it is frozen under its sha256 and becomes the model's current set, which calibration_revision acts on."""
     sets = state.calibration_sets()
     if not config.model:
-        if config.source:
-            raise ModelcdError("calibration_set got a source file but no model; set config.model to the registered model the set is for")
+        if config.source or config.texts:
+            given = "a source file" if config.source else "inline texts"
+            raise ModelcdError(f"calibration_set got {given} but no model; set config.model to the registered model the set is for")
         digest = state.default_calibration()
         return dg.MaterializeResult(
             metadata={
@@ -65,18 +73,27 @@ def calibration_set(
             "MatMulNBits, with no activation ranges to calibrate), so it has no calibration set; its INT8 fidelity is judged by "
             "int8_agrees_with_fp32 on every version"
         )
-    source = Path(config.source).expanduser()
-    texts = read_texts(source)
+    if bool(config.source) == bool(config.texts):
+        raise BadCalibrationSet(
+            "calibration_set takes the set's texts from config.source (a JSON-lines file on this machine) or config.texts (inline), "
+            f"one of the two; got {'both' if config.source else 'neither'}"
+        )
+    if config.source:
+        source = str(Path(config.source).expanduser())
+        texts = read_texts(Path(source))
+    else:
+        source = f"the inline calibration set ({len(config.texts)} texts)"
+        texts = inline_texts(config.texts, source)
     evaluation = [ex.text for ex in read_split(state.split("evaluation"))]
     summary = validate(
         texts,
         evaluation,
         TextEncoder(state.record(production).build.merged).lengths,
         policy.for_model(config.model).calibration,
-        source=str(source),
+        source=source,
     )
     previous = reg.calibration_of(config.model)
-    digest = sets.save(source)
+    digest = sets.save(Path(source)) if config.source else sets.save_texts(texts)
     reg.set_calibration(config.model, digest)
     context.log.info(
         f"{config.model}: calibration set {digest[:12]} is current (was {previous[:12] if previous else 'the data folder split'})"
@@ -89,7 +106,7 @@ def calibration_set(
             "examples": summary.examples,
             "median_tokens": summary.median_tokens,
             "evaluation_median_tokens": summary.evaluation_median_tokens,
-            "source": str(source),
+            "source": source,
             "path": dg.MetadataValue.path(str(sets.path(digest))),
         },
         data_version=dg.DataVersion(digest[:16]),

@@ -159,6 +159,8 @@ class QuantizationPolicy(_Strict):
 
 class CalibrationPolicy(_Strict):
     min_examples: int = Field(200, ge=1, description="Fewest texts a new calibration set may hold.")
+    max_examples: int = Field(100_000, ge=1, description="Most texts a new calibration set may hold, from a file or inline.")
+    max_text_chars: int = Field(20_000, ge=1, description="Most characters (code points) in one text of a new calibration set.")
     max_median_length_ratio: float = Field(
         3.0,
         ge=1,

@@ -9,6 +9,7 @@ What the file does not show by itself (whether its ranges serve the model well) 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Callable, Sequence
@@ -67,6 +68,20 @@ def read_texts(path: Path) -> list[str]:
     return texts
 
 
+def inline_texts(texts: Sequence, source: str = "the inline calibration set") -> list[str]:
+    """Texts handed over inline (the calibrate job's config.texts): each a non-empty string, as a file's lines must be."""
+    problems = [f"texts[{i}] is not a non-empty string" for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise BadCalibrationSet(f"{source} was refused and the current set stays: {'; '.join(problems[:3])}{more}")
+    return list(texts)
+
+
+def jsonl(texts: Sequence[str]) -> bytes:
+    """The calibration file of texts: one {"text": ...} object per line, as read_texts reads it."""
+    return "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+
+
 def _normalized(text: str) -> str:
     return " ".join(text.lower().split())
 
@@ -85,6 +100,15 @@ def validate(
     problems = []
     if len(texts) < policy.min_examples:
         problems.append(f"it holds {len(texts)} texts, fewer than calibration.min_examples ({policy.min_examples})")
+    if len(texts) > policy.max_examples:
+        problems.append(f"it holds {len(texts)} texts, more than calibration.max_examples ({policy.max_examples})")
+        texts = texts[: policy.max_examples]  # the rest is measured on what may be used
+    long = [i for i, t in enumerate(texts) if len(t) > policy.max_text_chars]
+    if long:
+        problems.append(
+            f"{len(long)} of its texts are longer than calibration.max_text_chars ({policy.max_text_chars}; first: text {long[0]}, "
+            f"{len(texts[long[0]])} characters)"
+        )
     median = float(np.median(token_lengths(list(texts)))) if texts else 0.0
     reference = float(np.median(token_lengths(list(evaluation_texts))))
     ratio = policy.max_median_length_ratio
@@ -116,12 +140,20 @@ class CalibrationStore:
 
     def save(self, src: Path) -> str:
         """Freeze a copy of src under its hash (atomically, once); returns the hash."""
-        digest = file_sha256(src)
+        return self._freeze(file_sha256(src), lambda tmp: shutil.copy2(src, tmp))
+
+    def save_texts(self, texts: Sequence[str]) -> str:
+        """Freeze texts handed over inline as the JSON-lines file a set is (jsonl()), under its hash; returns the hash. The
+        same texts in a file written the same way have the same hash."""
+        data = jsonl(texts)
+        return self._freeze(hashlib.sha256(data).hexdigest(), lambda tmp: tmp.write_bytes(data))
+
+    def _freeze(self, digest: str, write) -> str:
         dst = self.path(digest)
         if not dst.is_file():
             dst.parent.mkdir(parents=True, exist_ok=True)
             tmp = dst.with_suffix(".tmp")
-            shutil.copy2(src, tmp)
+            write(tmp)
             tmp.rename(dst)
         return digest
 

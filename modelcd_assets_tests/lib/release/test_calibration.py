@@ -10,7 +10,7 @@ import pytest
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import file_sha256
 from modelcd_assets.lib.judging.policy import CalibrationPolicy
-from modelcd_assets.lib.release.calibration import BadCalibrationSet, CalibrationStore, read_texts, validate
+from modelcd_assets.lib.release.calibration import BadCalibrationSet, CalibrationStore, inline_texts, jsonl, read_texts, validate
 
 
 def words(texts):
@@ -102,3 +102,27 @@ def test_the_store_keeps_a_set_under_its_hash_and_refuses_a_changed_or_missing_o
         store.require(digest)
     with pytest.raises(ModelcdError, match="register it again"):
         store.require("0" * 64)
+
+
+def test_a_set_beyond_the_policys_bounds_is_refused_with_the_bound():
+    bounded = CalibrationPolicy(min_examples=200, max_examples=250, max_text_chars=60)
+    assert validate(GOOD + GOOD[:50], EVALUATION, words, bounded).examples == 250
+    with pytest.raises(BadCalibrationSet) as e:
+        validate(GOOD + GOOD[:51], EVALUATION, words, bounded)
+    assert "it holds 251 texts, more than calibration.max_examples (250)" in str(e.value)
+    with pytest.raises(BadCalibrationSet) as e:
+        validate(GOOD[:199] + ["x " * 31], EVALUATION, words, bounded)
+    assert "1 of its texts are longer than calibration.max_text_chars (60; first: text 199, 62 characters)" in str(e.value)
+
+
+def test_inline_texts_are_stored_as_the_file_they_would_be_and_an_empty_one_is_refused(tmp_path):
+    store = CalibrationStore(tmp_path / "sets")
+    path = tmp_path / "set.jsonl"
+    path.write_bytes(jsonl(GOOD))
+    assert read_texts(path) == GOOD
+    digest = store.save_texts(inline_texts(GOOD))
+    assert digest == file_sha256(path) == store.save(path) and read_texts(store.require(digest)) == GOOD
+    with pytest.raises(BadCalibrationSet) as e:
+        inline_texts(["fine", " ", 3, ""])
+    assert "texts[1] is not a non-empty string; texts[2] is not a non-empty string; texts[3]" in str(e.value)
+    assert "the current set stays" in str(e.value)
