@@ -44,7 +44,7 @@ class Account:
     def completion_tokens(self):
         return self.made + self.eos
 
-    def token(self, token):
+    def token(self):
         self.made += 1
 
     def ended_turn(self):

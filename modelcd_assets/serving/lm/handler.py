@@ -67,8 +67,7 @@ class CompletionAccount(RequestAccount):
     def __init__(self, metrics: LmServerMetrics, model: str):
         super().__init__(metrics, model)
         self.made, self.eos = 0, 0
-        self.first: float | None = None
-        self.first_token: int | None = None  # None: none yet, or the model ended its turn at once
+        self.first: float | None = None  # when the first token of any of its choices was made
 
     @property
     def completion_tokens(self) -> int:
@@ -77,10 +76,11 @@ class CompletionAccount(RequestAccount):
     def prompt(self, tokens: int) -> None:
         self.metrics.prompt_tokens.labels(*self.labels).inc(tokens)
 
-    def token(self, token: int) -> None:
+    def token(self) -> None:
+        """A choice made a token."""
         self.made += 1
         if self.first is None:
-            self.first, self.first_token = time.perf_counter(), int(token)
+            self.first = time.perf_counter()
 
     def ended_turn(self) -> None:
         """A choice's model generated EOS, which counts as a token."""
@@ -133,7 +133,7 @@ class Choice:
                     self.error = error_body(INJECTED)
                     return
             async for step, piece in self.tokens:
-                self.account.token(step.token)
+                self.account.token()
                 self.made += 1
                 if self.first_token is None:
                     self.first_token = step.token

@@ -235,10 +235,6 @@ class _Sampled(_Strict):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
-    def logprobs_top(self) -> int | None:
-        """None: no logprobs; else how many alternatives each token's logprobs list."""
-        raise NotImplementedError
-
     def guidance(self) -> tuple[str, str] | None:
         return None
 
@@ -294,6 +290,8 @@ class ChatRequest(_Sampled):
         return self.max_completion_tokens or self.max_tokens
 
     def logprobs_top(self) -> int | None:
+        """None: no logprobs; else how many alternatives each token's logprobs list (sampling() reads it, as it reads
+        CompletionRequest's)."""
         return (self.top_logprobs or 0) if self.logprobs else None
 
     def calls_tool(self) -> str | None:
@@ -482,12 +480,6 @@ class Logprobs:
             out["text_offset"].append(self.offset)
             self.offset += len(piece)
         return out
-
-    @staticmethod
-    def join(chat: bool, parts: list[dict]) -> dict:
-        if chat:
-            return {"content": [e for p in parts for e in p["content"]], "refusal": None}
-        return {k: [x for p in parts for x in p[k]] for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
 
 
 class Answer:
