@@ -254,21 +254,26 @@ class Decoder:
             yield out[start - 1 - shared : len(ids) - 1 - shared]
             generator.rewind_to(shared)
 
-    def _steps(self, generator, max_new_tokens: int) -> Iterator[tuple[int, np.ndarray]]:
-        """(token, the logits it was chosen from) for each generated token, the EOS token included, up to max_new_tokens.
+    def _steps(self, generator, max_new_tokens: int, sampling: Sampling = GREEDY) -> Iterator[tuple[int, np.ndarray]]:
+        """(token, the model's logits it was chosen from) for each generated token, the EOS token included, up to
+        max_new_tokens; with sampling's bias and penalties written over the logits (set_logits) before GenAI chooses.
 
         The logits are read before generate_next_token(): it chooses the token and already runs the model on it, so
         get_logits() after it holds the next token's logits (measured on SmolLM2: their argmax was not the token chosen).
         get_logits() returns an array of its own (the next step leaves it unchanged), so it is not copied again."""
+        counts: dict[int, int] = {}
         for _ in range(max_new_tokens):
             if generator.is_done():
                 return
             logits = generator.get_logits()
+            if sampling.moves_logits:
+                generator.set_logits(sampling.moved(logits, counts))
             generator.generate_next_token()
             token = int(generator.get_next_tokens()[0])
             yield token, logits
             if token in self.eos_ids:
                 return
+            counts[token] = counts.get(token, 0) + 1
 
     def generate(self, prompt: list[int], max_new_tokens: int, adapter: str | None = None) -> Generation:
         """Greedy tokens after prompt, up to EOS or max_new_tokens; the caller has checked the length (lib/inference/tokens)."""
@@ -299,20 +304,11 @@ class Decoder:
         least = len(prompt) + min(sampling.min_new_tokens, max_new_tokens) if sampling.min_new_tokens else 0
         generator = self._generator(len(prompt) + max_new_tokens, adapter, sampling, least)
         generator.append_tokens(np.asarray(prompt, np.int32))
-        counts: dict[int, int] = {}
-        for made in range(max_new_tokens):
-            if generator.is_done():
-                return
-            logits = generator.get_logits()
+        for made, (token, logits) in enumerate(self._steps(generator, max_new_tokens, sampling), 1):
             if not np.isfinite(logits).all():
-                raise NonFinite(f"the model's logits held NaN or Inf at generated token {made + 1}")
-            if sampling.moves_logits:
-                generator.set_logits(sampling.moved(logits, counts))
-            generator.generate_next_token()
-            token = int(generator.get_next_tokens()[0])
+                raise NonFinite(f"the model's logits held NaN or Inf at generated token {made}")
             if token in self.eos_ids:
                 return
-            counts[token] = counts.get(token, 0) + 1
             yield chosen(logits, token, sampling.top_logprobs)
 
     def text_stream(self):
