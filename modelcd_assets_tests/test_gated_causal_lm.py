@@ -79,7 +79,9 @@ def test_the_first_adapter_is_judged_on_the_ceiling_and_promoted_with_an_attesta
     speeds, judged = choice["tokens_per_s"], choice["judged"]
     print("variant choice:", json.dumps({n: (round(speeds[n], 1), judged.get(n, {}).get("reason")) for n in speeds}, indent=1))
     assert set(speeds) == set(VARIANTS) and choice["decided"] and judged[chosen]["passed"] and chosen == gated["chosen"]
-    assert list(judged) == sorted(judged, key=lambda n: -speeds[n]) and list(judged)[-1] == chosen
+    # Judged fastest first down to the chosen one: those faster failed, those slower were not judged (the record's
+    # JSON keeps its keys sorted, so the order is read from the speeds).
+    assert {n for n in speeds if speeds[n] >= speeds[chosen]} == set(judged)
     assert all(not j["passed"] for n, j in judged.items() if n != chosen)
     assert all(speeds[n] <= speeds[chosen] for n in choice["not_judged"])
     assert gated["fidelity"] == judged[chosen]["fidelity"]

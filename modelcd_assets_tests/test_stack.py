@@ -40,6 +40,8 @@ def answers(url: str, check) -> bool:
 
 
 def scraping(r: httpx.Response) -> bool:
+    if r.status_code != 200:  # Prometheus answers 503 with plain text until its storage is ready
+        return False
     targets = r.json()["data"]["activeTargets"]
     return bool(targets) and all(t["health"] == "up" for t in targets)
 
