@@ -25,8 +25,8 @@ one last, so it is production; the first gated chooses the base's weight variant
    and switches another version, until 7 swaps are done: failed requests, TTFT p99 swapping over steady; then verified
    loads at idle, timed per step.
 4. 127 adapters on one base, in this process, on the server's batched session (lib/causal_lm/batched.py): 1, 32 and 127
-   adapter files of the base's slot layout loaded; 16 requests, 4 at a time, request i on adapter i mod N; requests on
-   one adapter at once share a batch, others decode in batches of their own, as the server's batcher runs them:
+   adapter files of the base's slot layout loaded; 16 requests, 4 at a time, request i on adapter i mod N; the requests
+   at once share a batch, each row with its own adapter, as the server's batcher runs them:
    aggregate tokens/s against 1 adapter, resident memory per further adapter, the time to load one.
 5. Roofline: the weight bytes every decoded token reads (MatMulNBits and MatMul initializers; a GGUF's matrices) times
    decode tokens/s at concurrency 1, against a STREAM-like triad on the same cores.
@@ -394,8 +394,7 @@ def _gguf_weight_bytes(gguf_path: Path) -> int:
 def many_adapters(folder: Path, adapter_dir: Path, slots, chats, tmp: Path) -> dict:
     """Adapters loaded on the served weights' batched session (run in a fresh process), each used once so that what it
     holds is resident, and requests spread over them as the server's batcher runs them: MANY_REQUESTS requests,
-    MANY_AT_ONCE at a time, request i on adapter i mod N; those on one adapter decode in one batch, the others in batches
-    of their own."""
+    MANY_AT_ONCE at a time, request i on adapter i mod N, the requests at once in one batch, each row with its own adapter."""
     from modelcd_assets.faults.llm_builders import scaled_lora_b
     from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
     from modelcd_assets.lib.causal_lm.batched import BatchedSession, batched_greedy
@@ -410,7 +409,8 @@ def many_adapters(folder: Path, adapter_dir: Path, slots, chats, tmp: Path) -> d
         copy = scaled_lora_b(adapter_dir, tmp / f"many-{k}", 1 + 0.001 * k)
         files.append(write_adapter_file(adapter_parameters(copy, slots)[0], tmp / f"many-{k}.onnx_adapter"))
     session = BatchedSession(folder)
-    batched_greedy(session, prompts[:2], 4, session.adapter(files[0]), eos)  # the session warm before memory is read
+    warm = session.adapter(files[0])
+    batched_greedy(session, prompts[:2], 4, [warm, warm], eos)  # the session warm before memory is read
     adapters, loads, out = [], [], {}
     before = _rss_mb()
     for count in MANY:
@@ -425,11 +425,9 @@ def many_adapters(folder: Path, adapter_dir: Path, slots, chats, tmp: Path) -> d
         for _ in range(ROUNDS):
             made, t = 0, time.perf_counter()
             for wave in range(0, MANY_REQUESTS, MANY_AT_ONCE):
-                groups: dict[int, list[list[int]]] = {}
-                for i in range(wave, wave + MANY_AT_ONCE):
-                    groups.setdefault(i % count, []).append(prompts[i])
-                for k, group in groups.items():
-                    made += sum(len(tokens) for tokens, _ in batched_greedy(session, group, MANY_TOKENS, adapters[k], eos))
+                ids = range(wave, wave + MANY_AT_ONCE)
+                wave_runs = batched_greedy(session, [prompts[i] for i in ids], MANY_TOKENS, [adapters[i % count] for i in ids], eos)
+                made += sum(len(tokens) for tokens, _ in wave_runs)
             runs.append(made / (time.perf_counter() - t))
         out[str(count)] = {"aggregate_tokens_per_s": statistics.median(runs), "rss_mb": rss}
     low, high = MANY[0], MANY[-1]
@@ -442,7 +440,7 @@ def many_adapters(folder: Path, adapter_dir: Path, slots, chats, tmp: Path) -> d
         "load_ms_max": max(loads),
         "rss_before_mb": before,
         "adapter_file_mb": files[0].stat().st_size / 1e6,
-        "adapter_tensor_mb": sum(int(np.prod(v.shape())) * 4 for v in adapters[0].inputs.values()) / 1e6,
+        "adapter_tensor_mb": sum(v.nbytes for v in adapters[0].arrays.values()) / 1e6,
         "mb_per_further_adapter": (out[str(high)]["rss_mb"] - out[str(low)]["rss_mb"]) / (high - low),
         "adapters_127_over_1": out[str(high)]["aggregate_tokens_per_s"] / out[str(low)]["aggregate_tokens_per_s"],
     }

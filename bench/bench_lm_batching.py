@@ -5,9 +5,11 @@ bench-llm starts; the base build made as the gates make it (its LoRA products in
 up to NEW_TOKENS greedy tokens each, or to EOS (every side makes the same tokens, so does the same work):
 - alone: ONNX Runtime GenAI's generator, one prompt after another, as the server decodes a generation alone;
 - batched at B rows: lib/causal_lm/batched.py, B prompts prefilled alone and decoded together, then the next B;
+- the same over ADAPTERS adapters: prompt i on adapter i mod ADAPTERS (the gated one, and copies with LoRA B scaled), alone
+  and batched, the rows of a batch each with its own adapter, as the server's batch holds the versions of one base;
 the sides interleaved over ROUNDS rounds on the same cores; aggregate generated tokens per second, medians of rounds.
-Every batched row is checked against the same prompt decoded alone (its greedy tokens, and the largest |logit
-difference| of the steps both ran). Writes bench/results/lm_batching.json; `python bench/render_docs.py` renders it
+Every batched row is checked against the same prompt decoded alone with its adapter (its greedy tokens, and the largest
+|logit difference| of the steps both ran). Writes bench/results/lm_batching.json; `python bench/render_docs.py` renders it
 into docs/benchmarks.md.
 """
 
@@ -26,6 +28,7 @@ from machine import machine
 
 RESULTS = Path(__file__).parent / "results" / "lm_batching.json"
 PROMPTS, NEW_TOKENS, ROUNDS, BATCHES = 8, 48, 3, (1, 4, 8)
+ADAPTERS, SCALES = 4, (1.0, 0.5, 1.5, 2.0)  # adapter k's LoRA B is the gated adapter's times SCALES[k]
 
 
 def _alone(decoder, prompt: list[int], adapter: str) -> tuple[list[int], list[np.ndarray]]:
@@ -39,12 +42,13 @@ def _alone(decoder, prompt: list[int], adapter: str) -> tuple[list[int], list[np
     return tokens, logits
 
 
-def _batched(session, prompts: list[list[int]], adapter, eos_ids) -> tuple[list[list[int]], list[list[np.ndarray]]]:
-    """The prompts decoded together, each up to EOS (included) or NEW_TOKENS: the same tokens and logits as _alone's."""
+def _batched(session, prompts: list[list[int]], adapters: list, eos_ids) -> tuple[list[list[int]], list[list[np.ndarray]]]:
+    """The prompts decoded together, prompt i with adapters[i], each up to EOS (included) or NEW_TOKENS: the same tokens and
+    logits as _alone's."""
     from modelcd_assets.lib.causal_lm.batched import Batch
 
     batch, tokens, logits, rows = Batch(), [[] for _ in prompts], [[] for _ in prompts], []
-    for prompt in prompts:
+    for prompt, adapter in zip(prompts, adapters):
         rows.append(session.prefill(prompt, adapter))
         batch.join(rows[-1])
     while batch.rows:
@@ -55,7 +59,7 @@ def _batched(session, prompts: list[list[int]], adapter, eos_ids) -> tuple[list[
             if tokens[i][-1] in eos_ids or len(tokens[i]) >= NEW_TOKENS:
                 batch.leave(row)
         if batch.rows:
-            session.step(batch, [tokens[rows.index(r)][-1] for r in batch.rows], adapter)
+            session.step(batch, [tokens[rows.index(r)][-1] for r in batch.rows])
     return tokens, logits
 
 
@@ -63,6 +67,8 @@ def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from bench_llm import smollm2_build
 
+    from modelcd_assets.faults.llm_builders import scaled_lora_b
+    from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
     from modelcd_assets.lib.causal_lm.batched import BatchedSession
     from modelcd_assets.lib.causal_lm.decoder import Decoder
 
@@ -70,40 +76,52 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-lm-batching-") as tmp:
         setup, _, build, path = smollm2_build(Path(tmp))
         decoder = Decoder(build.int8)
-        decoder.load_adapter(path, "gated")
         session = BatchedSession(build.int8)
-        adapter = session.adapter(path)
+        names, adapters = [], []
+        for k, scale in enumerate(SCALES[:ADAPTERS]):
+            file = path
+            if k:
+                edited = scaled_lora_b(setup.adapter, Path(tmp) / f"adapter-{k}", scale)
+                file = write_adapter_file(adapter_parameters(edited, build.slots())[0], Path(tmp) / f"adapter-{k}.onnx_adapter")
+            names.append(f"a{k}")
+            decoder.load_adapter(file, names[-1])
+            adapters.append(session.adapter(file))
         prompts = [decoder.encode_chat(c.messages()) for c in setup.chats[:PROMPTS]]
-        alone = [_alone(decoder, p, "gated") for p in prompts]
-        agreement = {}
-        for b in BATCHES:
-            worst, same = 0.0, 0
-            for start in range(0, PROMPTS, b):
-                tokens, logits = _batched(session, prompts[start : start + b], adapter, decoder.eos_ids)
-                for i, (t, lg) in enumerate(zip(tokens, logits)):
-                    ref_tokens, ref_logits = alone[start + i]
-                    same += t == ref_tokens
-                    # the steps both ran on the same tokens: up to the first token where they part (none, when same)
-                    shared = next((k for k, (x, y) in enumerate(zip(t, ref_tokens)) if x != y), min(len(t), len(ref_tokens)) - 1) + 1
-                    worst = max(worst, max(float(np.max(np.abs(x - y))) for x, y in list(zip(lg, ref_logits))[:shared]))
-            agreement[str(b)] = {"rows": PROMPTS, "same_tokens": same, "max_abs_logit_diff": worst}
-            print(f"batch {b}: {same}/{PROMPTS} rows decode the tokens alone does, max |Δlogit| {worst:.3g}", flush=True)
-        generated = sum(len(t) for t, _ in alone)  # every side generates exactly these (checked above)
-        speed: dict[str, list[float]] = {"alone": [], **{f"batch_{b}": [] for b in BATCHES}}
-        for _ in range(ROUNDS):
-            t = time.perf_counter()
-            for p in prompts:
-                _alone(decoder, p, "gated")
-            speed["alone"].append(generated / (time.perf_counter() - t))
+        sides = {"": [0] * PROMPTS, f"_{ADAPTERS}_adapters": [i % ADAPTERS for i in range(PROMPTS)]}  # each prompt's adapter
+        agreement, generated, speed = {}, {}, {}
+        for side, which in sides.items():
+            alone = [_alone(decoder, p, names[k]) for p, k in zip(prompts, which)]
+            generated[side] = sum(len(t) for t, _ in alone)  # every way of decoding the side generates exactly these (checked)
             for b in BATCHES:
-                t = time.perf_counter()
+                worst, same = 0.0, 0
                 for start in range(0, PROMPTS, b):
-                    _batched(session, prompts[start : start + b], adapter, decoder.eos_ids)
-                speed[f"batch_{b}"].append(generated / (time.perf_counter() - t))
+                    tokens, logits = _batched(
+                        session, prompts[start : start + b], [adapters[k] for k in which[start : start + b]], decoder.eos_ids
+                    )
+                    for i, (t, lg) in enumerate(zip(tokens, logits)):
+                        ref_tokens, ref_logits = alone[start + i]
+                        same += t == ref_tokens
+                        # the steps both ran on the same tokens: up to the first token where they part (none, when same)
+                        shared = next((k for k, (x, y) in enumerate(zip(t, ref_tokens)) if x != y), min(len(t), len(ref_tokens)) - 1) + 1
+                        worst = max(worst, max(float(np.max(np.abs(x - y))) for x, y in list(zip(lg, ref_logits))[:shared]))
+                agreement[f"{b}{side}"] = {"rows": PROMPTS, "same_tokens": same, "max_abs_logit_diff": worst}
+                print(f"batch {b}{side}: {same}/{PROMPTS} rows decode the tokens alone does, max |Δlogit| {worst:.3g}", flush=True)
+            speed |= {f"alone{side}": [], **{f"batch_{b}{side}": [] for b in BATCHES}}
+        for _ in range(ROUNDS):
+            for side, which in sides.items():
+                t = time.perf_counter()
+                for p, k in zip(prompts, which):
+                    _alone(decoder, p, names[k])
+                speed[f"alone{side}"].append(generated[side] / (time.perf_counter() - t))
+                for b in BATCHES:
+                    t = time.perf_counter()
+                    for start in range(0, PROMPTS, b):
+                        _batched(session, prompts[start : start + b], [adapters[k] for k in which[start : start + b]], decoder.eos_ids)
+                    speed[f"batch_{b}{side}"].append(generated[side] / (time.perf_counter() - t))
     tokens_per_s = {k: statistics.median(v) for k, v in speed.items()}
-    over = {k: v / tokens_per_s["alone"] for k, v in tokens_per_s.items()}
+    over = {k: v / tokens_per_s["alone" + next((s for s in sides if s and k.endswith(s)), "")] for k, v in tokens_per_s.items()}
     for k, v in tokens_per_s.items():
-        print(f"{k:>8}: {v:7.1f} tokens/s, {over[k]:.2f}x alone", flush=True)
+        print(f"{k:>18}: {v:7.1f} tokens/s, {over[k]:.2f}x alone", flush=True)
     invariant = all(a["same_tokens"] == PROMPTS and a["max_abs_logit_diff"] <= 1e-4 for a in agreement.values())
     result = {
         "machine": machine(),
@@ -111,6 +129,8 @@ def main() -> int:
         "seconds": round(time.time() - started, 1),
         "prompts": PROMPTS,
         "new_tokens": NEW_TOKENS,
+        "adapters": ADAPTERS,
+        "adapter_scales": list(SCALES[:ADAPTERS]),
         "generated_tokens": generated,
         "rounds": ROUNDS,
         "tokens_per_s": tokens_per_s,
@@ -119,13 +139,18 @@ def main() -> int:
         "targets": {
             "batched rows equal the rows decoded alone (greedy tokens, |Δlogit| <= 1e-4)": {
                 "target": "all rows",
-                "measured": sum(a["same_tokens"] for a in agreement.values()),
+                "measured": f"{sum(a['same_tokens'] for a in agreement.values())} of {PROMPTS * len(agreement)}",
                 "met": invariant,
             },
             "batch 8 aggregate tokens/s over alone": {
                 "target": ">= 2",
                 "measured": round(over["batch_8"], 3),
                 "met": over["batch_8"] >= 2,
+            },
+            f"batch 8 over {ADAPTERS} adapters, aggregate tokens/s over one adapter's batch 8": {
+                "target": ">= 0.8",
+                "measured": round(tokens_per_s[f"batch_8_{ADAPTERS}_adapters"] / tokens_per_s["batch_8"], 3),
+                "met": tokens_per_s[f"batch_8_{ADAPTERS}_adapters"] / tokens_per_s["batch_8"] >= 0.8,
             },
         },
     }

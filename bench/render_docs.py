@@ -471,21 +471,30 @@ def lm_variants(d: dict) -> str:
 
 
 def lm_batching(d: dict) -> str:
-    rows = "\n".join(
-        f"| {k.replace('_', ' ')} | {v:.1f} | {d['over_alone'][k]:.2f}× |"
-        + (
-            f" {d['batched_vs_alone'][k.split('_')[1]]['same_tokens']}/{d['prompts']} rows, max \\|Δlogit\\| "
-            f"{d['batched_vs_alone'][k.split('_')[1]]['max_abs_logit_diff']:.3g} |"
-            if k.split("_")[-1] in d["batched_vs_alone"]
-            else (" (the reference) |" if k == "alone" else " not checked |")
+    sides = {
+        "": "one adapter",
+        f"_{d.get('adapters', 4)}_adapters": f"{d.get('adapters', 4)} adapters, prompt i on adapter i mod {d.get('adapters', 4)}",
+    }
+    generated = d["generated_tokens"] if isinstance(d["generated_tokens"], dict) else {"": d["generated_tokens"]}
+
+    def row(k: str, v: float) -> str:
+        side = next((s for s in sides if s and k.endswith(s)), "")
+        name, batch = k.removesuffix(side), k.removesuffix(side).removeprefix("batch_")
+        checked = d["batched_vs_alone"].get(f"{batch}{side}") if name != "alone" else None
+        same = (
+            f"{checked['same_tokens']}/{d['prompts']} rows, max \\|Δlogit\\| {checked['max_abs_logit_diff']:.3g}"
+            if checked
+            else ("(the reference)" if name == "alone" else "not checked")
         )
-        for k, v in d["tokens_per_s"].items()
-    )
+        return f"| {sides[side]} | {name.replace('_', ' ')} | {v:.1f} | {d['over_alone'][k]:.2f}× | {same} |"
+
+    scales = f" (LoRA B scaled by {', '.join(f'{x:g}' for x in d['adapter_scales'])})" if "adapter_scales" in d else ""
     return (
         f"Measured on {_machine(d['machine'])}; {d['model']}. {d['prompts']} evaluation prompts, greedy, up to {d['new_tokens']} tokens "
-        f"or EOS ({d['generated_tokens']} tokens in all, the same on every side); aggregate tokens/s, median of {d['rounds']} "
-        "interleaved rounds.\n\n| decoded | tokens/s | over alone | the same as alone |\n|---|---|---|---|\n"
-        + rows
+        f"or EOS ({', '.join(f'{n} tokens with {sides[s]}' for s, n in generated.items())}, the same on every way of decoding them); "
+        f"adapters{scales}; aggregate tokens/s, median of {d['rounds']} interleaved rounds.\n\n"
+        "| adapters | decoded | tokens/s | over alone | the same as alone |\n|---|---|---|---|---|\n"
+        + "\n".join(row(k, v) for k, v in d["tokens_per_s"].items())
         + "\n\n"
         + "; ".join(f"{name}: **{x['measured']}** (target {x['target']}, {_met(x)})" for name, x in d["targets"].items())
         + "."

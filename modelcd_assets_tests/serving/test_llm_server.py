@@ -134,25 +134,33 @@ def test_streamed_chunks_join_to_the_whole_answer_and_usage_comes_as_openai_stre
         client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, stream_options={"include_usage": True})
 
 
-def test_concurrent_greedy_answers_are_decoded_in_batches_and_each_is_its_answer_alone(server, client, reference):
-    """Greedy generations of one version decode in one batch (lm/batching.py); each answer is the gated build's answer
-    to its prompt alone, token for token, whichever rows it shared its steps with."""
+def test_concurrent_greedy_answers_are_decoded_in_batches_and_each_is_its_answer_alone(server, client, reference, env, versions):
+    """Greedy generations of one base decode in one batch, whichever version each is for (lm/batching.py); each answer is
+    its version's gated answer to its prompt alone, token for token, whichever rows and adapters it shared its steps with."""
     from concurrent.futures import ThreadPoolExecutor
 
-    asks = [  # as many as serving.max_generations lets run at once (4 by default)
-        "i was charged twice for my invoice.",
-        "hello team, the export button keeps crashing in the app since the update on monday.",
-        "refund please",
-        "where is my order?",
+    q = CandidateRecord.of(env.home, versions[0]).quantization()
+    reference.load_adapter(CandidateRecord.of(env.home, versions[0]).build.dir / q["artifact"], "v1")
+    asks = [  # as many as serving.max_generations lets run at once (4 by default), on production (v2) and on v1 by turns
+        ("v2", MODEL, "i was charged twice for my invoice."),
+        ("v1", f"{MODEL}:{versions[0].version}", "hello team, the export button keeps crashing in the app since the update on monday."),
+        ("v2", MODEL, "refund please"),
+        ("v1", f"{MODEL}:{versions[0].version}", "where is my order?"),
     ]
-    chats = [[MESSAGES[0], {"role": "user", "content": t}] for t in asks]
+    chats = [(adapter, model, [MESSAGES[0], {"role": "user", "content": t}]) for adapter, model, t in asks]
     before = metric(server, "modelcd_llm_decode_batch_rows_count", model=MODEL)
     with ThreadPoolExecutor(len(chats)) as pool:
-        done = list(pool.map(lambda m: client.chat.completions.create(model=MODEL, messages=m, max_tokens=40, temperature=0), chats))
-    for messages, answer in zip(chats, done):
-        expected = reference.generate(reference.encode_chat(messages), 40, "v2")
+        done = list(
+            pool.map(lambda c: client.chat.completions.create(model=c[1], messages=c[2], max_tokens=40, temperature=0), chats)
+        )
+    differ = False
+    for (adapter, _, messages), answer in zip(chats, done):
+        expected = reference.generate(reference.encode_chat(messages), 40, adapter)
         assert answer.choices[0].message.content == reference.decode(expected.tokens), messages[1]["content"]
         assert answer.usage.completion_tokens == len(expected.tokens) + expected.stopped_at_eos
+        other = reference.generate(reference.encode_chat(messages), 40, "v1" if adapter == "v2" else "v2")
+        differ |= other.first_logits.tolist() != expected.first_logits.tolist()
+    assert differ  # the two versions compute differently: a row decoded with the other's adapter would have been caught
     assert metric(server, "modelcd_llm_decode_batch_rows_count", model=MODEL) > before  # the batches decoded them
 
 

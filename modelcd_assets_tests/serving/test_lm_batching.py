@@ -37,6 +37,7 @@ class Script:
 
     def __init__(self, fail_at_step: int | None = None, nan_at: int | None = None, delay_s: float = 0.0):
         self.steps, self.widest, self.fail_at, self.nan_at, self.delay_s = 0, 0, fail_at_step, nan_at, delay_s
+        self.most_adapters = 0  # the most distinct adapters one step decoded with
 
     def _logits(self, row: Row) -> np.ndarray:
         made = row.length - row.prompt_length
@@ -47,15 +48,16 @@ class Script:
         return out
 
     def prefill(self, prompt, adapter) -> Row:
-        row = Row(len(prompt), np.zeros(VOCAB, np.float32), [np.zeros((1, 1, len(prompt), 1), np.float32)])
+        row = Row(len(prompt), np.zeros(VOCAB, np.float32), [np.zeros((1, 1, len(prompt), 1), np.float32)], adapter)
         row.prompt_length, row.start, row.stop_after = len(prompt), prompt[0], prompt[1]
         row.logits = self._logits(row)
         return row
 
-    def step(self, batch, tokens, adapter) -> None:
+    def step(self, batch, tokens) -> None:
         time.sleep(self.delay_s)  # a step's work, so that rows overlap in time as they do in a server
         self.steps += 1
         self.widest = max(self.widest, len(batch.rows))
+        self.most_adapters = max(self.most_adapters, len({id(r.adapter) for r in batch.rows}))
         if self.fail_at is not None and self.steps >= self.fail_at:
             raise RuntimeError("the session failed")
         for row in batch.rows:
@@ -166,7 +168,7 @@ def test_a_cancelled_generation_ends_and_gives_its_version_back(cancel_after):
     assert served.holders == 0
 
 
-def test_a_version_never_decodes_more_rows_than_max_batch_its_parked_rows_counted():
+def test_a_batch_never_holds_more_rows_than_max_batch_its_parked_rows_counted():
     script, served = Script(delay_s=0.002), Served()
     batcher = Batcher(script, max_batch=2, eos_ids=(EOS,))
     # The first row parks after 4 tokens (its client reads nothing more), while the others run 60 tokens each.
@@ -186,3 +188,21 @@ def test_a_version_never_decodes_more_rows_than_max_batch_its_parked_rows_counte
         batcher.stop()
     assert all(p.items[-1] == "END" and len(p.items) == 61 for _, _, p in asks)  # 60 tokens each, then the end
     assert script.widest == 2
+
+
+def test_versions_of_one_base_share_the_batch_each_row_with_its_own_adapter_in_arrival_order():
+    script, first, second = Script(delay_s=0.002), Served(), Served()
+    batcher = Batcher(script, max_batch=3, eos_ids=(EOS,))
+    asks = [(first if k % 2 else second, [k, 20], Pipe()) for k in range(1, 7)]
+    try:
+        for served, prompt, pipe in asks:
+            batcher.submit(BatchedGeneration(served, prompt, 100, pipe, lambda made: None))
+        deadline = time.monotonic() + 30
+        while not all(p.done.is_set() for _, _, p in asks) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        batcher.stop()
+    for _, prompt, pipe in asks:  # each client its own row's tokens, whichever version's rows it decoded beside
+        assert [c.token for c, _ in pipe.items[:-1]] == [1 + (prompt[0] + k) % 7 for k in range(20)] and pipe.items[-1] == "END"
+    assert script.widest == 3 and script.most_adapters == 2  # one batch of both versions, never more than max_batch rows
+    assert first.holders == second.holders == 0

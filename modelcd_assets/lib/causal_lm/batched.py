@@ -1,17 +1,22 @@
-"""Greedy decoding of many sequences of one base build's weights with one adapter, together: continuous batching in
-plain ONNX Runtime over the same graph ONNX Runtime GenAI runs.
+"""Greedy decoding of many sequences of one base build's weights together, each with its own adapter: continuous
+batching in plain ONNX Runtime over the graph ONNX Runtime GenAI runs, its LoRA slots taken per row.
 
 Each sequence is prefilled alone, the batch-1 computation the gates judged, and then decoded in one batch with the
 others at each step, every row at its own length: the keys and values are kept right-padded, and the graph's
 GroupQueryAttention reads each row's length from its attention mask. A sequence joins the batch between two steps and
 leaves it when it ends, so a request never waits for another to finish.
 
-A row decoded in a batch is the row decoded alone, bit for bit, for three reasons, each checked by a test
-(tests/lib/causal_lm/test_batched.py): MatMulNBits quantizes each row's activations on its own; the LoRA products compute
-in float64 (lib/causal_lm/variants.lora_in_float64), so the order a GEMM sums a batch in does not reach the float32
-result; and attention runs per row. At batch 1 the logits are ONNX Runtime GenAI's own, to the bit (the same graph, the
-same inputs), so the probe and the gates judge exactly what a batch serves. Sampled generations stay on GenAI's own
-generator (lib/causal_lm/decoder.py), whose random draws a batch could not reproduce.
+The session's graph is the build's own with one change (per_row_lora): its LoRA slots are inputs with a rows axis, so
+each row multiplies by its own version's adapter (or the build's own slots), as LoRAX's and punica's kernels do, and the
+versions of one base share a batch.
+
+A row decoded in a batch is the row decoded alone with its adapter, bit for bit, for four reasons, each checked by a
+test (tests/lib/causal_lm/test_batched.py): MatMulNBits quantizes each row's activations on its own; each row's LoRA
+product is a matrix product of its own; it computes in float64 (lib/causal_lm/variants.lora_in_float64), so the order a
+GEMM sums in does not reach the float32 result; and attention runs per row. At batch 1 the logits are ONNX Runtime
+GenAI's own, to the bit (the same graph, the same inputs), so the probe and the gates judge exactly what a batch serves.
+Sampled generations stay on GenAI's own generator (lib/causal_lm/decoder.py), whose random draws a batch could not
+reproduce.
 """
 
 from __future__ import annotations
@@ -23,36 +28,77 @@ from pathlib import Path
 import numpy as np
 
 from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG, cores
+from modelcd_assets.lib.causal_lm.variants import lora_matmuls
 from modelcd_assets.lib.errors import BadCandidate
 
 
 @dataclass(eq=False)
 class Row:
-    """One sequence in a batch: its keys and values ([1, kv heads, length, head size] per layer, until it joins), its
-    length, and the logits its next token is chosen from."""
+    """One sequence in a batch: the adapter it decodes with (None: the base build's own slots), its keys and values
+    ([1, kv heads, length, head size] per layer, until it joins), its length, and the logits its next token is chosen from."""
 
     length: int
     logits: np.ndarray
     kv: list[np.ndarray] | None = None
+    adapter: Adapter | None = None
 
 
 class Adapter:
-    """An adapter file's LoRA weights as the session's inputs (the arrays are views of the file's buffers: kept with it)."""
+    """An adapter file's LoRA weights, one array per LoRA slot of the base build (a slot the file does not hold keeps the
+    build's own weights), and as the session's inputs for a row alone."""
 
-    def __init__(self, path: Path, names: set[str]):
+    def __init__(self, path: Path, slots: dict[str, np.ndarray]):
         import onnxruntime as ort
 
-        self._file = ort.AdapterFormat.read_adapter(str(path))
-        params = self._file.get_parameters()
-        if unknown := sorted(set(params) - names):
+        file = ort.AdapterFormat.read_adapter(str(path))  # its arrays are views of the file's buffers: copied while it is held
+        params = {n: np.array(v.numpy(), copy=True) for n, v in file.get_parameters().items()}
+        del file
+        if unknown := sorted(set(params) - set(slots)):
             raise BadCandidate(f"{path} holds {unknown[0]} and {len(unknown) - 1} more weights that are not LoRA slots of the base build")
-        self.inputs = dict(params)
+        for name, array in params.items():
+            if array.shape != slots[name].shape or array.dtype != slots[name].dtype:
+                raise BadCandidate(
+                    f"{path}: {name} is {array.dtype}{list(array.shape)}, but the base build's LoRA slot is "
+                    f"{slots[name].dtype}{list(slots[name].shape)}; build the adapter file for this base"
+                )
+        self.arrays = {n: params.get(n, default) for n, default in slots.items()}
+        self.alone = {n: ort.OrtValue.ortvalue_from_numpy(a[None]) for n, a in self.arrays.items()}
+
+
+def per_row_lora(model) -> dict[str, np.ndarray]:
+    """The model's LoRA slots made graph inputs with a leading rows axis ([rows, in, rank] and [rows, rank, out]), in
+    place, so that each row of a batch multiplies by its own adapter's weights; the slots' own weights, by name.
+
+    Each row's LoRA product is then a matrix product of its own ([1, in] by [in, rank] at a decode step), the product a
+    row alone computes, whatever else the batch holds."""
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    lora = set(lora_matmuls(graph))
+    casts = {n.output[0]: n for n in graph.node if n.op_type == "Cast"}
+    names = {casts[n.input[1]].input[0] for n in graph.node if n.name in lora}
+    inits, inputs = {i.name: i for i in graph.initializer}, {i.name: i for i in graph.input}
+    if missing := sorted(names - set(inits)):
+        raise BadCandidate(f"the base build's LoRA MatMuls read {missing[0]}, which is not one of its weights; rebuild the base")
+    slots = {}
+    for name in sorted(names):
+        tensor = inits[name]
+        slots[name] = numpy_helper.to_array(tensor)
+        info = helper.make_tensor_value_info(name, tensor.data_type, ["lora_rows", *tensor.dims])
+        if name in inputs:  # an overridable initializer is a graph input as well
+            inputs[name].CopyFrom(info)
+        else:
+            graph.input.append(info)
+        graph.initializer.remove(tensor)
+    return slots
 
 
 class BatchedSession:
-    """One session on a decoder folder (a weight variant of a base build), shared by every batch of its adapters."""
+    """One session on a decoder folder (a weight variant of a base build), shared by every batch on it: its LoRA slots are
+    inputs with a rows axis (per_row_lora), so the rows of one batch may each decode with another version's adapter."""
 
     def __init__(self, folder: Path, threads: int | None = None):
+        import onnx
         import onnxruntime as ort
 
         folder = Path(folder)
@@ -70,27 +116,45 @@ class BatchedSession:
         outputs = decoder["outputs"]
         self._present = [outputs[f"present_{kind}_names"] % i for i in range(self.layers) for kind in ("key", "value")]
         self._ids, self._mask, self._logits = names["input_ids"], names["attention_mask"], outputs["logits"]
+        model = onnx.load(str(folder / decoder["filename"]))
+        self.slots = per_row_lora(model)
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(threads or cores())
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        options.log_severity_level = 3  # the LoRA slots are overridable initializers, which ONNX Runtime warns about
+        options.log_severity_level = 3
         self._ort = ort
-        self.session = ort.InferenceSession(str(folder / decoder["filename"]), options, providers=["CPUExecutionProvider"])
-        self.slots = {i.name for i in self.session.get_overridable_initializers()}
+        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        del model
+        self._own = {n: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a[None])) for n, a in self.slots.items()}
+        self._stacked: tuple[tuple, dict] = ((), {})  # the LoRA inputs of the last batch's rows, while its rows stay
         types = {i.name: i.type for i in self.session.get_inputs()}
         self._int = {n: np.int32 if types[n] == "tensor(int32)" else np.int64 for n in (self._ids, self._mask)}
 
     def adapter(self, path: Path) -> Adapter:
         return Adapter(path, self.slots)
 
-    def _run(self, ids: np.ndarray, mask: np.ndarray, past: list, adapter: Adapter | None):
+    def _lora(self, adapters: list[Adapter | None]) -> dict:
+        """The LoRA inputs for rows decoding with adapters, in order (kept while the batch's rows do not change)."""
+        if len(adapters) == 1:
+            return adapters[0].alone if adapters[0] else self._own
+        key = tuple(adapters)
+        if len(key) != len(self._stacked[0]) or any(a is not b for a, b in zip(key, self._stacked[0])):
+            ort = self._ort
+            stacked = {
+                n: ort.OrtValue.ortvalue_from_numpy(np.stack([a.arrays[n] if a else own for a in adapters]))
+                for n, own in self.slots.items()
+            }
+            self._stacked = (key, stacked)
+        return self._stacked[1]
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray, past: list, adapters: list[Adapter | None]):
         ort = self._ort
         feed = {
             self._ids: ort.OrtValue.ortvalue_from_numpy(ids.astype(self._int[self._ids])),
             self._mask: ort.OrtValue.ortvalue_from_numpy(mask.astype(self._int[self._mask])),
             **dict(zip(self._past, past)),
-            **(adapter.inputs if adapter else {}),
+            **self._lora(adapters),
         }
         out = self.session.run_with_ort_values([self._logits, *self._present], feed)
         return out[0].numpy(), out[1:]
@@ -99,12 +163,13 @@ class BatchedSession:
         """prompt run alone, as the gates ran it: a row not yet in a batch, with the logits of its first token."""
         empty = np.zeros((1, self.kv_heads, 0, self.head_size), np.float32)
         logits, present = self._run(
-            np.asarray([prompt]), np.ones((1, len(prompt))), [self._ort.OrtValue.ortvalue_from_numpy(empty) for _ in self._past], adapter
+            np.asarray([prompt]), np.ones((1, len(prompt))), [self._ort.OrtValue.ortvalue_from_numpy(empty) for _ in self._past], [adapter]
         )
-        return Row(len(prompt), logits[0, -1].copy(), [p.numpy() for p in present])
+        return Row(len(prompt), logits[0, -1].copy(), [p.numpy() for p in present], adapter)
 
-    def step(self, batch: Batch, tokens: list[int], adapter: Adapter | None) -> None:
-        """One decode step of every row of batch, each on its token (in the batch's order): each row's logits for the next."""
+    def step(self, batch: Batch, tokens: list[int]) -> None:
+        """One decode step of every row of batch, each on its token (in the batch's order) and with its own adapter: each
+        row's logits for the next."""
         if len(tokens) != len(batch.rows) or not tokens:
             raise ValueError(f"{len(tokens)} tokens for a batch of {len(batch.rows)} rows")
         longest = max(r.length for r in batch.rows)
@@ -113,7 +178,7 @@ class BatchedSession:
             mask[i, : row.length + 1] = 1
         ort = self._ort
         past = [a if not isinstance(a, np.ndarray) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a)) for a in batch.kv]
-        logits, present = self._run(np.asarray(tokens).reshape(-1, 1), mask, past, adapter)
+        logits, present = self._run(np.asarray(tokens).reshape(-1, 1), mask, past, [r.adapter for r in batch.rows])
         batch.kv = present
         for i, row in enumerate(batch.rows):
             row.length += 1
@@ -121,7 +186,7 @@ class BatchedSession:
 
 
 class Batch:
-    """The rows one adapter decodes together, and their keys and values: per layer and kind, [rows, kv heads, the longest
+    """The rows decoded together, and their keys and values: per layer and kind, [rows, kv heads, the longest
     row's length, head size], right-padded (OrtValues straight from the last step, arrays after a join or a leave)."""
 
     def __init__(self):
@@ -166,12 +231,15 @@ class Batch:
 
 
 def batched_greedy(
-    session: BatchedSession, prompts: list[list[int]], max_new_tokens: int, adapter: Adapter | None, eos_ids: tuple[int, ...]
+    session: BatchedSession, prompts: list[list[int]], max_new_tokens: int, adapters: list[Adapter | None], eos_ids: tuple[int, ...]
 ) -> list[tuple[list[int], np.ndarray]]:
-    """Every prompt decoded greedily in one batch, each up to EOS or max_new_tokens: its tokens (EOS excluded) and the
-    logits its first token was chosen from. What the server's probe checks a batch against (serving/lm/pool.py)."""
+    """Every prompt decoded greedily in one batch, prompt i with adapters[i], each up to EOS or max_new_tokens: its tokens
+    (EOS excluded) and the logits its first token was chosen from. What the server's probe checks a batch against
+    (serving/lm/pool.py)."""
+    if len(adapters) != len(prompts):
+        raise ValueError(f"{len(adapters)} adapters for {len(prompts)} prompts")
     batch, runs, going = Batch(), [], []
-    for prompt in prompts:
+    for prompt, adapter in zip(prompts, adapters):
         row = session.prefill(prompt, adapter)
         runs.append(([], row.logits))
         going.append(row)
@@ -189,5 +257,5 @@ def batched_greedy(
             if len(tokens) >= max_new_tokens:
                 batch.leave(row)
         if batch.rows:
-            session.step(batch, [last[id(row)] for row in batch.rows], adapter)
+            session.step(batch, [last[id(row)] for row in batch.rows])
     return runs

@@ -287,7 +287,8 @@ class ServingPolicy(_Strict):
         le=256,
         description=(
             "A classifier: texts coalesced into one model call from concurrent requests for the same version. A causal LM: greedy "
-            "generations of one version decoded together at each step (1 decodes each alone)."
+            "generations of one base build decoded together at each step, whichever of its versions each is for (1 decodes each "
+            "alone)."
         ),
     )
     max_wait_ms: float = Field(

@@ -1,12 +1,13 @@
-"""Greedy generations decoded together: per base build, one thread steps each version's batch in turn.
+"""Greedy generations decoded together: per base build, one thread steps one batch of its versions' generations.
 
 A greedy generation is prefilled alone as soon as the thread is between two steps (its first token, the batch-1
-computation the gates judged), then joins its version's batch and is decoded with the other rows of that version at every
-step, each at its own length, up to serving.max_batch rows (lib/causal_lm/batched.py: a row in a batch is the row alone,
-to the bit). Versions of one base share the thread and its session, and take turns: one step of each version's batch in
-turn, so one version's traffic cannot starve another's. A row leaves its batch when it ends (EOS, its max_tokens, non-finite
-logits, or its client going away); one whose client has not read AHEAD tokens steps out with its keys and values and joins
-again when the client has read, as a generation alone waits for its client (lm/generation.py).
+computation the gates judged), then joins the base's batch and is decoded with the other rows at every step, each at its
+own length and with its own version's adapter, up to serving.max_batch rows (lib/causal_lm/batched.py: a row in a batch
+is the row alone with its adapter, whatever the other rows' adapters are). Generations start in the order they arrived,
+whichever version they are for, so one version's traffic cannot starve another's. A row leaves the batch when it ends
+(EOS, its max_tokens, non-finite logits, or its client going away); one whose client has not read AHEAD tokens steps out
+with its keys and values and joins again when the client has read, as a generation alone waits for its client
+(lm/generation.py).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class Batcher:
         self.session, self.max_batch, self.eos_ids, self._stepped = session, max_batch, set(eos_ids), stepped
         self._lock = threading.Condition()
         self._waiting: deque[BatchedGeneration] = deque()
-        self._batches: dict[object, tuple[Batch, list[BatchedGeneration]]] = {}  # per LmServed: its batch and its rows' generations
+        self._batch = Batch()
+        self._rows: list[BatchedGeneration] = []  # the batch's rows' generations, in the batch's order
         self._parked: list[BatchedGeneration] = []
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="lm-batcher", daemon=True)
@@ -73,7 +75,7 @@ class Batcher:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._stopped and not self._waiting and not self._parked and not self._batches:
+                while not self._stopped and not self._waiting and not self._parked and not self._rows:
                     self._lock.wait()
                 if self._stopped:
                     break
@@ -82,9 +84,7 @@ class Batcher:
                 for g in arrived:
                     self._start(g)
                 self._unpark()
-                ran = False
-                for served in list(self._batches):
-                    ran = self._step(served) or ran
+                ran = self._step()
             except Exception as e:  # a fault of this thread's own: every generation in it ends with it, none hangs
                 log.exception("the batched decoding thread failed; its generations end with the error")
                 self._abandon(e)
@@ -94,24 +94,16 @@ class Batcher:
                     self._lock.wait(0.01)
         self._abandon(RuntimeError("the server is stopping"))
 
-    def _rows_of(self, served) -> int:
-        """The rows a version holds: in its batch, and parked to join it again."""
-        batch = self._batches.get(served)
-        return (len(batch[1]) if batch else 0) + sum(g.served is served for g in self._parked)
-
     def _take_arrivals(self) -> list[BatchedGeneration]:
-        """The waiting generations that fit their version's batch now, in arrival order."""
-        taken, kept = [], deque()
-        for g in self._waiting:
-            if self._rows_of(g.served) + sum(t.served is g.served for t in taken) < self.max_batch:
-                taken.append(g)
-            else:
-                kept.append(g)
-        self._waiting = kept
+        """The waiting generations that fit the batch now (its rows and those parked to join it again count), in arrival order."""
+        room = self.max_batch - len(self._rows) - len(self._parked)
+        taken = []
+        while self._waiting and len(taken) < room:
+            taken.append(self._waiting.popleft())
         return taken
 
     def _start(self, g: BatchedGeneration) -> None:
-        """g prefilled alone; its first token chosen and sent; then it joins its version's batch, unless it ended."""
+        """g prefilled alone with its version's adapter; its first token chosen and sent; then it joins the batch, unless it ended."""
         if g.pipe.cancel.is_set():
             return self._end(g)
         try:
@@ -120,10 +112,8 @@ class Batcher:
             return self._end(g, e)
         g.text = g.served.decoder.text_stream()
         if self._advance(g):
-            batch, rows = self._batches.setdefault(g.served, (Batch(), []))
             if self._credit(g):
-                batch.join(g.row)
-                rows.append(g)
+                self._join(g)
             else:
                 self._parked.append(g)
 
@@ -156,38 +146,38 @@ class Batcher:
                 self._end(g)
             elif self._credit(g):
                 self._parked.remove(g)
-                batch, rows = self._batches.setdefault(g.served, (Batch(), []))
-                batch.join(g.row)
-                rows.append(g)
+                self._join(g)
 
-    def _step(self, served) -> bool:
-        batch, rows = self._batches[served]
-        for g in [g for g in rows if g.pipe.cancel.is_set()]:
-            batch.leave(g.row)
-            rows.remove(g)
+    def _join(self, g: BatchedGeneration) -> None:
+        self._batch.join(g.row)
+        self._rows.append(g)
+
+    def _leave(self, g: BatchedGeneration, row: Row, keep: bool = False) -> None:
+        """g's row out of the batch (g.row is None once g has ended)."""
+        self._batch.leave(row, keep)
+        self._rows.remove(g)
+
+    def _step(self) -> bool:
+        for g in [g for g in self._rows if g.pipe.cancel.is_set()]:
+            self._leave(g, g.row)
             self._end(g)
-        if not rows:
-            del self._batches[served]
+        if not self._rows:
             return False
         try:
-            self.session.step(batch, [g.next_token for g in rows], served.lora)
+            self.session.step(self._batch, [g.next_token for g in self._rows])
         except Exception as e:
+            rows, self._rows, self._batch = self._rows, [], Batch()
             for g in rows:
                 self._end(g, e)
-            del self._batches[served]
             return True
-        self._stepped(len(rows))
-        for g in list(rows):
+        self._stepped(len(self._rows))
+        for g in list(self._rows):
             row = g.row
             if not self._advance(g):
-                batch.leave(row)
-                rows.remove(g)
+                self._leave(g, row)
             elif not self._credit(g):
-                batch.leave(row, keep=True)
-                rows.remove(g)
+                self._leave(g, row, keep=True)
                 self._parked.append(g)
-        if not rows:
-            del self._batches[served]
         return True
 
     def _end(self, g: BatchedGeneration, error: BaseException | None = None) -> None:
@@ -206,8 +196,7 @@ class Batcher:
         with self._lock:
             waiting = list(self._waiting)
             self._waiting.clear()
-        everyone = waiting + self._parked + [g for _, rows in self._batches.values() for g in rows]
-        self._parked.clear()
-        self._batches.clear()
+        everyone = waiting + self._parked + self._rows
+        self._parked, self._rows, self._batch = [], [], Batch()
         for g in everyone:
             self._end(g, error)

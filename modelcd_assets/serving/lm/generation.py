@@ -125,7 +125,7 @@ class Generations:
 
     def tokens(self, served: LmServed, prompt: list[int], admitted: Admitted, sampling: Sampling) -> TokenStream:
         """(Chosen, the text its token adds) as they are generated, started now; closing the stream early, or dropping it
-        unread, stops the generation and frees its cache. A caller's plain greedy generation is decoded in its version's
+        unread, stops the generation and frees its cache. A caller's plain greedy generation is decoded in its base's
         batch (lm/batching.py) when serving.max_batch allows more than one row; any other (sampled, biased, penalized,
         guided, with logprobs or a least number of tokens) and a shadow copy run alone, on ONNX Runtime GenAI's own
         generator."""

@@ -213,8 +213,11 @@ class LmPool(VersionPool):
                 raise SwapRefused(f"{what}: probe prompt {i} produced non-finite logits; the version was not switched in")
             worst = max(worst, float(np.max(np.abs(run.first_logits - recorded[i]))))
             same += run.tokens == list(probe["tokens"][i])[:k]
-        if served.lora is not None:  # and as the batches serve greedy generations: every probe prompt in one batch
-            runs = batched_greedy(served.base.batched, prompts, k, served.lora, decoder.eos_ids)
+        if served.lora is not None:
+            # And as the batches serve greedy generations: every probe prompt in one batch, beside a row on other LoRA
+            # weights (the base build's own slots), as other versions' rows share the batch when it serves.
+            mixed = [*prompts[:1], *prompts]
+            runs = batched_greedy(served.base.batched, mixed, k, [None, *[served.lora] * len(prompts)], decoder.eos_ids)[1:]
             for i, (tokens, first) in enumerate(runs):
                 if not np.isfinite(first).all():
                     raise SwapRefused(f"{what}: probe prompt {i} produced non-finite logits in a batch; the version was not switched in")
@@ -225,7 +228,7 @@ class LmPool(VersionPool):
         if same < sequences or worst > self.policy.max_abs_logit_diff:
             raise SwapRefused(
                 f"{what}: served and gated generations disagree on {n} probe prompts ({same} of {sequences} greedy sequences of {k} "
-                f"tokens equal, alone{' and in one batch' if served.lora is not None else ''}; "
+                f"tokens equal, alone{' and in one batch with other LoRA weights' if served.lora is not None else ''}; "
                 f"max |Δlogit| of the first token {worst:.2e}, limit {self.policy.max_abs_logit_diff:.0e}); the version was not switched in"
             )
         return result

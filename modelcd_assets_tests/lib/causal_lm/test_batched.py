@@ -5,11 +5,13 @@ import numpy as np
 import onnx
 import pytest
 
+from modelcd_assets.faults.llm_builders import scaled_lora_b
 from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
 from modelcd_assets.lib.causal_lm.batched import Batch, BatchedSession, batched_greedy
 from modelcd_assets.lib.causal_lm.build import MODEL_FILE
 from modelcd_assets.lib.causal_lm.decoder import Decoder
 from modelcd_assets.lib.causal_lm.variants import lora_matmuls
+from modelcd_assets.lib.errors import BadCandidate
 
 LIMIT = 1e-4  # the server's probe bound (serving.max_abs_logit_diff), and the issue's for a batched step
 ASKS = (
@@ -64,7 +66,7 @@ def test_rows_joining_parking_and_leaving_a_batch_are_each_the_row_decoded_alone
                 batch.join(row)
         if batch.rows:
             widest = max(widest, len(batch))
-            session.step(batch, [int(np.argmax(r.logits)) for r in batch.rows], adapter)
+            session.step(batch, [int(np.argmax(r.logits)) for r in batch.rows])
             for row in list(batch.rows):
                 got[index[id(row)]].append(row.logits)
                 if len(got[index[id(row)]]) == len(expected[index[id(row)]][1]):
@@ -78,7 +80,7 @@ def test_rows_joining_parking_and_leaving_a_batch_are_each_the_row_decoded_alone
 
 def test_greedy_answers_decoded_in_one_batch_are_the_answers_alone(served):
     decoder, session, adapter, prompts = served
-    runs = batched_greedy(session, prompts, 24, adapter, decoder.eos_ids)
+    runs = batched_greedy(session, prompts, 24, [adapter] * len(prompts), decoder.eos_ids)
     for prompt, (tokens, first) in zip(prompts, runs):
         alone_run = decoder.generate(prompt, 24, "a")
         assert tokens == alone_run.tokens
@@ -94,3 +96,35 @@ def test_every_lora_product_of_the_served_weights_is_computed_in_float64(tiny_lm
     assert len(lora) == 2 * 2 * 2  # 2 layers x (q, v) x (A, B), each a float64 MatMul between casts
     assert all(name.endswith("/MatMul64") for name in lora), sorted(lora)
     assert all(casts[i].attribute[0].i == onnx.TensorProto.DOUBLE for n in lora.values() for i in n.input)
+
+
+def test_rows_of_different_adapters_in_one_batch_are_each_the_row_decoded_alone_with_its_own(served, tiny_lm, tmp_path):
+    """What lets the versions of one base share a batch: each row's LoRA product is its own adapter's, so a batch of
+    three adapters and the base's own weights decodes every row as GenAI decodes it alone with that row's adapter."""
+    decoder, session, adapter, prompts = served
+    slots = tiny_lm.build.slots()
+    files = {"a": None}
+    for name, factor in (("strong", 4.0), ("negated", -1.0)):
+        edited = scaled_lora_b(tiny_lm.adapter, tmp_path / name, factor)
+        files[name] = write_adapter_file(adapter_parameters(edited, slots)[0], tmp_path / f"{name}.onnx_adapter")
+        decoder.load_adapter(files[name], name)
+    adapters = {"a": adapter, **{n: session.adapter(f) for n, f in files.items() if f}, None: None}
+    names = ["a", "strong", None, "negated", "a", "strong"]
+    runs = batched_greedy(session, prompts, 24, [adapters[n] for n in names], decoder.eos_ids)
+    for prompt, name, (tokens, first) in zip(prompts, names, runs):
+        alone_run = decoder.generate(prompt, 24, name)
+        assert tokens == alone_run.tokens, name
+        assert float(np.max(np.abs(first - alone_run.first_logits))) <= LIMIT, name
+    # the adapters do change the answers: the same prompt under two adapters is not one computation
+    base_alone = decoder.generate(prompts[2], 24, None)
+    assert any(decoder.generate(prompts[2], 24, n).first_logits.tolist() != base_alone.first_logits.tolist() for n in ("a", "strong"))
+
+
+def test_an_adapter_file_whose_slot_shapes_are_not_the_bases_is_refused_by_name(served, tiny_lm, tmp_path):
+    decoder, session, adapter, prompts = served
+    params = dict(adapter_parameters(tiny_lm.adapter, tiny_lm.build.slots())[0])
+    name = sorted(params)[0]
+    params[name] = np.zeros((params[name].shape[0] + 1, *params[name].shape[1:]), params[name].dtype)
+    path = write_adapter_file(params, tmp_path / "wrong.onnx_adapter")
+    with pytest.raises(BadCandidate, match=name):
+        session.adapter(path)
