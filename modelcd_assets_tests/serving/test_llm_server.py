@@ -150,9 +150,7 @@ def test_concurrent_greedy_answers_are_decoded_in_batches_and_each_is_its_answer
     chats = [(adapter, model, [MESSAGES[0], {"role": "user", "content": t}]) for adapter, model, t in asks]
     before = metric(server, "modelcd_llm_decode_batch_rows_count", model=MODEL)
     with ThreadPoolExecutor(len(chats)) as pool:
-        done = list(
-            pool.map(lambda c: client.chat.completions.create(model=c[1], messages=c[2], max_tokens=40, temperature=0), chats)
-        )
+        done = list(pool.map(lambda c: client.chat.completions.create(model=c[1], messages=c[2], max_tokens=40, temperature=0), chats))
     differ = False
     for (adapter, _, messages), answer in zip(chats, done):
         expected = reference.generate(reference.encode_chat(messages), 40, adapter)

@@ -169,65 +169,89 @@ class BatchedSession:
 
     def step(self, batch: Batch, tokens: list[int]) -> None:
         """One decode step of every row of batch, each on its token (in the batch's order) and with its own adapter: each
-        row's logits for the next."""
+        row's logits for the next. Each row's new keys and values are written into the batch's buffers in place, at the
+        row's own length (GroupQueryAttention with its past and present bound to one buffer, as GenAI runs it)."""
         if len(tokens) != len(batch.rows) or not tokens:
             raise ValueError(f"{len(tokens)} tokens for a batch of {len(batch.rows)} rows")
         longest = max(r.length for r in batch.rows)
-        mask = np.zeros((len(batch.rows), longest + 1))
+        buffers = batch.room(longest + 1)
+        mask = np.zeros((len(batch.rows), longest + 1), self._int[self._mask])
         for i, row in enumerate(batch.rows):
             mask[i, : row.length + 1] = 1
         ort = self._ort
-        past = [a if not isinstance(a, np.ndarray) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a)) for a in batch.kv]
-        logits, present = self._run(np.asarray(tokens).reshape(-1, 1), mask, past, [r.adapter for r in batch.rows])
-        batch.kv = present
+        binding = self.session.io_binding()
+        binding.bind_ortvalue_input(self._ids, ort.OrtValue.ortvalue_from_numpy(np.asarray(tokens, self._int[self._ids]).reshape(-1, 1)))
+        binding.bind_ortvalue_input(self._mask, ort.OrtValue.ortvalue_from_numpy(mask))
+        for name, value in self._lora([r.adapter for r in batch.rows]).items():
+            binding.bind_ortvalue_input(name, value)
+        for past, present, buffer in zip(self._past, self._present, buffers):
+            binding.bind_ortvalue_input(past, buffer)
+            binding.bind_ortvalue_output(present, buffer)
+        binding.bind_output(self._logits)
+        self.session.run_with_iobinding(binding)
+        logits = binding.get_outputs()[-1].numpy()
         for i, row in enumerate(batch.rows):
             row.length += 1
             row.logits = logits[i, -1].copy()
 
 
 class Batch:
-    """The rows decoded together, and their keys and values: per layer and kind, [rows, kv heads, the longest
-    row's length, head size], right-padded (OrtValues straight from the last step, arrays after a join or a leave)."""
+    """The rows decoded together, and their keys and values: per layer and kind, a buffer [rows, kv heads, capacity, head
+    size], each row's right-padded, which the steps write into in place; its capacity grows GROW positions past the
+    longest row whenever a step needs more (so a batch holds at most GROW positions a row more than its rows' lengths)."""
+
+    GROW = 32
 
     def __init__(self):
         self.rows: list[Row] = []
-        self.kv: list | None = None
+        self.kv: list[np.ndarray] | None = None
+        self._values: list | None = None  # the buffers as OrtValues (wrapping the same memory)
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def _arrays(self) -> list[np.ndarray]:
-        return [a if isinstance(a, np.ndarray) else a.numpy() for a in self.kv or []]
+    def _set(self, buffers: list[np.ndarray] | None) -> None:
+        import onnxruntime as ort
+
+        self.kv = buffers
+        self._values = [ort.OrtValue.ortvalue_from_numpy(b) for b in buffers] if buffers else None
+
+    def room(self, positions: int) -> list:
+        """The buffers as OrtValues, with room for positions in every row (grown, and copied, when they have less)."""
+        if self.kv[0].shape[2] < positions:
+            self._set([self._copy(a, len(self.rows), positions + self.GROW) for a in self.kv])
+        return self._values
+
+    @staticmethod
+    def _copy(a: np.ndarray, rows: int, capacity: int) -> np.ndarray:
+        out = np.zeros((rows, a.shape[1], capacity, a.shape[3]), np.float32)
+        width = min(a.shape[2], capacity)
+        out[: min(rows, a.shape[0]), :, :width] = a[:rows, :, :width]
+        return out
 
     def join(self, row: Row) -> None:
         """row into the batch from the next step on (a prefilled row, or one that left keeping its keys and values)."""
-        kv = self._arrays()
-        longest = max([row.length, *(r.length for r in self.rows)])
+        n = len(self.rows)
+        capacity = max([row.length, *(r.length for r in self.rows)]) + self.GROW
+        if self.kv:
+            capacity = max(capacity, self.kv[0].shape[2])
         joined = []
         for j, mine in enumerate(row.kv):
-            heads, size = mine.shape[1], mine.shape[3]
-            out = np.zeros((len(self.rows) + 1, heads, longest, size), np.float32)
-            if kv:
-                width = min(kv[j].shape[2], longest)
-                out[: len(self.rows), :, :width] = kv[j][:, :, :width]
-            out[len(self.rows), :, : row.length] = mine[0, :, : row.length]
+            out = self._copy(self.kv[j], n + 1, capacity) if self.kv else np.zeros((1, mine.shape[1], capacity, mine.shape[3]), np.float32)
+            out[n, :, : row.length] = mine[0, :, : row.length]
             joined.append(out)
-        self.kv, row.kv = joined, None
+        row.kv = None
+        self._set(joined)
         self.rows.append(row)
 
     def leave(self, row: Row, keep: bool = False) -> None:
         """row out of the batch (it ended, its client went away, or, with keep, it waits for its client to read): with keep,
         the row takes its keys and values with it, to join again."""
         i = self.rows.index(row)
-        kv = self._arrays()
         if keep:
-            row.kv = [a[i : i + 1, :, : row.length].copy() for a in kv]
+            row.kv = [a[i : i + 1, :, : row.length].copy() for a in self.kv]
         self.rows.pop(i)
-        if not self.rows:
-            self.kv = None
-            return
-        longest = max(r.length for r in self.rows)
-        self.kv = [np.delete(a, i, axis=0)[:, :, :longest] for a in kv]
+        self._set([np.delete(a, i, axis=0) for a in self.kv] if self.rows else None)
 
 
 def batched_greedy(

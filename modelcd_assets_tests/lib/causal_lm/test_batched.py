@@ -45,7 +45,9 @@ def alone(decoder: Decoder, prompt: list[int], n: int) -> tuple[list[int], list[
     return [t for t, _ in steps], [np.asarray(lg, np.float32).reshape(-1) for _, lg in steps]
 
 
-def test_rows_joining_parking_and_leaving_a_batch_are_each_the_row_decoded_alone(served):
+@pytest.mark.parametrize("grow", [1, Batch.GROW])  # buffers grown (and copied) every step, or rarely
+def test_rows_joining_parking_and_leaving_a_batch_are_each_the_row_decoded_alone(served, grow, monkeypatch):
+    monkeypatch.setattr(Batch, "GROW", grow)
     decoder, session, adapter, prompts = served
     expected = [alone(decoder, p, TOKENS) for p in prompts]
     batch, got, parked, waiting, step, widest = Batch(), {}, [], list(range(len(prompts))), 0, 0
