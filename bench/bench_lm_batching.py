@@ -81,8 +81,8 @@ def main() -> int:
         for k, scale in enumerate(SCALES[:ADAPTERS]):
             file = path
             if k:
-                edited = scaled_lora_b(setup.adapter, Path(tmp) / f"adapter-{k}", scale)
-                file = write_adapter_file(adapter_parameters(edited, build.slots())[0], Path(tmp) / f"adapter-{k}.onnx_adapter")
+                edited = scaled_lora_b(setup.adapter, Path(tmp) / f"scaled-{k}", scale)
+                file = write_adapter_file(adapter_parameters(edited, build.slots())[0], Path(tmp) / f"scaled-{k}.onnx_adapter")
             names.append(f"a{k}")
             decoder.load_adapter(file, names[-1])
             adapters.append(session.adapter(file))

@@ -44,8 +44,8 @@ class Row:
 
 
 class Adapter:
-    """An adapter file's LoRA weights, one array per LoRA slot of the base build (a slot the file does not hold keeps the
-    build's own weights), and as the session's inputs for a row alone."""
+    """An adapter file's LoRA weights, one float32 array per LoRA slot of the base build (a slot the file does not hold
+    keeps the build's own weights)."""
 
     def __init__(self, path: Path, slots: dict[str, np.ndarray]):
         import onnxruntime as ort
@@ -62,7 +62,6 @@ class Adapter:
                     f"{slots[name].dtype}{list(slots[name].shape)}; build the adapter file for this base"
                 )
         self.arrays = {n: params.get(n, default) for n, default in slots.items()}
-        self.alone = {n: ort.OrtValue.ortvalue_from_numpy(a[None]) for n, a in self.arrays.items()}
 
 
 def per_row_lora(model) -> dict[str, np.ndarray]:
@@ -70,8 +69,10 @@ def per_row_lora(model) -> dict[str, np.ndarray]:
     place, so that each row of a batch multiplies by its own adapter's weights; the slots' own weights, by name.
 
     Each row's LoRA product is then a matrix product of its own ([1, in] by [in, rank] at a decode step), the product a
-    row alone computes, whatever else the batch holds."""
-    from onnx import helper, numpy_helper
+    row alone computes, whatever else the batch holds. The slots are fed in float64, the type lora_in_float64's casts
+    turned them into (exactly), so those casts go; and the casts of one tensor to one type are made once (the q and v
+    projections' LoRA products cast the same input). Neither changes a bit of the result, and a step runs fewer nodes."""
+    from onnx import TensorProto, helper, numpy_helper
 
     graph = model.graph
     lora = set(lora_matmuls(graph))
@@ -84,13 +85,43 @@ def per_row_lora(model) -> dict[str, np.ndarray]:
     for name in sorted(names):
         tensor = inits[name]
         slots[name] = numpy_helper.to_array(tensor)
-        info = helper.make_tensor_value_info(name, tensor.data_type, ["lora_rows", *tensor.dims])
+        info = helper.make_tensor_value_info(name, TensorProto.DOUBLE, ["lora_rows", *tensor.dims])
         if name in inputs:  # an overridable initializer is a graph input as well
             inputs[name].CopyFrom(info)
         else:
             graph.input.append(info)
         graph.initializer.remove(tensor)
+    _fold_casts(graph, names)
     return slots
+
+
+def _fold_casts(graph, slots: set[str]) -> None:
+    """The casts of the (now float64) slots dropped, and every other cast of one tensor to one type made once; their
+    readers read the slot, or the first such cast, instead."""
+    from onnx import TensorProto
+
+    kept, renamed, first = [], {}, {}
+    for node in graph.node:
+        if node.op_type == "Cast":
+            to = next(a.i for a in node.attribute if a.name == "to")
+            if node.input[0] in slots:
+                if to != TensorProto.DOUBLE:
+                    raise BadCandidate(f"the base build casts its LoRA slot {node.input[0]} to another type than float64; rebuild the base")
+                renamed[node.output[0]] = node.input[0]
+                continue
+            if (node.input[0], to) in first:
+                renamed[node.output[0]] = first[node.input[0], to]
+                continue
+            first[node.input[0], to] = node.output[0]
+        kept.append(node)
+    outputs = {o.name for o in graph.output}
+    if taken := sorted(outputs & set(renamed)):
+        raise BadCandidate(f"the base build's output {taken[0]} is a cast the batched session would fold; rebuild the base")
+    for node in kept:
+        for i, name in enumerate(node.input):
+            node.input[i] = renamed.get(name, name)
+    graph.ClearField("node")
+    graph.node.extend(kept)
 
 
 class BatchedSession:
@@ -126,7 +157,6 @@ class BatchedSession:
         self._ort = ort
         self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         del model
-        self._own = {n: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a[None])) for n, a in self.slots.items()}
         self._stacked: tuple[tuple, dict] = ((), {})  # the LoRA inputs of the last batch's rows, while its rows stay
         types = {i.name: i.type for i in self.session.get_inputs()}
         self._int = {n: np.int32 if types[n] == "tensor(int32)" else np.int64 for n in (self._ids, self._mask)}
@@ -134,18 +164,19 @@ class BatchedSession:
     def adapter(self, path: Path) -> Adapter:
         return Adapter(path, self.slots)
 
+    def _lora_inputs(self, adapters: list[Adapter | None]) -> dict:
+        """The LoRA inputs for rows decoding with adapters, in order: each slot's arrays stacked, in float64."""
+        ort = self._ort
+        return {
+            n: ort.OrtValue.ortvalue_from_numpy(np.stack([a.arrays[n] if a else own for a in adapters]).astype(np.float64))
+            for n, own in self.slots.items()
+        }
+
     def _lora(self, adapters: list[Adapter | None]) -> dict:
-        """The LoRA inputs for rows decoding with adapters, in order (kept while the batch's rows do not change)."""
-        if len(adapters) == 1:
-            return adapters[0].alone if adapters[0] else self._own
+        """_lora_inputs for a batch's rows, kept while its rows do not change (a prefill's are made for it alone)."""
         key = tuple(adapters)
         if len(key) != len(self._stacked[0]) or any(a is not b for a, b in zip(key, self._stacked[0])):
-            ort = self._ort
-            stacked = {
-                n: ort.OrtValue.ortvalue_from_numpy(np.stack([a.arrays[n] if a else own for a in adapters]))
-                for n, own in self.slots.items()
-            }
-            self._stacked = (key, stacked)
+            self._stacked = (key, self._lora_inputs(adapters))
         return self._stacked[1]
 
     def _run(self, ids: np.ndarray, mask: np.ndarray, past: list, adapters: list[Adapter | None]):
@@ -154,7 +185,7 @@ class BatchedSession:
             self._ids: ort.OrtValue.ortvalue_from_numpy(ids.astype(self._int[self._ids])),
             self._mask: ort.OrtValue.ortvalue_from_numpy(mask.astype(self._int[self._mask])),
             **dict(zip(self._past, past)),
-            **self._lora(adapters),
+            **self._lora_inputs(adapters),
         }
         out = self.session.run_with_ort_values([self._logits, *self._present], feed)
         return out[0].numpy(), out[1:]
