@@ -64,9 +64,10 @@ class Adapter:
         self.arrays = {n: params.get(n, default) for n, default in slots.items()}
 
 
-def per_row_lora(model) -> dict[str, np.ndarray]:
+def per_row_lora(model, folder: Path) -> dict[str, np.ndarray]:
     """The model's LoRA slots made graph inputs with a leading rows axis ([rows, in, rank] and [rows, rank, out]), in
-    place, so that each row of a batch multiplies by its own adapter's weights; the slots' own weights, by name.
+    place, so that each row of a batch multiplies by its own adapter's weights; the slots' own weights, by name (read
+    from folder's external data file where the model keeps them there).
 
     Each row's LoRA product is then a matrix product of its own ([1, in] by [in, rank] at a decode step), the product a
     row alone computes, whatever else the batch holds. The slots are fed in float64, the type lora_in_float64's casts
@@ -84,7 +85,7 @@ def per_row_lora(model) -> dict[str, np.ndarray]:
     slots = {}
     for name in sorted(names):
         tensor = inits[name]
-        slots[name] = numpy_helper.to_array(tensor)
+        slots[name] = numpy_helper.to_array(tensor, base_dir=str(folder))
         info = helper.make_tensor_value_info(name, TensorProto.DOUBLE, ["lora_rows", *tensor.dims])
         if name in inputs:  # an overridable initializer is a graph input as well
             inputs[name].CopyFrom(info)
@@ -147,9 +148,12 @@ class BatchedSession:
         outputs = decoder["outputs"]
         self._present = [outputs[f"present_{kind}_names"] % i for i in range(self.layers) for kind in ("key", "value")]
         self._ids, self._mask, self._logits = names["input_ids"], names["attention_mask"], outputs["logits"]
-        model = onnx.load(str(folder / decoder["filename"]))
-        self.slots = per_row_lora(model)
+        # The graph alone (its weights stay in the folder's external data file, which ONNX Runtime reads as it reads the
+        # build's own model: a copy of the weights in this process's heap would stay there, freed, for good).
+        model = onnx.load(str(folder / decoder["filename"]), load_external_data=False)
+        self.slots = per_row_lora(model, folder)
         options = ort.SessionOptions()
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
         options.intra_op_num_threads = int(threads or cores())
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
@@ -173,11 +177,12 @@ class BatchedSession:
         }
 
     def _lora(self, adapters: list[Adapter | None]) -> dict:
-        """_lora_inputs for a batch's rows, kept while its rows do not change (a prefill's are made for it alone)."""
-        key = tuple(adapters)
-        if len(key) != len(self._stacked[0]) or any(a is not b for a, b in zip(key, self._stacked[0])):
-            self._stacked = (key, self._lora_inputs(adapters))
-        return self._stacked[1]
+        """_lora_inputs for a batch's rows, kept while its rows do not change (a prefill's are made for it alone). Read and
+        replaced whole, once: the server's probe steps its own batch on this session beside the serving thread."""
+        key, cached = tuple(adapters), self._stacked
+        if len(key) != len(cached[0]) or any(a is not b for a, b in zip(key, cached[0])):
+            cached = self._stacked = (key, self._lora_inputs(adapters))
+        return cached[1]
 
     def _run(self, ids: np.ndarray, mask: np.ndarray, past: list, adapters: list[Adapter | None]):
         ort = self._ort
