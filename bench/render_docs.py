@@ -471,11 +471,8 @@ def lm_variants(d: dict) -> str:
 
 
 def lm_batching(d: dict) -> str:
-    sides = {
-        "": "one adapter",
-        f"_{d.get('adapters', 4)}_adapters": f"{d.get('adapters', 4)} adapters, prompt i on adapter i mod {d.get('adapters', 4)}",
-    }
-    generated = d["generated_tokens"] if isinstance(d["generated_tokens"], dict) else {"": d["generated_tokens"]}
+    n = d["adapters"]
+    sides = {"": "one adapter", f"_{n}_adapters": f"{n} adapters, prompt i on adapter i mod {n}"}
 
     def row(k: str, v: float) -> str:
         side = next((s for s in sides if s and k.endswith(s)), "")
@@ -488,10 +485,11 @@ def lm_batching(d: dict) -> str:
         )
         return f"| {sides[side]} | {name.replace('_', ' ')} | {v:.1f} | {d['over_alone'][k]:.2f}× | {same} |"
 
-    scales = f" (LoRA B scaled by {', '.join(f'{x:g}' for x in d['adapter_scales'])})" if "adapter_scales" in d else ""
+    scales = f" (LoRA B scaled by {', '.join(f'{x:g}' for x in d['adapter_scales'])})"
     return (
         f"Measured on {_machine(d['machine'])}; {d['model']}. {d['prompts']} evaluation prompts, greedy, up to {d['new_tokens']} tokens "
-        f"or EOS ({', '.join(f'{n} tokens with {sides[s]}' for s, n in generated.items())}, the same on every way of decoding them); "
+        f"or EOS ({', '.join(f'{made} tokens with {sides[side]}' for side, made in d['generated_tokens'].items())}, "
+        "the same on every way of decoding them); "
         f"adapters{scales}; aggregate tokens/s, median of {d['rounds']} interleaved rounds.\n\n"
         "| adapters | decoded | tokens/s | over alone | the same as alone |\n|---|---|---|---|---|\n"
         + "\n".join(row(k, v) for k, v in d["tokens_per_s"].items())
