@@ -239,20 +239,21 @@ class Completion:
         return EventSourceResponse(self._events(), headers=self.headers, ping=15)
 
     async def _choice_events(self, choice: Choice, out: asyncio.Queue) -> None:
-        """choice's events onto out, then None; a tool call's is sent whole at the end."""
+        """choice's events onto out, then None; a tool call's is sent whole at the end, with its tokens' logprobs."""
         usage, lp, i = self.body.include_usage, self.logprobs[choice.index], choice.index
         await out.put(self.answer.chunk(i, "" if self.chat else self.echo[i] or None, first=True, usage=usage))
-        texts = []
+        texts, steps = [], []
         async for text, chosen in choice.pieces():
             if self.tool_call:
                 texts.append(text)
+                steps += chosen
             else:
                 await out.put(self.answer.chunk(i, text, logprobs=lp.of(chosen) if lp else None, usage=usage))
         if choice.error is None:
             content, finish, calls = self._ending(choice, "".join(texts))
             if self.tool_call:
                 calls = [{"index": 0} | c for c in calls] if calls else None
-                await out.put(self.answer.chunk(i, content, tool_calls=calls, usage=usage))
+                await out.put(self.answer.chunk(i, content, logprobs=lp.of(steps) if lp else None, tool_calls=calls, usage=usage))
             await out.put(self.answer.chunk(i, None, finish, usage=usage))
         await out.put(None)
 

@@ -352,6 +352,16 @@ class ChatRequest(_Sampled):
                 raise bad_request(
                     f"messages[{i}].name: this base's chat template does not render participants' names", f"messages[{i}].name"
                 )
+            if m.refusal is not None and (m.role != "assistant" or m.content is not None):
+                raise bad_request(
+                    f"messages[{i}].refusal: only an assistant turn without content carries a refusal (it is rendered as the "
+                    "turn's text); send the content or the refusal",
+                    f"messages[{i}].refusal",
+                )
+            if m.content is None and m.refusal is None:
+                raise bad_request(f"messages[{i}].content: a {m.role} turn needs its content", f"messages[{i}].content")
+            if m.tool_call_id is not None:  # a tool turn is refused above: this is another turn naming a call
+                raise bad_request(f"messages[{i}].tool_call_id: only a tool turn (role tool) answers a call", f"messages[{i}].tool_call_id")
         chat = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
         if self.tools:
             described = self._tools_text()
