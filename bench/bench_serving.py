@@ -49,19 +49,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(cmd: list[str], port: int, log: Path, env: dict | None = None, ready_path: str = "/readyz") -> tuple[subprocess.Popen, float]:
-    """A server process; returns it and the seconds from spawn to ready (ready_path answers 200)."""
+def start(
+    cmd: list[str], port: int, log: Path, env: dict | None = None, ready_path: str = "/readyz", deadline_s: float = 900.0
+) -> tuple[subprocess.Popen, float]:
+    """A server process; returns it and the seconds from spawn to ready (ready_path answers 200). The bench ends, with
+    the server's reason, when the server refuses the version it was to serve or is not ready within deadline_s."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+    name, reason = cmd[2] if len(cmd) > 2 else cmd[0], "no answer yet"
     while True:
         if proc.poll() is not None:
-            raise SystemExit(f"{cmd[2] if len(cmd) > 2 else cmd[0]} exited with {proc.returncode}; see {log}")
+            raise SystemExit(f"{name} exited with {proc.returncode}; see {log}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}{ready_path}", timeout=2).status_code == 200:
+            answer = httpx.get(f"http://127.0.0.1:{port}{ready_path}", timeout=2)
+            if answer.status_code == 200:
                 return proc, time.perf_counter() - started
-        except httpx.HTTPError:
-            pass
+            reason = _not_ready_reason(answer)
+        except httpx.HTTPError as e:
+            reason = f"{type(e).__name__}: {e}"
+        if "was refused" in reason or time.perf_counter() - started > deadline_s:
+            proc.kill()
+            proc.wait()
+            raise SystemExit(f"{name} was not ready after {time.perf_counter() - started:.0f} s: {reason}; see {log}")
         time.sleep(0.05)
+
+
+def _not_ready_reason(answer: httpx.Response) -> str:
+    try:
+        body = answer.json()
+    except ValueError:
+        return answer.text[:300]
+    return str(body.get("reason", body)) if isinstance(body, dict) else answer.text[:300]
 
 
 def start_modelcd(name: str, port: int, log: Path, admin_port: int = 0) -> tuple[subprocess.Popen, float]:
