@@ -26,6 +26,7 @@ POLICY = TINY_LM_POLICY
 
 # Fidelity limits no weight variant can meet (a KL of 0); pinned to one variant; pinned to a classifier's.
 STRICT, PINNED, MISPINNED = "tiny-reply-strict", "tiny-reply-pinned", "tiny-reply-mispinned"
+BATCHED = "tiny-reply-batched"  # the server's batches would not decode it as batch 1 does
 NO_KL = "token_fidelity:\n  max_mean_kl: 0.0\n"
 env, instance = module_state_fixtures(
     "causal-lm",
@@ -34,6 +35,7 @@ env, instance = module_state_fixtures(
         STRICT: POLICY + NO_KL,
         PINNED: POLICY + NO_KL + "quantization:\n  variant: int4-rtn\n",
         MISPINNED: POLICY + "quantization:\n  variant: static\n",
+        BATCHED: POLICY + "quantization:\n  variant: int8\n",
     },
 )
 
@@ -88,6 +90,9 @@ def test_the_first_adapter_is_judged_on_the_ceiling_and_promoted_with_an_attesta
     assert served.int8 == Path(gated["base_build"]) / chosen
     fidelity_row = next(r for r in run.rows if r.gate == "int8_agrees_with_fp32")
     assert f"weights: {chosen}" in fidelity_row.reason, fidelity_row.reason
+    # The probe decoded as the server's batches decode it equals batch 1, as the server's load probe will find.
+    batched = gated["probe"]["batched"]
+    assert batched["equal"] == batched["sequences"] == len(gated["probe"]["prompts"]) and batched["max_abs_logit_diff"] <= 1e-4, batched
     assert json.loads(env.registry.tags(ref)["modelcd.contract"])["chat_template_sha256"]
 
 
@@ -260,6 +265,24 @@ def test_a_variant_outside_the_fidelity_limits_is_never_chosen_and_with_none_wit
     from modelcd_assets.lib.layout import StateLayout
 
     assert not StateLayout(env.home).variant_decision(STRICT, "x").parent.exists()
+
+
+def test_a_version_whose_batched_decoding_differs_from_batch_1_is_blocked_before_a_server_would_refuse_it(
+    env, instance, base, tiny_lm, monkeypatch
+):
+    from modelcd_assets.lib.tasks import causal_lm as task
+
+    real = task.probe_in_batch
+
+    def drifting(session, prompts, max_new_tokens, adapter, eos_ids):
+        """The batch as a kernel whose batched steps round otherwise would decode it: every row's last token changed."""
+        runs = real(session, prompts, max_new_tokens, adapter, eos_ids)
+        return [(tokens[:-1] + [tokens[-1] + 1] if tokens else [1], first) for tokens, first in runs]
+
+    monkeypatch.setattr(task, "probe_in_batch", drifting)
+    _, reason, gated = blocked_by_fidelity(env, instance, tiny_lm.adapter, BATCHED)
+    assert "probe prompts' greedy tokens differ from batch 1" in reason and "would refuse this version" in reason, reason
+    assert gated["probe"]["batched"]["equal"] == 0 and gated["fidelity"]  # its fidelity alone was within the limits
 
 
 def test_a_pinned_variant_is_the_one_judged_and_its_failure_blocks(env, instance, base, tiny_lm):

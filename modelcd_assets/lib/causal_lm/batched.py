@@ -319,3 +319,12 @@ def batched_greedy(
         if batch.rows:
             session.step(batch, [last[id(row)] for row in batch.rows])
     return runs
+
+
+def probe_in_batch(
+    session: BatchedSession, prompts: list[list[int]], max_new_tokens: int, adapter: Adapter, eos_ids: tuple[int, ...]
+) -> list[tuple[list[int], np.ndarray]]:
+    """Every probe prompt decoded greedily with adapter in one batch beside a row on other LoRA weights (the base build's
+    own slots), as other versions' rows share the batch when it serves: each prompt's tokens and first-token logits. The
+    fidelity gate (lib/tasks/causal_lm.py) and the server's load probe (serving/lm/pool.py) both judge this batch."""
+    return batched_greedy(session, [*prompts[:1], *prompts], max_new_tokens, [None, *[adapter] * len(prompts)], eos_ids)[1:]

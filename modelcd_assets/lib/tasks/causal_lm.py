@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from modelcd_assets.lib.causal_lm.adapter_file import ADAPTER_FILE, adapter_parameters, scan_adapter_file, write_adapter_file
+from modelcd_assets.lib.causal_lm.batched import BatchedSession, probe_in_batch
 from modelcd_assets.lib.causal_lm.benchmark import Side, build_timing, paired_generation
 from modelcd_assets.lib.causal_lm.build import BaseBuild, BaseBuildOptions, build_base, make_variant
 from modelcd_assets.lib.causal_lm.chats import Chat, chat_ids, chat_split, read_chats
@@ -28,6 +29,7 @@ from modelcd_assets.lib.inference.builds import decide_once, folder_lock, read_j
 from modelcd_assets.lib.inference.tokens import check_generation_length
 from modelcd_assets.lib.judging.drift import input_drift, length_drift, prediction_drift
 from modelcd_assets.lib.judging.gates import (
+    FAIL,
     Verdict,
     judge_answer_cost,
     judge_generation,
@@ -60,6 +62,19 @@ def build_options(policy: Policy) -> BaseBuildOptions:
 def base_build(record: CandidateRecord, state: State) -> BaseBuild:
     """The base build a candidate runs on: keyed by its base's content and the policy's slot layout."""
     return BaseBuild.for_content(state.cache_dir(BASES_CACHE), record.base_hash or "", build_options(record.effective_policy()))
+
+
+def batched_probe(weights: Path, adapter: Path, prompts: list[list[int]], alone: list, eos_ids) -> dict:
+    """The probe prompts decoded greedily in one batch as the server's batches decode them, each beside a row on other
+    LoRA weights (the base build's own slots), against their batch-1 runs (alone): how many token sequences are equal, and
+    the largest |Δlogit| of the first token. The server's load probe checks the same (serving/lm/pool.py)."""
+    session = BatchedSession(weights)
+    runs = probe_in_batch(session, prompts, PROBE_TOKENS, session.adapter(adapter), eos_ids)
+    equal, worst = 0, 0.0
+    for (tokens, first), run in zip(runs, alone, strict=True):
+        worst = max(worst, float(np.max(np.abs(first - run.first_logits))) if np.isfinite(first).all() else float("inf"))
+        equal += tokens == run.tokens
+    return {"sequences": len(runs), "equal": equal, "max_abs_logit_diff": worst, "tokens": PROBE_TOKENS}
 
 
 def adapter_file(record: CandidateRecord) -> Path:
@@ -330,10 +345,12 @@ class CausalLmTask:
         decoder = served_sessions.of(record, state, CANDIDATE, variant)
         probe = [c.user for c in chats(state, "evaluation", policy.serving.probe_prompts)]
         system = chats(state, "evaluation", 1)[0].system
-        probe_runs = [decoder.generate(decoder.encode_chat(Chat(system, p, "").messages()), PROBE_TOKENS, CANDIDATE) for p in probe]
+        probe_ids = [decoder.encode_chat(Chat(system, p, "").messages()) for p in probe]
+        probe_runs = [decoder.generate(ids, PROBE_TOKENS, CANDIDATE) for ids in probe_ids]
         probe_logits = record.build.dir / PROBE_LOGITS
         save_array(probe_logits, np.stack([r.first_logits for r in probe_runs]))
         adapter = adapter_file(record)
+        batched = batched_probe(build.weights(variant), adapter, probe_ids, probe_runs, decoder.eos_ids)
         options = build_options(policy)
         weights = build.weights(variant)
         decision = {
@@ -358,6 +375,7 @@ class CausalLmTask:
                 "logits": probe_logits.name,
                 "logits_sha256": file_sha256(probe_logits),
                 "logits_of": PROBE_LOGITS_OF,
+                "batched": batched,
             },
         }
         write_json(record.files.quantization, decision)
@@ -385,7 +403,7 @@ class CausalLmTask:
         sessions: _Sessions,
     ) -> tuple[str, dict]:
         """The weight variant this adapter is judged and served on, and the record of how it was chosen. The choice is the
-        registered model's, once per base build, evaluation split and fidelity limits: every later adapter of the base runs
+        registered model's, once per base build, evaluation split, fidelity limits and set of variants: every later adapter of the base runs
         the variant chosen when the first was gated (as the classifier's INT8 variant), so the throughput gate compares like
         with like. sessions are quantize's own, so that each variant's decoder is opened once for timing and judging."""
         pinned = policy.quantization.variant
@@ -397,7 +415,9 @@ class CausalLmTask:
                 )
             return pinned, {"chosen": pinned, "why": f"{pinned}: pinned by the policy's quantization.variant", "pinned": True}
         limits = policy.token_fidelity.model_dump_json()
-        decision_file = state.variant_decision(record.ref.name, text_hash(build.dir.name, split_sha, limits, str(replies))[:24])
+        # The variants chosen among are part of the choice: a release that adds or changes one decides again.
+        among = json.dumps([v.to_dict() for v in VARIANTS.values()], sort_keys=True)
+        decision_file = state.variant_decision(record.ref.name, text_hash(build.dir.name, split_sha, limits, str(replies), among)[:24])
         if not decision_file.is_file():
             gen = policy.generation
             for name in VARIANTS:
@@ -631,12 +651,30 @@ class CausalLmTask:
         return judge_answer_cost(read_json(record.files.benchmark)["cost"], record.effective_policy().cost)
 
     def fidelity_verdict(self, record: CandidateRecord, state: State) -> Verdict:
-        """The served weights' fidelity with this adapter; where no variant was within the limits, every failure is named."""
+        """The served weights' fidelity with this adapter; where no variant was within the limits, every failure is named.
+        Blocked too where the server's batches would not decode the probe as batch 1 does: the server refuses such a
+        version at its load probe, so promoting it would leave production unserved."""
         gated = record.quantization()
-        verdict = judge_token_fidelity(gated["fidelity"], record.effective_policy().token_fidelity, served=served_variant(record))
+        policy = record.effective_policy()
+        verdict = judge_token_fidelity(gated["fidelity"], policy.token_fidelity, served=served_variant(record))
         choice = gated.get("variant_choice") or {}
         if not verdict.passed and choice.get("decided") is False:
             return replace(verdict, reason=choice["why"])
+        batched = gated["probe"].get("batched")
+        if verdict.passed and batched is None:
+            why = "the quantization record has no batched probe (gated before the gate judged batched decoding); gate it again"
+            return replace(verdict, status=FAIL, reason=why)
+        if verdict.passed and (
+            batched["equal"] < batched["sequences"] or batched["max_abs_logit_diff"] > policy.serving.max_abs_logit_diff
+        ):
+            differ, limit = batched["sequences"] - batched["equal"], policy.serving.max_abs_logit_diff
+            weights = f"weights: {choice['why']}" if choice else f"weights: {served_variant(record)}"
+            why = (
+                f"decoded in one batch beside a row on other LoRA weights, as the server batches it, {differ} of {batched['sequences']} "
+                f"probe prompts' greedy tokens differ from batch 1 (max |Δlogit| of the first token {batched['max_abs_logit_diff']:.2e}, "
+                f"limit {limit:.0e}): the server would refuse this version at its load probe; {weights}"
+            )
+            return replace(verdict, status=FAIL, reason=why)
         return replace(verdict, reason=f"{verdict.reason}; weights: {choice['why']}") if choice else verdict
 
     def quality_verdict(self, record: CandidateRecord, state: State) -> Verdict:

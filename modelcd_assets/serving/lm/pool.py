@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelcd_assets.lib.causal_lm.batched import Adapter, BatchedSession, batched_greedy
+from modelcd_assets.lib.causal_lm.batched import Adapter, BatchedSession, probe_in_batch
 from modelcd_assets.lib.causal_lm.chats import Chat
 from modelcd_assets.lib.causal_lm.decoder import PROBE_LOGITS_OF, Decoder
 from modelcd_assets.lib.errors import ModelcdError
@@ -216,8 +216,7 @@ class LmPool(VersionPool):
         if served.lora is not None:
             # And as the batches serve greedy generations: every probe prompt in one batch, beside a row on other LoRA
             # weights (the base build's own slots), as other versions' rows share the batch when it serves.
-            mixed = [*prompts[:1], *prompts]
-            runs = batched_greedy(served.base.batched, mixed, k, [None, *[served.lora] * len(prompts)], decoder.eos_ids)[1:]
+            runs = probe_in_batch(served.base.batched, prompts, k, served.lora, decoder.eos_ids)
             for i, (tokens, first) in enumerate(runs):
                 if not np.isfinite(first).all():
                     raise SwapRefused(f"{what}: probe prompt {i} produced non-finite logits in a batch; the version was not switched in")

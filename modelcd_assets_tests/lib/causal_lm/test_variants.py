@@ -70,13 +70,18 @@ def _bits(folder):
     return out
 
 
+def _block_sizes(folder):
+    graph = onnx.load(str(folder / MODEL_FILE), load_external_data=False).graph
+    return {n.name: a.i for n in graph.node for a in n.attribute if a.name == "block_size"}
+
+
 @pytest.fixture(scope="module")
 def variant_folders(tiny_lm, tmp_path_factory):
     import shutil
 
     root = tmp_path_factory.mktemp("variants")
     folders = {"int8": tiny_lm.build.int8}
-    for name in ("int4-rtn", "int4-rtn-asym-mixed", "int4-kquant-mixed", "int4-hqq-mixed"):
+    for name in [n for n in VARIANTS if n != "int8"]:
         out = root / name
         shutil.copytree(tiny_lm.build.int8, out, ignore=shutil.ignore_patterns(MODEL_FILE + "*"))
         made = quantize_variant(tiny_lm.build.fp32 / MODEL_FILE, out / MODEL_FILE, VARIANTS[name], 4)
@@ -93,6 +98,7 @@ def test_each_variant_quantizes_every_weight_matmul_at_its_widths_and_leaves_the
         quantized = {n: v for n, v in ops.items() if v[0] == "MatMulNBits"}
         assert any(n.startswith("/lm_head/") for n in quantized), name
         assert {acc for _, _, acc in quantized.values()} == {4}, name  # every MatMul computes as the build's do
+        assert {_block_sizes(folder)[n] for n in quantized} == {VARIANTS[name].block_size}, name
         eight = {n for n, (_, bits, _) in quantized.items() if bits == 8}
         if VARIANTS[name].bits == 8:
             assert eight == set(quantized), name
