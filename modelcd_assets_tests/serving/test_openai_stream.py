@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from modelcd_assets.lib.causal_lm.decoder import Chosen
+from modelcd_assets.lib.causal_lm.tool_calls import HERMES
 from modelcd_assets.serving.lm.generation import Admitted
 from modelcd_assets.serving.lm.handler import Choice, Completion
 from modelcd_assets.serving.lm.openai_api import ChatRequest, CompletionRequest, parse
@@ -62,14 +63,21 @@ SERVED = SimpleNamespace(
 )
 
 
-def events(body: dict, chat: bool, streams: list[Tokens]) -> tuple[list[str], Account]:
+def completion(body: dict, chat: bool, streams: list[Tokens], tool_form: str | None = None) -> tuple[Completion, Account]:
+    """A completion of body over streams; a chat's messages read as a template that renders tools in tool_form would."""
     request = parse(ChatRequest if chat else CompletionRequest, body)
+    if chat:
+        request.chat(tool_form)
     account = Account()
     choices = [Choice(i, [1, 2], Admitted(8, 0), s, account, request.stops) for i, s in enumerate(streams)]
-    completion = Completion(chat, request, SERVED, choices, account)
+    return Completion(chat, request, SERVED, choices, account), account
+
+
+def events(body: dict, chat: bool, streams: list[Tokens], tool_form: str | None = None) -> tuple[list[str], Account]:
+    answer, account = completion(body, chat, streams, tool_form)
 
     async def read():
-        return [e["data"] async for e in completion._events()]
+        return [e["data"] async for e in answer._events()]
 
     return asyncio.run(read()), account
 
@@ -142,3 +150,36 @@ def test_a_client_that_goes_away_before_its_whole_answer_stops_every_choice_and_
     response = asyncio.run(asyncio.wait_for(completion.whole(LeavingClient(after=3)), 60))  # without the watch: a timeout
     assert response.status_code == 499 and all(s.closed for s in streams)  # both generations stopped
     assert account.failed is False and account.made == 2  # counted with the tokens made, as a stream whose client left
+
+
+HERMES_CALL = ["Sure", ". <tool", '_call>\n{"name": "route", ', '"arguments": {}}\n</tool_call>']
+
+
+@pytest.mark.parametrize(
+    ("pieces", "content", "call"),
+    [
+        (HERMES_CALL, "Sure. ", ("route", "{}")),
+        (["a <tool_call>", " not JSON"], "a <tool_call> not JSON", None),  # not a call: all of it is text
+        (["no call"], "no call", None),
+    ],
+)
+def test_text_before_a_hermes_call_streams_and_the_call_comes_whole_as_the_whole_answer_has_it(pieces, content, call):
+    tools = [{"type": "function", "function": {"name": "route"}}]
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools, "logprobs": True}
+    data, _ = events(body | {"stream": True}, True, [Tokens(pieces, None)], tool_form=HERMES)
+    deltas = [json.loads(d)["choices"][0] for d in data[:-1]]
+    calls = [t for d in deltas for t in d["delta"].get("tool_calls") or []]
+    streamed_call = (calls[0]["function"]["name"], calls[0]["function"]["arguments"]) if calls else None
+    streamed_lp = [t["token"] for d in deltas if d["logprobs"] for t in d["logprobs"]["content"]]
+    assert "".join(d["delta"].get("content") or "" for d in deltas) == content and streamed_call == call
+    assert len(calls) == (call is not None) and all(c["index"] == 0 and c["id"].startswith("call_") for c in calls)
+    # the text up to the call was sent before the call was made
+    if call is not None:
+        assert [d["delta"].get("content") for d in deltas[1:3]] == ["Sure", ". "]
+    whole, _ = completion(body, True, [Tokens(pieces, None)], tool_form=HERMES)
+    answer = asyncio.run(whole._whole_choice(whole.choices[0]))
+    whole_call = answer["message"].get("tool_calls")
+    assert answer["message"]["content"] == (content if content else None)
+    assert (whole_call[0]["function"]["name"], whole_call[0]["function"]["arguments"]) == call if call else whole_call is None
+    assert answer["finish_reason"] == deltas[-1]["finish_reason"] == ("tool_calls" if call else "stop")
+    assert [t["token"] for t in answer["logprobs"]["content"]] == streamed_lp and len(streamed_lp) == len(pieces)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from modelcd_assets.lib.causal_lm.tool_calls import tool_form
 from modelcd_assets.lib.errors import BadCandidate
 
 GENAI_CONFIG = "genai_config.json"  # what makes a folder an ONNX Runtime GenAI model (lib/causal_lm/build.py writes it)
@@ -174,8 +175,9 @@ class Decoder:
         self.adapters = og.Adapters(self.model)
         self._loaded: set[str] = set()
         template = folder / "chat_template.jinja"
-        # Whether the chat template renders tool definitions, calls and results (the OpenAI API's tools and role "tool").
-        self.renders_tools = template.is_file() and "tools" in template.read_text()
+        # Whether and how the chat template renders tool definitions, calls and results (the OpenAI API's tools and role
+        # "tool"): tool_calls.HERMES, tool_calls.UNREAD, or None where it does not.
+        self.tool_form = tool_form(template.read_text()) if template.is_file() else None
 
     def load_adapter(self, path: Path, name: str) -> None:
         if name not in self._loaded:
@@ -321,9 +323,13 @@ class Decoder:
         d = self._genai["decoder"]
         return 2 * int(d["num_hidden_layers"]) * int(d["num_key_value_heads"]) * int(d["head_size"]) * 4
 
-    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of messages in the model's own chat template."""
-        text = self.tokenizer.apply_chat_template(json.dumps(messages), add_generation_prompt=add_generation_prompt)
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None) -> list[int]:
+        """Token ids of messages in the model's own chat template; with tools (OpenAI's tool objects) handed to it, for a
+        template that renders them (tool_form)."""
+        if tools is not None and self.tool_form is None:
+            raise ValueError("this base's chat template does not render tools")
+        extra = {"tools": json.dumps(tools)} if tools is not None else {}
+        text = self.tokenizer.apply_chat_template(json.dumps(messages), add_generation_prompt=add_generation_prompt, **extra)
         return [int(i) for i in self.tokenizer.encode(text)]
 
     def encode(self, text: str) -> list[int]:

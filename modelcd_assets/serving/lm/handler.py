@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from modelcd_assets.lib.causal_lm.decoder import NonFinite, Sampling
+from modelcd_assets.lib.causal_lm.tool_calls import HERMES, CallSplit
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.operations.traffic_log import TrafficLog
 from modelcd_assets.lib.release.servable import NotServable
@@ -176,7 +177,7 @@ class Completion:
         self.headers = served_headers(served)
         self.after = None  # called with this completion once it has finished, however it ended (a shadow copy is offered there)
         self.echo: list[str] = [""] * len(choices)  # a text completion's echoed prompt, per choice
-        self.tool_call = chat and body.calls_tool() is not None
+        self.reads_calls = chat and body.reads_calls()
         top = body.logprobs_top()
         decoder = served.decoder
         self.logprobs = [Logprobs(chat, decoder.token_text) if top is not None else None for _ in choices]
@@ -195,10 +196,10 @@ class Completion:
 
     def _ending(self, choice: Choice, text: str) -> tuple[str | None, str, list[dict] | None]:
         """(content, finish reason, tool calls) of a finished choice whose whole text is text."""
-        if self.tool_call and choice.finish_reason == "stop":
-            calls = tool_calls(self.body, text)
-            if calls is not None:
-                return None, "tool_calls", calls
+        if self.reads_calls and choice.finish_reason == "stop":
+            read = tool_calls(self.body, text)
+            if read is not None:
+                return read[0], "tool_calls", read[1]
         return text, choice.finish_reason, None
 
     def finish(self) -> None:
@@ -239,21 +240,30 @@ class Completion:
         return EventSourceResponse(self._events(), headers=self.headers, ping=15)
 
     async def _choice_events(self, choice: Choice, out: asyncio.Queue) -> None:
-        """choice's events onto out, then None; a tool call's is sent whole at the end, with its tokens' logprobs."""
+        """choice's events onto out, then None. An answer read for tool calls streams its text up to where a call may begin
+        (all of it held, for a call in JSON alone); the calls are sent whole at the end with their tokens' logprobs, or,
+        where the rest is not a call, it is sent as text."""
         usage, lp, i = self.body.include_usage, self.logprobs[choice.index], choice.index
         await out.put(self.answer.chunk(i, "" if self.chat else self.echo[i] or None, first=True, usage=usage))
-        texts, steps = [], []
+        split = CallSplit(calling=self.body.tool_form != HERMES) if self.reads_calls else None
+        sent, steps = [], []
         async for text, chosen in choice.pieces():
-            if self.tool_call:
-                texts.append(text)
-                steps += chosen
-            else:
-                await out.put(self.answer.chunk(i, text, logprobs=lp.of(chosen) if lp else None, usage=usage))
+            steps += chosen
+            if split is not None and not (text := split.feed(text)):
+                continue  # held: its tokens' logprobs go with the text they end up in
+            sent.append(text)
+            await out.put(self.answer.chunk(i, text, logprobs=lp.of(steps) if lp else None, usage=usage))
+            steps = []
         if choice.error is None:
-            content, finish, calls = self._ending(choice, "".join(texts))
-            if self.tool_call:
-                calls = [{"index": 0} | c for c in calls] if calls else None
-                await out.put(self.answer.chunk(i, content, logprobs=lp.of(steps) if lp else None, tool_calls=calls, usage=usage))
+            finish = choice.finish_reason
+            if split is not None:
+                held = split.held()
+                _, finish, calls = self._ending(choice, "".join(sent) + held)
+                if calls:
+                    calls = [{"index": j} | c for j, c in enumerate(calls)]
+                    await out.put(self.answer.chunk(i, None, logprobs=lp.of(steps) if lp else None, tool_calls=calls, usage=usage))
+                elif held or steps:
+                    await out.put(self.answer.chunk(i, held, logprobs=lp.of(steps) if lp else None, usage=usage))
             await out.put(self.answer.chunk(i, None, finish, usage=usage))
         await out.put(None)
 
@@ -428,7 +438,8 @@ class CompletionHandler:
         """Each prompt's token ids (a chat's, in its template), or Rejected (400) for one the model cannot take."""
         if chat:
             try:
-                prompts = [decoder.encode_chat(body.chat(decoder.renders_tools))]
+                messages, tools = body.chat(decoder.tool_form)
+                prompts = [decoder.encode_chat(messages, tools=tools)]
             except ValueError as e:  # a content part that is not text
                 raise bad_request(str(e), "messages") from None
         else:

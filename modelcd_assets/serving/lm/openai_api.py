@@ -12,9 +12,10 @@ import time
 import uuid
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from modelcd_assets.lib.causal_lm.decoder import Chosen, Sampling
+from modelcd_assets.lib.causal_lm.tool_calls import CLOSE, HERMES, call_grammar, read_calls
 from modelcd_assets.serving.rejections import UNSUPPORTED, Rejected, bad_request, not_a_completion_request
 
 MAX_TOP_LOGPROBS = 20  # Chat Completions' top_logprobs
@@ -132,7 +133,8 @@ class FunctionDef(_Strict):
     strict: bool | None = None  # every call is constrained to the parameters' schema, strict or not
 
     def schema(self) -> dict:
-        return self.parameters if self.parameters is not None else {"type": "object", "properties": {}}
+        # A function defined without parameters takes none (OpenAI's "empty parameter list").
+        return self.parameters if self.parameters is not None else {"type": "object", "properties": {}, "additionalProperties": False}
 
 
 class Tool(_Strict):
@@ -170,9 +172,14 @@ class ResponseFormat(_Strict):
         return self
 
 
+def _compact(schema: dict) -> dict:
+    """schema with llguidance's compact JSON, unless the schema's own x-guidance says otherwise."""
+    return schema | {"x-guidance": COMPACT_JSON | schema.get("x-guidance", {})}
+
+
 def _guided_json(schema: dict) -> tuple[str, str]:
     """llguidance's JSON-schema grammar of schema, compact unless the schema's own x-guidance says otherwise."""
-    return "json_schema", json.dumps(schema | {"x-guidance": COMPACT_JSON | schema.get("x-guidance", {})})
+    return "json_schema", json.dumps(_compact(schema))
 
 
 class _Sampled(_Strict):
@@ -266,7 +273,8 @@ class ChatRequest(_Sampled):
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedTool | None = None
-    parallel_tool_calls: bool | None = None  # one call per answer, which is what either value allows
+    parallel_tool_calls: bool | None = None  # false: an answer holds at most one call
+    _tool_form: str | None = PrivateAttr(None)  # how this base's chat template renders tools (chat() sets it)
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -289,6 +297,25 @@ class ChatRequest(_Sampled):
     def limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
+    @property
+    def tool_form(self) -> str | None:
+        """How this base's chat template renders tools (lib/causal_lm/tool_calls.tool_form), once chat() has read it."""
+        return self._tool_form
+
+    @property
+    def stops(self) -> list[str]:
+        """The stop sequences; with tool_choice "auto" and parallel_tool_calls false, the answer also ends where its first
+        Hermes call does."""
+        one_call = self._tool_form == HERMES and self.tools and self.tool_choice in (None, "auto") and self.parallel_tool_calls is False
+        return list(self.stop or []) + ([CLOSE] if one_call else [])
+
+    def reads_calls(self) -> bool:
+        """Whether the answer is read for tool calls: a constrained call, or, where the template renders Hermes' calls,
+        any answer with tools that tool_choice "none" does not keep to text."""
+        if not self.tools or self.tool_choice == "none":
+            return False
+        return self.calls_tool() is not None or self._tool_form == HERMES
+
     def logprobs_top(self) -> int | None:
         """None: no logprobs; else how many alternatives each token's logprobs list (sampling() reads it, as it reads
         CompletionRequest's)."""
@@ -302,22 +329,22 @@ class ChatRequest(_Sampled):
 
     def guidance(self) -> tuple[str, str] | None:
         call = self.calls_tool()
-        if call == "required":
-            return _guided_json(
-                {
-                    "anyOf": [
-                        {
-                            "type": "object",
-                            "properties": {"name": {"const": t.function.name}, "arguments": t.function.schema()},
-                            "required": ["name", "arguments"],
-                            "additionalProperties": False,
-                        }
-                        for t in self.tools
-                    ]
-                }
-            )
         if call is not None:
-            return _guided_json(next(t.function.schema() for t in self.tools if t.function.name == call))
+            named = [t for t in self.tools if call in ("required", t.function.name)]
+            calls = [
+                {
+                    "type": "object",
+                    "properties": {"name": {"const": t.function.name}, "arguments": t.function.schema()},
+                    "required": ["name", "arguments"],
+                    "additionalProperties": False,
+                }
+                for t in named
+            ]
+            if self._tool_form == HERMES:  # one <tool_call> block, as the template asks for it
+                return call_grammar(_compact(calls[0] if len(calls) == 1 else {"anyOf": calls}))
+            if call == "required":
+                return _guided_json({"anyOf": calls})
+            return _guided_json(named[0].function.schema())
         fmt = self.response_format
         if fmt is None or fmt.type == "text":
             return None
@@ -328,25 +355,42 @@ class ChatRequest(_Sampled):
     def guidance_param(self) -> str:
         return "tools" if self.calls_tool() else "response_format"
 
-    def chat(self, renders_tools: bool) -> list[dict]:
-        """The messages as the chat template takes them; Rejected (400) for what this base's template cannot render.
+    def chat(self, form: str | None) -> tuple[list[dict], list[dict] | None]:
+        """The messages, and the tools to hand to the chat template (None: none), as the template takes them; Rejected
+        (400) for what this base's template cannot render. form is how it renders tools (tool_calls.tool_form).
 
-        A tool call's functions are described to the model in the system message (its own first, if any), as llama.cpp
-        does for a template without tools; the answer is then constrained to a call that fits them (guidance())."""
-        why = (
-            "this base's chat template does not render tools"
-            if not renders_tools
-            else "modelcd does not hand tools to a chat template yet, though this base's renders them"
-        )
-        for i, m in enumerate(self.messages):
-            if m.role == "tool" or m.tool_calls:
-                raise bad_request(f"messages[{i}]: tool calls and tool results cannot be sent: {why}; send them as text", f"messages[{i}]")
-        if self.tools and self.tool_choice in (None, "auto"):
-            raise bad_request(
-                f'tool_choice "auto" (the default with tools) lets the model choose between text and a call, and {why}: name a '
-                'function in tool_choice, or send "required" or "none"',
-                "tool_choice",
+        Where it renders Hermes' <tool_call> blocks, the template gets the tools, the assistant turns' calls and the tool
+        turns' results, and the answer is read for calls. Elsewhere a call's functions are described to the model in the
+        system message, as llama.cpp does for a template without tools, and the answer is constrained to a call that fits
+        them (guidance())."""
+        self._tool_form = form
+        if form == HERMES:
+            self._check_tool_turns()
+        else:
+            why = (
+                "this base's chat template does not render tools"
+                if form is None
+                else "this base's chat template renders tools in a form modelcd does not read (it reads Hermes' <tool_call> blocks)"
             )
+            for i, m in enumerate(self.messages):
+                if m.role == "tool" or m.tool_calls:
+                    raise bad_request(
+                        f"messages[{i}]: tool calls and tool results cannot be sent: {why}; send them as text", f"messages[{i}]"
+                    )
+            if self.tools and self.tool_choice in (None, "auto"):
+                raise bad_request(
+                    f'tool_choice "auto" (the default with tools) lets the model choose between text and a call, and {why}: name a '
+                    'function in tool_choice, or send "required" or "none"',
+                    "tool_choice",
+                )
+        if self.tools and self.tool_choice in (None, "auto"):
+            for i, t in enumerate(self.tools):
+                if t.function.strict:
+                    raise bad_request(
+                        f'tools[{i}].function.strict: a call the model makes under tool_choice "auto" is not constrained to '
+                        'its parameters; name the function in tool_choice, or send "required", to have it fit them',
+                        f"tools[{i}].function.strict",
+                    )
         for i, m in enumerate(self.messages):
             if m.name is not None:
                 raise bad_request(
@@ -358,18 +402,64 @@ class ChatRequest(_Sampled):
                     "turn's text); send the content or the refusal",
                     f"messages[{i}].refusal",
                 )
-            if m.content is None and m.refusal is None:
+            if m.content is None and m.refusal is None and not m.tool_calls:
                 raise bad_request(f"messages[{i}].content: a {m.role} turn needs its content", f"messages[{i}].content")
-            if m.tool_call_id is not None:  # a tool turn is refused above: this is another turn naming a call
+            if m.tool_call_id is not None and m.role != "tool":
                 raise bad_request(f"messages[{i}].tool_call_id: only a tool turn (role tool) answers a call", f"messages[{i}].tool_call_id")
-        chat = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
-        if self.tools:
-            described = self._tools_text()
-            if chat[0]["role"] == "system":
-                chat[0] = {"role": "system", "content": f"{chat[0]['content']}\n\n{described}"}
+        tools = None
+        if form == HERMES:
+            chat = [self._turn(m) for m in self.messages]
+            tools = [t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None
+        else:
+            chat = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
+            if self.tools:
+                chat = _with_system(chat, self._tools_text())
+        fmt = self.response_format
+        if fmt is not None and fmt.json_schema is not None and fmt.json_schema.description:
+            # what the format is for, shown to the model as OpenAI shows it ("used by the model to determine how to respond")
+            chat = _with_system(chat, f"Answer in JSON ({fmt.json_schema.name}): {fmt.json_schema.description}")
+        return chat, tools
+
+    def _check_tool_turns(self) -> None:
+        """Rejected (400) for calls and results a template cannot render faithfully: calls made by a turn other than the
+        assistant's, arguments that are not a JSON object, and a tool turn that answers no call of the assistant turn
+        before it (OpenAI's own rule)."""
+        answerable: set[str] = set()  # the calls of the last assistant turn, which the tool turns after it answer
+        for i, m in enumerate(self.messages):
+            if m.tool_calls and m.role != "assistant":
+                raise bad_request(f"messages[{i}].tool_calls: only an assistant turn makes calls", f"messages[{i}].tool_calls")
+            for j, c in enumerate(m.tool_calls or []):
+                try:
+                    arguments = json.loads(c.function.arguments)
+                except ValueError:
+                    arguments = None
+                if not isinstance(arguments, dict):
+                    param = f"messages[{i}].tool_calls[{j}].function.arguments"
+                    raise bad_request(f"{param}: a call's arguments are a JSON object in a string", param)
+            if m.role == "tool":
+                if m.tool_call_id not in answerable:
+                    raise bad_request(
+                        f"messages[{i}].tool_call_id: a tool turn answers a call of the assistant turn before it, by its id; "
+                        f"{m.tool_call_id!r} is none of {sorted(answerable)}",
+                        f"messages[{i}].tool_call_id",
+                    )
+            elif m.role == "assistant":
+                answerable = {c.id for c in m.tool_calls or []}
             else:
-                chat.insert(0, {"role": "system", "content": described})
-        return chat
+                answerable = set()
+
+    @staticmethod
+    def _turn(m: Message) -> dict:
+        """A message as a template that renders tools takes it: calls' arguments as objects, a tool turn with its call's id."""
+        turn = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+        if m.tool_calls:
+            turn["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": json.loads(c.function.arguments)}}
+                for c in m.tool_calls
+            ]
+        if m.role == "tool":
+            turn["tool_call_id"] = m.tool_call_id
+        return turn
 
     def _tools_text(self) -> str:
         tools = json.dumps([t.function.model_dump(exclude_none=True) for t in self.tools], separators=(",", ":"))
@@ -385,6 +475,13 @@ class ChatRequest(_Sampled):
     def sampled_text(self) -> str:
         """What the traffic log keeps of it: the last user message."""
         return next((m.text() for m in reversed(self.messages) if m.role == "user"), "")
+
+
+def _with_system(chat: list[dict], text: str) -> list[dict]:
+    """chat with text at the end of its system message (one is put first where it has none)."""
+    if chat[0]["role"] == "system":
+        return [chat[0] | {"content": f"{chat[0]['content']}\n\n{text}"}, *chat[1:]]
+    return [{"role": "system", "content": text}, *chat]
 
 
 class CompletionRequest(_Sampled):
@@ -538,8 +635,12 @@ class Answer:
         return self._head(False) | {"choices": choices, "usage": usage}
 
 
-def tool_calls(request: ChatRequest, text: str) -> list[dict] | None:
-    """The tool call a constrained answer holds, in OpenAI's shape; None when the answer was cut before it was whole."""
+def tool_calls(request: ChatRequest, text: str) -> tuple[str | None, list[dict]] | None:
+    """(the text before the calls, or None; the calls in OpenAI's shape) of a finished answer that holds tool calls; None
+    when it holds none, or was cut before a call was whole."""
+    if request.tool_form == HERMES:
+        read = read_calls(text, {t.function.name for t in request.tools})
+        return None if read is None else (read[0], [_call(name, arguments) for name, arguments in read[1]])
     call = request.calls_tool()
     try:
         value = json.loads(text)
@@ -551,7 +652,11 @@ def tool_calls(request: ChatRequest, text: str) -> list[dict] | None:
         name, arguments = value["name"], value["arguments"]
     else:
         name, arguments = call, value
-    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]
+    return None, [_call(name, arguments)]
+
+
+def _call(name: str, arguments) -> dict:
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
 def fingerprint(content_hash: str, artifact_sha256: str) -> str:
