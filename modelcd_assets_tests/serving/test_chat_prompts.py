@@ -169,3 +169,14 @@ def test_a_json_formats_description_is_shown_to_the_model_in_the_system_message(
     assert messages[0]["content"].startswith(system[0]["content"] if system else "Answer") and messages[1:] == ASK
     plain = fmt | {"json_schema": {"name": "routing", "schema": {"type": "object"}}}
     assert request(messages=system + ASK, response_format=plain).chat(None)[0] == system + ASK
+
+
+def test_a_template_kept_in_tokenizer_config_is_read_for_its_tools_as_one_in_its_own_file(tiny_lm, tmp_path):
+    folder = tmp_path / "int8"
+    shutil.copytree(tiny_lm.build.int8, folder)
+    (folder / "chat_template.jinja").unlink()
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps(config | {"chat_template": HERMES_TEMPLATE}))
+    decoder = Decoder(folder)
+    assert decoder.tool_form == HERMES
+    assert "route: " in decoder.decode(prompt(decoder, request(tools=[ROUTE])))

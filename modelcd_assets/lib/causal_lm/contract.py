@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from modelcd_assets.lib.causal_lm.build import MODEL_FILE
-from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG
+from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG, chat_template
 from modelcd_assets.lib.causal_lm.slots import AdapterSlots
 from modelcd_assets.lib.hashing import file_sha256, text_hash
 from modelcd_assets.lib.judging.contract import Change, value_info
@@ -24,18 +24,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 GENERATION_FILE = "generation_config.json"
 # Prompts whose tokens and max_new_tokens together exceed the context are refused, by the gates and the server alike.
 LONG_PROMPTS = "refused"
-
-
-def chat_template(*folders: Path | None) -> str:
-    """The chat template of the first folder that has one (chat_template.jinja, or tokenizer_config.json's)."""
-    for folder in folders:
-        if folder is None:
-            continue
-        if (f := Path(folder) / "chat_template.jinja").is_file():
-            return f.read_text()
-        if (f := Path(folder) / "tokenizer_config.json").is_file() and (t := json.loads(f.read_text()).get("chat_template")):
-            return t if isinstance(t, str) else json.dumps(t, sort_keys=True)
-    return ""
 
 
 def lm_contract(build_dir: Path, base_dir: Path, slots: AdapterSlots) -> dict:

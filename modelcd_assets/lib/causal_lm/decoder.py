@@ -133,6 +133,18 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def chat_template(*folders: Path | None) -> str:
+    """The chat template of the first folder that has one (chat_template.jinja, or tokenizer_config.json's)."""
+    for folder in folders:
+        if folder is None:
+            continue
+        if (f := Path(folder) / "chat_template.jinja").is_file():
+            return f.read_text()
+        if (f := Path(folder) / "tokenizer_config.json").is_file() and (t := json.loads(f.read_text()).get("chat_template")):
+            return t if isinstance(t, str) else json.dumps(t, sort_keys=True)
+    return ""
+
+
 class Decoder:
     """threads: ONNX Runtime's intra-op threads; None is every core this process may run on. Set here, because ONNX Runtime
     GenAI 0.18 left to itself ran one thread on this 2-core machine (measured: 1.00 CPU seconds per second). Idle threads
@@ -174,10 +186,9 @@ class Decoder:
         self.eos_ids = tuple(eos) if isinstance(eos, list) else (int(eos),)
         self.adapters = og.Adapters(self.model)
         self._loaded: set[str] = set()
-        template = folder / "chat_template.jinja"
         # Whether and how the chat template renders tool definitions, calls and results (the OpenAI API's tools and role
         # "tool"): tool_calls.HERMES, tool_calls.UNREAD, or None where it does not.
-        self.tool_form = tool_form(template.read_text()) if template.is_file() else None
+        self.tool_form = tool_form(chat_template(folder))
 
     def load_adapter(self, path: Path, name: str) -> None:
         if name not in self._loaded:
