@@ -97,7 +97,7 @@ def test_the_template_gets_the_tools_the_calls_and_their_results(decoder):
 
 @pytest.mark.parametrize("choice", [{"type": "function", "function": {"name": "route"}}, "required"])
 def test_a_named_or_required_call_is_one_block_that_fits_the_function_read_back_as_a_call(decoder, choice):
-    body = request(tools=[ROUTE, CLOSE] if choice == "required" else [ROUTE], tool_choice=choice)
+    body = request(tools=[ROUTE, CLOSE] if choice == "required" else [ROUTE], tool_choice=choice, parallel_tool_calls=False)
     text = answer(decoder, body)  # the prompt first, as the server reads it: the template's form decides the constraint
     sampling = body.sampling(decoder.vocab_size)
     assert sampling.guidance[0] == "lark_grammar"
