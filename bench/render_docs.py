@@ -442,6 +442,31 @@ def batch_dependence(d: dict) -> str:
     )
 
 
+def block_invariance(d: dict) -> str:
+    def block(name: str, r: dict) -> str:
+        w, wo, ms, over = r["with_adapter"], r["without_adapter"], r["decode_step_ms"], r["step_over_served"]
+        return (
+            f"| {name} | {r['block_size']} | {'yes' if r['symmetric'] else 'no'} | {w['equal']}/{w['sequences']} | "
+            f"{w['max_abs_logit_diff']:.3g} | {wo['equal']}/{wo['sequences']} | {wo['max_abs_logit_diff']:.3g} | "
+            f"{ms['1']:.2f} | {over['1']:.2f}× | {ms['8']:.2f} | {over['8']:.2f}× |"
+        )
+
+    rows = "\n".join(block(name, r) for name, r in d["blocks"].items())
+    return (
+        f"Measured on {_machine(d['machine'])}; {d['model']}; adapter: {d['adapter']}; MatMulNBits accuracy_level "
+        f"{d['accuracy_level']}. {d['prompts']} prompts, {d['new_tokens']} greedy tokens each, decoded alone and in one batch "
+        "(each with the adapter, beside a row on the build's own slots), then teacher-forced on the tokens decoded alone; "
+        "decode step median of interleaved rounds.\n\n"
+        "| weights | block | symmetric | equal, with the adapter | max \\|Δlogit\\| | equal, without | max \\|Δlogit\\| "
+        "| step ms, batch 1 | speed over block 32 | step ms, batch 8 | speed over block 32 |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n"
+        + rows
+        + "\n\n"
+        + "; ".join(f"{name}: **{x['measured']:.3g}** (target {x['target']}, {_met(x)})" for name, x in d["targets"].items())
+        + "."
+    )
+
+
 def lm_variants(d: dict) -> str:
     lim, t = d["limits"], d["targets"]
 
@@ -627,6 +652,12 @@ BLOCKS: dict[str, tuple[str, str, Callable[[dict], str], str]] = {
         "batch_dependence.json",
         batch_dependence,
         "python bench/batch_dependence.py BASE_BUILD ADAPTER_FILE",
+    ),
+    "block_invariance": (
+        "benchmarks.md",
+        "block_invariance.json",
+        block_invariance,
+        "python bench/block_invariance.py BASE_BUILD [ADAPTER_FILE]",
     ),
     "mutation": ("reliability.md", "mutation.json", mutation, "make mutation"),
     "demo": ("benchmarks.md", "demo.json", demo, "python bench/bench_demo.py"),

@@ -154,7 +154,7 @@ def _slots_as_inputs(raw: Path) -> tuple:
     return model, shapes
 
 
-def _copy_side_files(raw: Path, out: Path) -> None:
+def copy_side_files(raw: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for f in raw.iterdir():
         if not f.name.startswith(MODEL_FILE):
@@ -179,9 +179,9 @@ def build_base(base_dir: Path, build: BaseBuild, options: BaseBuildOptions) -> B
         model, shapes = _slots_as_inputs(work / "raw")
         slots = AdapterSlots.of(options.rank, options.targets, shapes)
         staged = work / "staged"
-        _copy_side_files(work / "raw", staged / "fp32")
+        copy_side_files(work / "raw", staged / "fp32")
         onnx.save(model, str(staged / "fp32" / MODEL_FILE), save_as_external_data=True, location=MODEL_FILE + ".data")
-        _copy_side_files(work / "raw", staged / "int8")
+        copy_side_files(work / "raw", staged / "int8")
         quantize_variant(
             staged / "fp32" / MODEL_FILE, staged / "int8" / MODEL_FILE, replace(INT8, block_size=options.block_size), options.accuracy_level
         )
@@ -208,7 +208,7 @@ def make_variant(build: BaseBuild, variant: str) -> Path:
         options = build.options()
         with tempfile.TemporaryDirectory(dir=build.dir, prefix=f".{folder.name}-") as work:
             staged = Path(work) / folder.name
-            _copy_side_files(build.fp32, staged)
+            copy_side_files(build.fp32, staged)
             made = quantize_variant(
                 build.fp32 / MODEL_FILE,
                 staged / MODEL_FILE,
