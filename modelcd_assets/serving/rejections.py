@@ -234,11 +234,13 @@ def generation_bounds(
     context_length: int,
     kv_bytes_per_token: int,
     prompt_param: str = "messages",
+    limit_param: str = "max_tokens",
 ) -> tuple[int, int]:
     """The tokens a generation may make and the KV cache it preallocates, or Rejected (400, 413): the prompt (the request's
-    field prompt_param) and max_tokens against the policy and the model's context (lib/inference/tokens.check_generation_length,
-    the rule the gates use), and prompt + max_tokens times the model's bytes per token against serving.max_kv_cache_mb. A
-    request without max_tokens gets serving.default_max_tokens, cut to what the context and the KV cache bound leave."""
+    field prompt_param) and max_tokens (the field limit_param) against the policy and the model's context
+    (lib/inference/tokens.check_generation_length, the rule the gates use), and prompt + max_tokens times the model's bytes
+    per token against serving.max_kv_cache_mb. A request without max_tokens gets serving.default_max_tokens, cut to what
+    the context and the KV cache bound leave."""
     p = policy
     if prompt_tokens > p.max_prompt_tokens:
         raise Rejected(
@@ -252,8 +254,8 @@ def generation_bounds(
         raise Rejected(
             400,
             MAX_TOKENS_TOO_LARGE,
-            f"max_tokens {max_tokens} is more than serving.max_completion_tokens ({p.max_completion_tokens})",
-            param="max_tokens",
+            f"{limit_param} {max_tokens} is more than serving.max_completion_tokens ({p.max_completion_tokens})",
+            param=limit_param,
         )
     kv_tokens = int(p.max_kv_cache_mb * MIB // kv_bytes_per_token)  # tokens of context the KV cache bound holds
     default = min(p.default_max_tokens, context_length - prompt_tokens, kv_tokens - prompt_tokens)

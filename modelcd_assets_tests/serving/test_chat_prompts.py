@@ -180,3 +180,18 @@ def test_a_template_kept_in_tokenizer_config_is_read_for_its_tools_as_one_in_its
     decoder = Decoder(folder)
     assert decoder.tool_form == HERMES
     assert "route: " in decoder.decode(prompt(decoder, request(tools=[ROUTE])))
+
+
+def test_a_conversation_the_chat_template_refuses_is_a_400_with_the_templates_words(tiny_lm, tmp_path):
+    from modelcd_assets.serving.lm.handler import CompletionHandler
+
+    folder = tmp_path / "int8"
+    shutil.copytree(tiny_lm.build.int8, folder)
+    refusing = "{% if messages[0].role != 'user' %}{{ raise_exception('Conversations start with the user') }}{% endif %}"
+    (folder / "chat_template.jinja").write_text(refusing + "{% for m in messages %}{{ m.content }}{% endfor %}")
+    decoder = Decoder(folder)
+    assert CompletionHandler._prompts(request(), decoder, True)  # a conversation it takes
+    with pytest.raises(Rejected) as e:
+        CompletionHandler._prompts(request(messages=[{"role": "system", "content": "hi"}] + ASK), decoder, True)
+    assert e.value.status == 400 and e.value.param == "messages"
+    assert str(e.value) == "the chat template refused the messages: Conversations start with the user", str(e.value)

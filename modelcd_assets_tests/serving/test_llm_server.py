@@ -12,11 +12,13 @@ from pathlib import Path
 
 import httpx
 import jsonschema
+import numpy as np
 import openai
 import pytest
 
 from modelcd_assets.faults.llm_builders import scaled_lora_b
 from modelcd_assets.launch import BLOCKED, PROMOTED, run_gate
+from modelcd_assets.lib.causal_lm.chats import Chat
 from modelcd_assets.lib.causal_lm.decoder import Decoder, Sampling, log_probabilities
 from modelcd_assets.lib.operations import traffic_log
 from modelcd_assets.lib.release.candidate import CandidateRecord
@@ -632,6 +634,26 @@ def test_logprobs_are_the_gated_builds_and_stream_as_they_answer(client, referen
     assert all(len(top) >= 2 for top in text.logprobs.top_logprobs) and text.logprobs.text_offset[0] == 0
 
 
+def test_logprobs_are_the_log_softmax_of_the_logits_gating_recorded_for_the_probe(env, versions, client, reference):
+    """The probe prompts as gating ran them: each first token's logprob and its 20 alternatives are the log-softmax of the
+    logits gating recorded (probe_logits.npy), the logits the server's load probe checks again before it serves a version."""
+    record = CandidateRecord.of(env.home, versions[1])
+    probe = record.quantization()["probe"]
+    recorded = np.load(record.build.dir / probe["logits"])
+    compared = 0
+    for prompt, tokens, logits in zip(probe["prompts"], probe["tokens"], recorded, strict=True):
+        messages = Chat(probe["system"], prompt, "").messages()
+        done = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1, temperature=0, logprobs=True, top_logprobs=20)
+        if not tokens:  # the probe's answer ended at once: no token to carry logprobs
+            assert done.choices[0].message.content == "" and done.choices[0].finish_reason == "stop"
+            continue
+        expected, (first,) = log_probabilities(logits), done.choices[0].logprobs.content
+        assert first.token == reference.token_text(tokens[0]) and first.logprob == pytest.approx(expected[tokens[0]], abs=1e-6)
+        assert [e.logprob for e in first.top_logprobs] == pytest.approx(sorted(expected.tolist(), reverse=True)[:20], abs=1e-6)
+        compared += 1
+    assert compared >= 1
+
+
 def test_bias_and_penalties_move_the_choice_as_the_core_moves_it(client, reference):
     prompt = reference.encode_chat(MESSAGES)
     plain = reference.generate(prompt, 30, "v2").tokens
@@ -986,6 +1008,16 @@ def test_malformed_and_out_of_range_requests_are_answered_4xx_never_5xx(server):
         chat | {"tools": TOOLS[:1], "tool_choice": "sometimes"},
         chat | {"tools": TOOLS[:1], "tool_choice": "required", "response_format": {"type": "json_object"}},
         chat | {"user": "u" * 300},
+        # each was a 500 once: a schema's x-guidance that is not an object, a token id past Python's integer-string limit, a
+        # content part's key OpenAI does not define
+        chat | {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"x-guidance": "z"}}}},
+        chat
+        | {
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"x-guidance": 1}}}],
+            "tool_choice": {"type": "function", "function": {"name": "f"}},
+        },
+        chat | {"logit_bias": {"9" * 5000: 1}},
+        chat | {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {}}]}]},
     ]
     texts = [
         text | {"prompt": None},
@@ -1012,6 +1044,9 @@ def test_malformed_and_out_of_range_requests_are_answered_4xx_never_5xx(server):
         assert r.headers["content-type"].startswith("application/json"), (body, r.headers["content-type"])  # refused before any stream
         assert set(r.json()["error"]) == {"message", "type", "param", "code"} and r.json()["error"]["message"], r.text
     assert len(sent) >= 70
+    # the field that was too large is the one named
+    r = httpx.post(f"{server.url}/v1/chat/completions", json=chat | {"max_tokens": None, "max_completion_tokens": 10**6}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_completion_tokens", r.text
 
 
 def test_stream_chunks_keep_one_id_name_the_role_once_and_end_with_an_empty_delta(server, client):

@@ -225,7 +225,7 @@ class Decoder:
         try:
             params.set_guidance(kind, grammar)
             self._og.Generator(self.model, params)
-        except RuntimeError as e:
+        except (RuntimeError, TypeError, ValueError) as e:
             raise ValueError(str(e)) from None
 
     def token_text(self, token: int) -> str:

@@ -72,10 +72,14 @@ class Generations:
         kv_bytes_per_token: int,
         background: bool = False,
         prompt_param: str = "messages",
+        limit_param: str = "max_tokens",
     ) -> list[Admitted]:
         """One request's generations (its choices), each by admit()'s rules: all of them admitted at once, or none.
-        prompt_param: the request field a prompt beyond its bounds is named by."""
-        bounds = [generation_bounds(self.policy, n, max_tokens, context_length, kv_bytes_per_token, prompt_param) for n in prompts_tokens]
+        prompt_param and limit_param: the request fields a prompt and a max_tokens beyond their bounds are named by."""
+        bounds = [
+            generation_bounds(self.policy, n, max_tokens, context_length, kv_bytes_per_token, prompt_param, limit_param)
+            for n in prompts_tokens
+        ]
         with self._lock:
             if not background:
                 check_generations(self.callers + len(bounds) - 1, self.policy)

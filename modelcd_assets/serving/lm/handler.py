@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import random
+import re
 import time
 from dataclasses import replace
 
@@ -417,6 +418,7 @@ class CompletionHandler:
                 decoder.context_length,
                 decoder.kv_bytes_per_token,
                 prompt_param="messages" if chat else "prompt",
+                limit_param="max_completion_tokens" if chat and body.max_completion_tokens else "max_tokens",
             )
         except Rejected as r:
             return ApiError.of(account.reject(r)).response()
@@ -442,6 +444,9 @@ class CompletionHandler:
                 prompts = [decoder.encode_chat(messages, tools=tools)]
             except ValueError as e:  # a content part that is not text
                 raise bad_request(str(e), "messages") from None
+            except RuntimeError as e:  # the chat template refused the conversation (its raise_exception), in its own words
+                words = re.sub(r"\s+at row \d+, column \d+:?$", "", str(e).splitlines()[0] if str(e) else type(e).__name__)
+                raise bad_request(f"the chat template refused the messages: {words}", "messages") from None
         else:
             prompts = []
             for i, p in enumerate(body.prompts()):

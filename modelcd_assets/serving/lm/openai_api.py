@@ -122,6 +122,8 @@ class Message(_Strict):
         for part in self.content:
             if part.get("type") not in ("text", "refusal") or not isinstance(part.get(part["type"]), str):
                 raise ValueError(f"only text content parts are served; got a part of type {part.get('type')!r}")
+            if extra := sorted(set(part) - {"type", part["type"]}):
+                raise ValueError(f"a {part['type']} content part holds {part['type']!r} alone; {extra[0]!r} is not served")
             parts.append(part[part["type"]])
         return "".join(parts)
 
@@ -172,14 +174,18 @@ class ResponseFormat(_Strict):
         return self
 
 
-def _compact(schema: dict) -> dict:
-    """schema with llguidance's compact JSON, unless the schema's own x-guidance says otherwise."""
-    return schema | {"x-guidance": COMPACT_JSON | schema.get("x-guidance", {})}
+def _compact(schema: dict, param: str) -> dict:
+    """schema with llguidance's compact JSON, unless the schema's own x-guidance (an object of llguidance's options, in the
+    request's field param) says otherwise."""
+    own = schema.get("x-guidance", {})
+    if not isinstance(own, dict):
+        raise bad_request(f"{param}: a schema's x-guidance is an object of llguidance's options; got {type(own).__name__}", param)
+    return schema | {"x-guidance": COMPACT_JSON | own}
 
 
-def _guided_json(schema: dict) -> tuple[str, str]:
+def _guided_json(schema: dict, param: str) -> tuple[str, str]:
     """llguidance's JSON-schema grammar of schema, compact unless the schema's own x-guidance says otherwise."""
-    return "json_schema", json.dumps(_compact(schema))
+    return "json_schema", json.dumps(_compact(schema, param))
 
 
 class _Sampled(_Strict):
@@ -218,8 +224,8 @@ class _Sampled(_Strict):
     @classmethod
     def _biases(cls, v):
         for token, bias in (v or {}).items():
-            if not (token.isascii() and token.isdigit()):
-                raise ValueError(f"logit_bias maps token ids to biases; {token!r} is not a token id")
+            if not (token.isascii() and token.isdigit()) or len(token) > 10:  # ten digits hold any vocabulary's ids
+                raise ValueError(f"logit_bias maps token ids to biases; {token[:24]!r} is not a token id")
             if not -100 <= bias <= 100:
                 raise ValueError(f"logit_bias of token {token} is {bias:g}; a bias is from -100 to 100")
         return v
@@ -341,16 +347,16 @@ class ChatRequest(_Sampled):
                 for t in named
             ]
             if self._tool_form == HERMES:  # one <tool_call> block, as the template asks for it
-                return call_grammar(_compact(calls[0] if len(calls) == 1 else {"anyOf": calls}))
+                return call_grammar(_compact(calls[0] if len(calls) == 1 else {"anyOf": calls}, "tools"))
             if call == "required":
-                return _guided_json({"anyOf": calls})
-            return _guided_json(named[0].function.schema())
+                return _guided_json({"anyOf": calls}, "tools")
+            return _guided_json(named[0].function.schema(), "tools")
         fmt = self.response_format
         if fmt is None or fmt.type == "text":
             return None
         if fmt.type == "json_object":
-            return _guided_json({"type": "object"})
-        return _guided_json(fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {})
+            return _guided_json({"type": "object"}, "response_format")
+        return _guided_json(fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {}, "response_format.json_schema.schema")
 
     def guidance_param(self) -> str:
         return "tools" if self.calls_tool() else "response_format"

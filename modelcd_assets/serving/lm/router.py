@@ -63,6 +63,12 @@ async def http_error(request: Request, e: StarletteHTTPException) -> JSONRespons
     return JSONResponse(error_body(message, type="invalid_request_error"), status_code=e.status_code, headers=e.headers)
 
 
+async def server_error(request: Request, e: Exception) -> JSONResponse:
+    """An error no handler answered, in the OpenAI error body (500), as every other error; logged with its traceback."""
+    log.exception("%s %s failed", request.method, request.url.path, exc_info=e)
+    return JSONResponse(error_body(f"the server failed to answer: {type(e).__name__}: {e}", type="server_error"), status_code=500)
+
+
 @faults_router.post("/v1/admin/faults")
 async def inject(body: LmFaultRequest, request: Request):
     return request.app.state.completions.inject(body)
@@ -114,6 +120,7 @@ def create_lm_app(pool: LmPool, *, admin_token: str | None, poll_seconds: float,
     )
     base.app.include_router(router)
     base.app.add_exception_handler(StarletteHTTPException, http_error)
+    base.app.add_exception_handler(Exception, server_error)
     if chaos:  # without it the route does not exist: a production server cannot be made to misbehave on purpose
         base.admin.include_router(faults_router, dependencies=[Depends(base.require_admin)])
     return base.app
