@@ -118,6 +118,10 @@ def _stops(decoder, **fields) -> list[str]:
             {"messages": [ASK[0], {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "route", "arguments": "[1]"}}]}]},
             "messages[1].tool_calls[0].function.arguments",
         ),
+        (  # llama.cpp's test_malformed_tool_call_args_rejected
+            {"messages": [ASK[0], {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "route", "arguments": "{"}}]}]},
+            "messages[1].tool_calls[0].function.arguments",
+        ),
         ({"messages": [ASK[0] | {"tool_calls": CALLED[1]["tool_calls"]}]}, "messages[0].tool_calls"),
         ({"tools": [ROUTE | {"function": ROUTE["function"] | {"strict": True}}]}, "tools[0].function.strict"),
         ({"messages": [ASK[0] | {"tool_call_id": "c1"}]}, "messages[0].tool_call_id"),

@@ -1024,6 +1024,8 @@ def test_malformed_and_out_of_range_requests_are_answered_4xx_never_5xx(server):
         text | {"prompt": []},
         text | {"prompt": [[]]},
         text | {"prompt": [1, "x"]},
+        text | {"prompt": {"prompt_string": "hi"}},  # llama.cpp's JSON-object prompt
+        text | {"prompt": [[1, 2], "hi"]},  # llama.cpp's mixed list
         text | {"prompt": [-1]},
         text | {"prompt": [10**9]},
         text | {"prompt": "x" * 5000},
@@ -1102,3 +1104,62 @@ def test_the_peers_edge_cases_of_the_openai_api(server, client, reference):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=MODEL, prompt="the app crashes " * 40, max_tokens=4)
     assert (e.value.body["param"], e.value.body["code"]) == ("prompt", "context_length_exceeded")
+
+
+def test_the_peers_checks_not_asserted_elsewhere(server, client, reference):
+    """What llama.cpp's and vLLM's suites check that no test above asserted (the mapping in docs/api.md's peer section)."""
+    ask = {"model": MODEL, "messages": MESSAGES, "temperature": 0}
+    # seeds and choices sample differently (llama.cpp test_different_result_different_seed, vLLM's n and parallel tests)
+    sampled = {
+        client.chat.completions.create(**ask | {"temperature": 1.5}, max_tokens=24, seed=s).choices[0].message.content for s in range(4)
+    }
+    several = client.chat.completions.create(**ask | {"temperature": 1.5}, max_tokens=24, n=4, seed=11)
+    assert len(sampled) > 1 and len({c.message.content for c in several.choices}) > 1
+    # usage adds up, ids name their kind, and a chat stream names its finish once (vLLM test_single_chat_session,
+    # llama.cpp test_chat_completion_stream)
+    done = client.chat.completions.create(**ask, max_tokens=12)
+    assert done.usage.total_tokens == done.usage.prompt_tokens + done.usage.completion_tokens and done.id.startswith("chatcmpl-")
+    chunks = list(client.chat.completions.create(**ask, max_tokens=12, stream=True))
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [done.choices[0].finish_reason]
+    # a conversation that goes on after an assistant's text turn (vLLM test_single_chat_session's second request)
+    turns = MESSAGES + [
+        {"role": "assistant", "content": done.choices[0].message.content},
+        {"role": "user", "content": "thanks, and the refund?"},
+    ]
+    more = client.chat.completions.create(model=MODEL, messages=turns, max_tokens=12, temperature=0)
+    prompt = reference.encode_chat(turns)
+    assert more.choices[0].message.content == reference.decode(reference.generate(prompt, 12, "v2").tokens)
+    assert more.usage.prompt_tokens == len(prompt)
+    # a streamed prompt beyond the bounds is refused before any stream (llama.cpp test_context_size_exceeded_stream)
+    r = httpx.post(
+        f"{server.url}/v1/chat/completions", json=ask | {"stream": True, "messages": [{"role": "user", "content": "hi " * 300}]}, timeout=60
+    )
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    # a streamed top_logprobs beyond 20 is refused (vLLM test_too_many_chat_logprobs)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(**ask, max_tokens=4, logprobs=True, top_logprobs=21, stream=True)
+    # text completions: length, exact usage, no logprobs unless asked, the fingerprint, logit_bias, several stops, a
+    # streamed stop, and stream_options only with stream (vLLM test_single_completion and test_no_logprobs, llama.cpp
+    # test_completion_with_openai_library, test_logit_bias and test_completion_stream_with_openai_library_stops)
+    text = {"model": MODEL, "prompt": "the app crashes", "temperature": 0}
+    long = client.completions.create(**text, max_tokens=64)
+    assert len(long.choices[0].text) > 9, long
+    four = client.completions.create(**text, max_tokens=4)
+    assert (four.choices[0].finish_reason, four.usage.completion_tokens) == ("length", 4) and four.id.startswith("cmpl-")
+    assert four.usage.total_tokens == four.usage.prompt_tokens + 4 and four.choices[0].logprobs is None
+    assert four.system_fingerprint == done.system_fingerprint
+    ids = reference.encode(text["prompt"])
+    plain = reference.generate(ids, 8, "v2").tokens
+    biased = client.completions.create(**text, max_tokens=8, logit_bias={str(plain[0]): -100}, logprobs=1)
+    assert biased.choices[0].logprobs.tokens[0] != reference.token_text(plain[0])
+    whole = long.choices[0].text
+    stops = [whole[6:9], whole[3:5]]
+    cut = client.completions.create(**text, max_tokens=64, stop=stops).choices[0]
+    assert (cut.text, cut.finish_reason) == (whole[: min(whole.index(s) for s in stops)], "stop")
+    streamed = list(client.completions.create(**text, max_tokens=64, stop=stops, stream=True))
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == cut.text
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(**text, max_tokens=4, stream_options={"include_usage": True})
+    assert e.value.body["param"] == "stream_options"
+    quiet = list(client.completions.create(**text, max_tokens=4, stream=True, stream_options={"include_usage": False}))
+    assert all(c.usage is None and c.choices for c in quiet)
