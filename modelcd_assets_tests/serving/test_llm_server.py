@@ -1163,3 +1163,10 @@ def test_the_peers_checks_not_asserted_elsewhere(server, client, reference):
     assert e.value.body["param"] == "stream_options"
     quiet = list(client.completions.create(**text, max_tokens=4, stream=True, stream_options={"include_usage": False}))
     assert all(c.usage is None and c.choices for c in quiet)
+    # several choices of a text completion, whole and streamed (vLLM test_parallel_no_streaming, test_parallel_streaming)
+    pair = client.completions.create(**text | {"temperature": 1.0}, max_tokens=8, n=2, seed=3)
+    assert [c.index for c in pair.choices] == [0, 1] and all(c.finish_reason in ("stop", "length") for c in pair.choices)
+    streamed = list(client.completions.create(**text | {"temperature": 1.0}, max_tokens=8, n=2, seed=3, stream=True))
+    for i, choice in enumerate(pair.choices):
+        mine = [c.choices[0] for c in streamed if c.choices and c.choices[0].index == i]
+        assert "".join(c.text for c in mine) == choice.text and [c.finish_reason for c in mine if c.finish_reason] == [choice.finish_reason]
