@@ -64,8 +64,8 @@ async def http_error(request: Request, e: StarletteHTTPException) -> JSONRespons
 
 
 async def server_error(request: Request, e: Exception) -> JSONResponse:
-    """An error no handler answered, in the OpenAI error body (500), as every other error; logged with its traceback."""
-    log.exception("%s %s failed", request.method, request.url.path, exc_info=e)
+    """An error no handler answered, in the OpenAI error body (500), as every other error. Starlette raises it again once
+    this answer is sent, and the ASGI server logs it with its traceback."""
     return JSONResponse(error_body(f"the server failed to answer: {type(e).__name__}: {e}", type="server_error"), status_code=500)
 
 
