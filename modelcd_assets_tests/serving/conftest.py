@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,3 +163,34 @@ class ServerProcess:
     def stop(self) -> None:
         stop_process(self.proc)
         self.log.close()
+
+
+@contextmanager
+def ready_server(env: Env, log: Path, version: str, *flags: str, model: str = MODEL) -> Iterator[ServerProcess]:
+    """`modelcd serve` serving version once this yields, stopped however the block ends."""
+    proc = ServerProcess(env, log, *flags, model=model)
+    try:
+        proc.wait_ready(version)
+        yield proc
+    finally:
+        proc.stop()
+
+
+def openai_client(server: ServerProcess):
+    """The official `openai` client of a causal LM's server: no retries, so a refusal is seen as it was answered."""
+    import openai
+
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def gated_decoder(env: Env, ref: CandidateRef, adapter: str):
+    """A causal-LM version's gated build with its gated adapter file (loaded as adapter), run directly: what the server must
+    answer, token for token."""
+    from modelcd_assets.lib.causal_lm.decoder import Decoder
+    from modelcd_assets.lib.release.candidate import CandidateRecord
+
+    record = CandidateRecord.of(env.home, ref)
+    q = record.quantization()
+    decoder = Decoder(Path(q["base_build"]) / q["variant"])
+    decoder.load_adapter(record.build.dir / q["artifact"], adapter)
+    return decoder

@@ -155,11 +155,9 @@ def test_tritonclient_the_protocols_reference_client_gets_the_gated_logits(serve
     import tritonclient.http as triton
     from tritonclient.utils import InferenceServerException
 
-    from modelcd_assets_tests.serving.conftest import ServerProcess
+    from modelcd_assets_tests.serving.conftest import ready_server
 
-    proc = ServerProcess(served.env, tmp_path / "server.log")
-    try:
-        proc.wait_ready(served.v2.version)
+    with ready_server(served.env, tmp_path / "server.log", served.v2.version) as proc:
         client = triton.InferenceServerClient(url=proc.url.removeprefix("http://"))
         assert client.is_server_live() and client.is_server_ready() and client.is_model_ready(MODEL)
         assert "binary_tensor_data" in client.get_server_metadata()["extensions"]
@@ -182,8 +180,6 @@ def test_tritonclient_the_protocols_reference_client_gets_the_gated_logits(serve
         with pytest.raises(InferenceServerException, match="not served here"):
             client.infer("another-model", [text])
         client.close()
-    finally:
-        proc.stop()
 
 
 def test_the_public_app_has_no_admin_routes(client):

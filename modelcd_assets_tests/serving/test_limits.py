@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from modelcd_assets.lib.judging.policy import ServingPolicy, policy_for
 from modelcd_assets.lib.judging.slo import PASS, judge_slo
 from modelcd_assets.serving.server import app_from_env
-from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, ServerProcess, gated_state, of_name, samples
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, MODEL, ServerProcess, gated_state, of_name, ready_server, samples
 
 TEXTS = ["I was charged twice on my invoice", "the app crashes when I log in", "where is my parcel"]
 LIMITS = ServingPolicy()  # the test policy leaves the limits at their defaults
@@ -173,12 +173,8 @@ def test_a_chunked_body_is_cut_off_at_the_limit_not_read_whole(client):
 
 @pytest.fixture(scope="module")
 def server(served, tmp_path_factory):
-    proc = ServerProcess(served.env, tmp_path_factory.mktemp("limits-server") / "server.log")
-    try:
-        proc.wait_ready(served.v2.version)
+    with ready_server(served.env, tmp_path_factory.mktemp("limits-server") / "server.log", served.v2.version) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.mark.slow

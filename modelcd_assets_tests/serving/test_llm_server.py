@@ -29,7 +29,8 @@ from modelcd_assets.lib.release.signing import Keys
 from modelcd_assets.serving import ARTIFACT_HEADER, HASH_HEADER
 from modelcd_assets.serving.lm.openai_api import fingerprint
 from modelcd_assets_tests.conftest import module_state_fixtures
-from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, ServerProcess, of_name, samples, wait_for
+from modelcd_assets_tests.serving.conftest import ADMIN_TOKEN, gated_decoder, of_name, openai_client, ready_server, samples, wait_for
+from modelcd_assets_tests.serving.hermes import ROUTE
 from modelcd_assets_tests.tiny_lm import TINY_LM_POLICY
 
 pytestmark = pytest.mark.slow
@@ -77,27 +78,19 @@ def versions(env, instance, tiny_lm, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(env, versions, tmp_path_factory):
-    proc = ServerProcess(env, tmp_path_factory.mktemp("llm-server") / "server.log", model=MODEL)
-    try:
-        proc.wait_ready(versions[1].version)
+    with ready_server(env, tmp_path_factory.mktemp("llm-server") / "server.log", versions[1].version, model=MODEL) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="module")
 def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    return openai_client(server)
 
 
 @pytest.fixture(scope="module")
 def reference(env, versions):
     """The gated INT8 base build with v2's gated adapter file, run directly: what the server must answer, token for token."""
-    record = CandidateRecord.of(env.home, versions[1])
-    q = record.quantization()
-    decoder = Decoder(Path(q["base_build"]) / q["variant"])
-    decoder.load_adapter(record.build.dir / q["artifact"], "v2")
-    return decoder
+    return gated_decoder(env, versions[1], "v2")
 
 
 def metric(server, name: str, **labels) -> float:
@@ -705,18 +698,7 @@ def test_response_format_constrains_the_answer_to_json_and_its_schema(client):
 
 # Functions small enough to describe within the tiny model's context; closed objects, as OpenAI's strict mode requires
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "route",
-            "parameters": {
-                "type": "object",
-                "properties": {"team": {"enum": ["billing", "bugs"]}},
-                "required": ["team"],
-                "additionalProperties": False,
-            },
-        },
-    },
+    ROUTE,
     {
         "type": "function",
         "function": {

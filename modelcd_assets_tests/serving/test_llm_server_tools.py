@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import jsonschema
 import openai
@@ -16,10 +15,9 @@ import pytest
 from modelcd_assets.launch import PROMOTED, run_gate
 from modelcd_assets.lib.causal_lm.decoder import Decoder
 from modelcd_assets.lib.causal_lm.tool_calls import HERMES
-from modelcd_assets.lib.release.candidate import CandidateRecord
 from modelcd_assets.serving.lm.openai_api import ChatRequest, parse
 from modelcd_assets_tests.conftest import module_state_fixtures
-from modelcd_assets_tests.serving.conftest import ServerProcess
+from modelcd_assets_tests.serving.conftest import gated_decoder, openai_client, ready_server
 from modelcd_assets_tests.serving.hermes import HERMES_TEMPLATE, ROUTE
 from modelcd_assets_tests.tiny_lm import TINY_LM_POLICY
 
@@ -51,27 +49,19 @@ def version(env, instance, tiny_lm, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(env, version, tmp_path_factory):
-    proc = ServerProcess(env, tmp_path_factory.mktemp("llm-tools-server") / "server.log", model=MODEL)
-    try:
-        proc.wait_ready(version.version)
+    with ready_server(env, tmp_path_factory.mktemp("llm-tools-server") / "server.log", version.version, model=MODEL) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="module")
 def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    return openai_client(server)
 
 
 @pytest.fixture(scope="module")
 def reference(env, version) -> Decoder:
     """The gated build with the gated adapter, run directly."""
-    record = CandidateRecord.of(env.home, version)
-    q = record.quantization()
-    decoder = Decoder(Path(q["base_build"]) / q["variant"])
-    decoder.load_adapter(record.build.dir / q["artifact"], "gated")
-    return decoder
+    return gated_decoder(env, version, "gated")
 
 
 def test_a_named_call_comes_back_as_tool_calls_whole_and_streamed(client, reference):
