@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG, cores
+from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG, cores, thread_options
 from modelcd_assets.lib.causal_lm.variants import lora_matmuls
 from modelcd_assets.lib.errors import BadCandidate
 
@@ -154,9 +154,11 @@ class BatchedSession:
         self.slots = per_row_lora(model, folder)
         options = ort.SessionOptions()
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
-        options.intra_op_num_threads = int(threads or cores())
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        for key, value in thread_options(threads or cores()).items():
+            if key == "intra_op_num_threads":
+                options.intra_op_num_threads = value
+            else:
+                options.add_session_config_entry(key, value)
         options.log_severity_level = 3
         self._ort = ort
         self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

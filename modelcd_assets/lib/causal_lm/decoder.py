@@ -133,6 +133,30 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+# How long an idle intra-op thread of a causal-LM session spins for work before it sleeps, in microseconds. A decode step
+# runs hundreds of small parallel sections, and waking a sleeping thread for each costs more than a short spin; a long
+# spin (ONNX Runtime's default) takes the core from whatever else runs there. Measured on the demo's INT8 build, a decode
+# step of the batched session (AMD EPYC, 2 cores), ms at batch 1 / batch 8: idle, no spinning 9.24 / 19.07, 10 us
+# 6.78 / 16.89, ONNX Runtime's default 6.08 / 14.50 (another run, no spinning 7.62 / 17.30); beside a core held busy, no
+# spinning 10.51 / 24.13, 10 us 9.36 / 23.00, the default 13.49 / 31.47. So 10 us, faster both idle and beside a busy
+# core, and no thread spins once a step is done (force_spinning_stop), while the server's own threads stream its tokens.
+SPIN_US = 10
+
+
+def thread_options(threads: int) -> dict[str, int | str]:
+    """The session options every causal-LM session runs with (ONNX Runtime GenAI's decoder and the batched session), so
+    that the two run their threads alike: threads intra-op threads, spinning SPIN_US before they sleep. Spinning changes
+    when a thread looks for work, not what it computes, and the thread count changes no logit either
+    (tests/lib/causal_lm/test_decoder.py)."""
+    return {
+        "intra_op_num_threads": int(threads),
+        "session.intra_op.allow_spinning": "1",
+        "session.intra_op.spin_duration_us": str(SPIN_US),
+        "session.force_spinning_stop": "1",
+        "session.inter_op.allow_spinning": "0",
+    }
+
+
 def chat_template(*folders: Path | None) -> str:
     """The chat template of the first folder that has one (chat_template.jinja, or tokenizer_config.json's)."""
     for folder in folders:
@@ -148,8 +172,8 @@ def chat_template(*folders: Path | None) -> str:
 class Decoder:
     """threads: ONNX Runtime's intra-op threads; None is every core this process may run on. Set here, because ONNX Runtime
     GenAI 0.18 left to itself ran one thread on this 2-core machine (measured: 1.00 CPU seconds per second). Idle threads
-    do not spin, as in every modelcd session (lib/inference/runtime.py): beside a busy core, spinning made 2 threads 1.3x
-    slower than 1, where without it 2 threads are 1.3x faster idle and as fast beside a busy core (24 greedy answers of the
+    spin only briefly (thread_options): beside a busy core, ONNX Runtime's default spinning made 2 threads 1.3x slower
+    than 1, where without it 2 threads are 1.3x faster idle and as fast beside a busy core (24 greedy answers of the
     causal-LM demo, Intel Xeon, 2 cores). The logits are the same bits at any thread count (tests/test_decoder)."""
 
     def __init__(self, folder: Path, threads: int | None = None):
@@ -162,21 +186,7 @@ class Decoder:
         self.threads = int(threads or cores())
         config = og.Config(str(folder))
         # Keys that are not GenAI's own pass through to ONNX Runtime as session config entries.
-        config.overlay(
-            json.dumps(
-                {
-                    "model": {
-                        "decoder": {
-                            "session_options": {
-                                "intra_op_num_threads": self.threads,
-                                "session.intra_op.allow_spinning": "0",
-                                "session.inter_op.allow_spinning": "0",
-                            }
-                        }
-                    }
-                }
-            )
-        )
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": thread_options(self.threads)}}}))
         self.model = og.Model(config)
         self.tokenizer = og.Tokenizer(self.model)
         self._genai = genai = json.loads((folder / GENAI_CONFIG).read_text())["model"]

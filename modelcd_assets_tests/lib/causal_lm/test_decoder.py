@@ -110,6 +110,23 @@ def test_the_logits_and_greedy_tokens_are_the_same_bits_on_one_thread_and_on_eve
     assert all(np.array_equal(a, b) for a, b in zip(logits_1, logits_2))
 
 
+def test_the_batched_session_runs_its_threads_as_the_genai_decoder_does(tiny_lm):
+    """Both causal-LM sessions take their threads and spin from thread_options: a short spin, stopped after each step."""
+    from modelcd_assets.lib.causal_lm.batched import BatchedSession
+    from modelcd_assets.lib.causal_lm.decoder import SPIN_US, thread_options
+
+    options = BatchedSession(tiny_lm.build.int8, threads=2).session.get_session_options()
+    assert options.intra_op_num_threads == 2
+    entries = {k: options.get_session_config_entry(k) for k in thread_options(2) if k != "intra_op_num_threads"}
+    assert entries == {
+        "session.intra_op.allow_spinning": "1",
+        "session.intra_op.spin_duration_us": str(SPIN_US),
+        "session.force_spinning_stop": "1",
+        "session.inter_op.allow_spinning": "0",
+    }
+    assert 0 < SPIN_US <= 100  # ONNX Runtime's default spin took a busy machine's core from the other sessions
+
+
 def test_a_seed_of_any_integer_runs_as_a_genai_seed_of_its_own():
     from modelcd_assets.lib.causal_lm.decoder import genai_seed
 
