@@ -60,6 +60,8 @@ class Script:
         self.most_adapters = max(self.most_adapters, len({id(r.adapter) for r in batch.rows}))
         if self.fail_at is not None and self.steps >= self.fail_at:
             raise RuntimeError("the session failed")
+        # Each row's token is the one its own logits chose, in the batch's order (which changes when a row leaves).
+        assert list(tokens) == [int(np.argmax(r.logits)) for r in batch.rows], (tokens, [r.start for r in batch.rows])
         for row in batch.rows:
             row.length += 1
             row.logits = self._logits(row)
@@ -103,6 +105,19 @@ def test_each_client_receives_its_own_rows_tokens_up_to_eos_or_its_max_tokens():
     assert tokens == [[2, 3, 4, 5, 6], [4, 5, 6, 7], [3, 4]]  # EOS after 5 and 2 tokens; 4 tokens at most for the second
     assert all(p.items[-1] == "END" for _, _, p in asks) and sorted(finished) == [2, 4, 5]
     assert script.widest == 3 and served.holders == 0
+
+
+def test_rows_that_end_before_later_rows_leave_each_client_its_own_tokens():
+    """The batch gives a leaving row's slot to its last row, so its order changes; each step's tokens still follow it."""
+    script, served = Script(), Served()
+    batcher = Batcher(script, max_batch=8, eos_ids=(EOS,))
+    asks = [([1, 2], 100, Pipe()), ([4, 3], 100, Pipe()), ([7, 6], 100, Pipe()), ([5, 8], 100, Pipe())]
+    try:
+        run(batcher, asks, served)
+    finally:
+        batcher.stop()
+    assert [[c.token for c, _ in p.items[:-1]] for _, _, p in asks] == [[2, 3], [5, 6, 7], [1, 2, 3, 4, 5, 6], [6, 7, 1, 2, 3, 4, 5, 6]]
+    assert all(p.items[-1] == "END" for _, _, p in asks) and script.widest == 4 and served.holders == 0
 
 
 def test_non_finite_logits_end_that_generation_alone():

@@ -153,9 +153,12 @@ class Batcher:
         self._rows.append(g)
 
     def _leave(self, g: BatchedGeneration, row: Row, keep: bool = False) -> None:
-        """g's row out of the batch (g.row is None once g has ended)."""
+        """g's row out of the batch (g.row is None once g has ended); the others' generations kept in their rows' order,
+        which the batch changes when a row leaves (lib/causal_lm/batched.Batch)."""
         self._batch.leave(row, keep)
         self._rows.remove(g)
+        order = {id(r): i for i, r in enumerate(self._batch.rows)}
+        self._rows.sort(key=lambda other: order[id(other.row)])
 
     def _step(self) -> bool:
         for g in [g for g in self._rows if g.pipe.cancel.is_set()]:
