@@ -6,9 +6,10 @@ others at each step, every row at its own length: the keys and values are kept r
 GroupQueryAttention reads each row's length from its attention mask. A sequence joins the batch between two steps and
 leaves it when it ends, so a request never waits for another to finish.
 
-The session's graph is the build's own with one change (per_row_lora): its LoRA slots are inputs with a rows axis, so
+The session's graph is the build's own with two changes: its LoRA slots are inputs with a rows axis (per_row_lora), so
 each row multiplies by its own version's adapter (or the build's own slots), as LoRAX's and punica's kernels do, and the
-versions of one base share a batch.
+versions of one base share a batch; and its head computes the last position's logits only (last_position_head), the
+only ones a prefill reads.
 
 A row decoded in a batch is the row decoded alone with its adapter, bit for bit, for four reasons, each checked by a
 test (tests/lib/causal_lm/test_batched.py): MatMulNBits quantizes each row's activations on its own; each row's LoRA
@@ -96,6 +97,29 @@ def per_row_lora(model, folder: Path) -> dict[str, np.ndarray]:
     return slots
 
 
+def last_position_head(graph, logits: str) -> None:
+    """The graph's head (the node that makes logits) made to compute the last position's logits only, in place: a prefill's
+    first token is chosen from them and no earlier position's are read, and a decode step has one position. The head
+    computes each row on its own, so the last position's logits are the bits a prefill of every position gives it (a
+    test checks it against ONNX Runtime GenAI's); measured on the demo's INT8 build, six prompts of 43 to 55 tokens
+    prefilled in 184 ms instead of 215 (AMD EPYC, 2 cores)."""
+    from onnx import TensorProto, helper
+
+    head = next((n for n in graph.node if logits in n.output), None)
+    if head is None:
+        raise BadCandidate(f"no node of the base build makes its {logits} output; rebuild the base")
+    names = ("last_position_start", "last_position_end", "last_position_axis")
+    graph.initializer.extend(
+        helper.make_tensor(name, TensorProto.INT64, [1], [value]) for name, value in zip(names, (-1, 2**62, 1), strict=True)
+    )
+    last = helper.make_node("Slice", [head.input[0], *names], ["/model/last_position/output_0"], name="/model/last_position/Slice")
+    head.input[0] = last.output[0]
+    nodes = list(graph.node)
+    nodes.insert(nodes.index(head), last)
+    graph.ClearField("node")
+    graph.node.extend(nodes)
+
+
 def _fold_casts(graph, slots: set[str]) -> None:
     """The casts of the (now float64) slots dropped, and every other cast of one tensor to one type made once; their
     readers read the slot, or the first such cast, instead."""
@@ -152,6 +176,7 @@ class BatchedSession:
         # build's own model: a copy of the weights in this process's heap would stay there, freed, for good).
         model = onnx.load(str(folder / decoder["filename"]), load_external_data=False)
         self.slots = per_row_lora(model, folder)
+        last_position_head(model.graph, self._logits)
         options = ort.SessionOptions()
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
         for key, value in thread_options(threads or cores()).items():

@@ -80,6 +80,17 @@ def test_rows_joining_parking_and_leaving_a_batch_are_each_the_row_decoded_alone
         assert max(float(np.max(np.abs(a - b))) for a, b in zip(got[i], logits)) <= LIMIT, ASKS[i]
 
 
+def test_a_prefill_makes_the_last_positions_logits_only_the_bits_genai_chooses_its_first_token_from(served):
+    decoder, session, adapter, prompts = served
+    for prompt in prompts:
+        empty = np.zeros((1, session.kv_heads, 0, session.head_size), np.float32)
+        past = [session._ort.OrtValue.ortvalue_from_numpy(empty) for _ in session._past]
+        logits, _ = session._run(np.asarray([prompt]), np.ones((1, len(prompt))), past, [adapter])
+        assert logits.shape[:2] == (1, 1), logits.shape  # the head ran on the last position alone
+        row = session.prefill(prompt, adapter)
+        assert np.array_equal(row.logits, alone(decoder, prompt, 1)[1][0])
+
+
 def test_greedy_answers_decoded_in_one_batch_are_the_answers_alone(served):
     decoder, session, adapter, prompts = served
     runs = batched_greedy(session, prompts, 24, [adapter] * len(prompts), decoder.eos_ids)
