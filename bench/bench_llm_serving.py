@@ -384,8 +384,8 @@ def _triad_bytes_per_s(threads: int, mib: int = 128, repeats: int = 5) -> float:
 
 
 def _gguf_weight_bytes(gguf_path: Path) -> int:
-    """Bytes of the GGUF's matrices, which llama.cpp reads whole for every decoded token: the Q4_1 layers and the Q8_0
-    token embedding, which is also the tied output head (1-D norms left out)."""
+    """Bytes of the GGUF's matrices, which llama.cpp reads whole for every decoded token: the layers' and the token
+    embedding, which is also the tied output head (1-D norms left out)."""
     import gguf
 
     return sum(int(t.n_bytes) for t in gguf.GGUFReader(str(gguf_path)).tensors if len(t.shape) > 1)
@@ -446,10 +446,21 @@ def many_adapters(folder: Path, adapter_dir: Path, slots, chats, tmp: Path) -> d
     }
 
 
-def roofline(weights: int, decode_tokens_per_s: float, gguf_path: Path, llama_decode_tokens_per_s: float) -> dict:
+def roofline(weights: int, decode_tokens_per_s: float, llama: dict[str, tuple[Path, float]]) -> dict:
+    """modelcd's weight bytes a decoded token reads times its decode tokens/s at concurrency 1, against the triad; and the
+    same for each llama.cpp format timed (llama: {format: (its GGUF, its decode tokens/s at concurrency 1)})."""
     threads = os.cpu_count() or 1
     triad = _triad_bytes_per_s(threads)
-    theirs = _gguf_weight_bytes(gguf_path)
+    theirs = {}
+    for kind, (gguf_path, tokens_per_s) in llama.items():
+        read = _gguf_weight_bytes(gguf_path)
+        theirs[llama_name(kind)] = {
+            "gguf": gguf_path.name,
+            "weight_bytes": read,
+            "decode_tokens_per_s": tokens_per_s,
+            "weight_gb_per_s": read * tokens_per_s / 1e9,
+            "share_of_triad": read * tokens_per_s / triad,
+        }
     return {
         "triad_gb_per_s": triad / 1e9,
         "triad_threads": threads,
@@ -457,11 +468,7 @@ def roofline(weights: int, decode_tokens_per_s: float, gguf_path: Path, llama_de
         "decode_tokens_per_s": decode_tokens_per_s,
         "weight_gb_per_s": weights * decode_tokens_per_s / 1e9,
         "share_of_triad": weights * decode_tokens_per_s / triad,
-        "llama_cpp_gguf": gguf_path.name,
-        "llama_cpp_weight_bytes": theirs,
-        "llama_cpp_decode_tokens_per_s": llama_decode_tokens_per_s,
-        "llama_cpp_weight_gb_per_s": theirs * llama_decode_tokens_per_s / 1e9,
-        "llama_cpp_share_of_triad": theirs * llama_decode_tokens_per_s / triad,
+        "llama_cpp": theirs,
     }
 
 
@@ -549,12 +556,10 @@ def main() -> int:
         with multiprocessing.get_context("spawn").Pool(1) as pool:
             many = pool.apply(many_adapters, (weights, adapter, build.slots(), chats[:MANY_REQUESTS], tmp))
         rows = served["rows"]
-        fastest = max(timed, key=lambda k: rows[llama_name(k)]["1"]["1"]["decode_tokens_per_s"])
         roof = roofline(
             _streamed_weight_bytes(weights),
             rows[MODELCD]["1"]["1"]["decode_tokens_per_s"],
-            timed[fastest],
-            rows[llama_name(fastest)]["1"]["1"]["decode_tokens_per_s"],
+            {k: (path, rows[llama_name(k)]["1"]["1"]["decode_tokens_per_s"]) for k, path in timed.items()},
         )
         variant, choice = served_variant(record), record.quantization().get("variant_choice")
     goals, against = targets(rows, [llama_name(k) for k in timed], fid, swapped, many, roof)

@@ -413,9 +413,13 @@ def llm_serving(d: dict) -> str:
         + f"\n\nAn adapter file is {m['adapter_file_mb']:.2f} MB; loading one into the batched session takes {m['load_ms_median']:.1f} ms"
         f" (at most {m['load_ms_max']:.1f}).\n\nRoofline: {r['weight_bytes'] / 1e6:.0f} MB of weights read per decoded token at"
         f" {r['decode_tokens_per_s']:.1f} tokens/s is {r['weight_gb_per_s']:.2f} GB/s, {r['share_of_triad']:.0%} of the"
-        f" {r['triad_gb_per_s']:.1f} GB/s a STREAM-like triad reaches on the same cores; llama-server's {r['llama_cpp_gguf']} reads"
-        f" {r['llama_cpp_weight_bytes'] / 1e6:.0f} MB a token at {r['llama_cpp_decode_tokens_per_s']:.1f} tokens/s:"
-        f" {r['llama_cpp_weight_gb_per_s']:.2f} GB/s, {r['llama_cpp_share_of_triad']:.0%} of the triad."
+        f" {r['triad_gb_per_s']:.1f} GB/s a STREAM-like triad reaches on the same cores; "
+        + "; ".join(
+            f"{name}'s {x['gguf']} reads {x['weight_bytes'] / 1e6:.0f} MB a token at {x['decode_tokens_per_s']:.1f} tokens/s:"
+            f" {x['weight_gb_per_s']:.2f} GB/s, {x['share_of_triad']:.0%} of the triad"
+            for name, x in r["llama_cpp"].items()
+        )
+        + "."
     )
 
 
