@@ -109,7 +109,7 @@ def test_each_client_receives_its_own_rows_tokens_up_to_eos_or_its_max_tokens():
 
 def test_rows_that_end_before_later_rows_leave_each_client_its_own_tokens():
     """The batch gives a leaving row's slot to its last row, so its order changes; each step's tokens still follow it."""
-    script, served = Script(), Served()
+    script, served = Script(delay_s=0.002), Served()
     batcher = Batcher(script, max_batch=8, eos_ids=(EOS,))
     asks = [([1, 2], 100, Pipe()), ([4, 3], 100, Pipe()), ([7, 6], 100, Pipe()), ([5, 8], 100, Pipe())]
     try:

@@ -15,7 +15,8 @@ A row decoded in a batch is the row decoded alone with its adapter, bit for bit,
 test (tests/lib/causal_lm/test_batched.py): MatMulNBits quantizes each row's activations on its own; each row's LoRA
 product is a matrix product of its own; it computes in float64 (lib/causal_lm/variants.lora_in_float64), so the order a
 GEMM sums in does not reach the float32 result; and attention runs per row. At batch 1 the logits are ONNX Runtime
-GenAI's own, to the bit (the same graph, the same inputs), so the probe and the gates judge exactly what a batch serves.
+GenAI's own, to the bit (the same graph but for the head's last-position Slice, the same inputs), so the probe and the
+gates judge exactly what a batch serves.
 Sampled generations stay on GenAI's own generator (lib/causal_lm/decoder.py), whose random draws a batch could not
 reproduce.
 """
@@ -106,8 +107,9 @@ def last_position_head(graph, logits: str) -> None:
     from onnx import TensorProto, helper
 
     head = next((n for n in graph.node if logits in n.output), None)
-    if head is None:
-        raise BadCandidate(f"no node of the base build makes its {logits} output; rebuild the base")
+    if head is None or head.op_type not in ("MatMulNBits", "MatMul"):
+        made = f"its {head.op_type} node {head.name} makes" if head else "no node makes"
+        raise BadCandidate(f"the base build's head is not a MatMul of its last hidden states: {made} its {logits}; rebuild the base")
     names = ("last_position_start", "last_position_end", "last_position_axis")
     graph.initializer.extend(
         helper.make_tensor(name, TensorProto.INT64, [1], [value]) for name, value in zip(names, (-1, 2**62, 1), strict=True)
@@ -264,8 +266,9 @@ class Batch:
     place. A row joins into the first free slot; a row that leaves gives its slot to the last row, so one row's keys and
     values are copied and the rows' order changes, where copying every row's on each join and leave cost more than a
     decode step (8 rows of SmolLM2 at about 140 positions: 21 to 32 ms a join or leave, a step of 8 rows about 17 ms).
-    When a join or a step needs more, the slots double and the capacity grows by half, and at least GROW positions past
-    the longest row, copying the buffers once."""
+    When a join needs another slot the slots double, and when a join or a step needs more positions the capacity grows by
+    half, and at least GROW positions past the longest row, copying the buffers once; the last row to leave takes them
+    with it, so an idle batch holds no memory."""
 
     GROW = 32
 
@@ -330,6 +333,8 @@ class Batch:
                 a[i] = a[last]
             self.rows[i] = self.rows[last]
         self.rows.pop()
+        if not self.rows:
+            self.kv = None
         self._wrap()
 
 

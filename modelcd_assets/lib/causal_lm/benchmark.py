@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 
 from modelcd_assets.lib.causal_lm.build import BaseBuild
 from modelcd_assets.lib.causal_lm.chats import Chat
-from modelcd_assets.lib.causal_lm.decoder import Decoder, cores
+from modelcd_assets.lib.causal_lm.decoder import SPIN_US, Decoder, cores
 from modelcd_assets.lib.causal_lm.variants import INT8
 from modelcd_assets.lib.hashing import folder_hash, text_hash
 from modelcd_assets.lib.inference.benchmark import PairedRun, Stopwatch, Trial, merge_runs, summarize
@@ -100,6 +100,7 @@ def build_timing(
         "confidence": tp.confidence,
         **({"min_ratio": tp.min_ratio, "max_pairs": tp.max_pairs} if against else {}),
         "threads": cores(),
+        "spin_us": SPIN_US,  # a build timed while its threads did not spin is timed again
     }
     # The INT8 weights' timings keep the keys they had before there were variants.
     names = [] if variant == against_variant == INT8.name else [variant, against_variant if against else ""]

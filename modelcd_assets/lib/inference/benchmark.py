@@ -5,8 +5,9 @@ by the process's CPU time, over all its threads (the work each item costs). The 
 time: another process on the machine stretches a trial's wall time by whenever it holds the cores, which differs from one
 trial to the next, but not the CPU time the trial's own work takes, so beside a busy core the CPU ratio still tells two
 graphs apart while the wall ratio measures mostly the other process. What the CPU ratio cannot see is a graph that does
-the same work on fewer threads; the p99 latency at batch 1, on the wall clock, is judged for that. Spinning is off in
-every session (runtime.session), so a thread that waits is not counted as work.
+the same work on fewer threads; the p99 latency at batch 1, on the wall clock, is judged for that. A thread that waits
+is hardly counted as work: a classifier's sessions do not spin (runtime.session), and a causal LM's spin at most 10 us
+at a time before they sleep (lib/causal_lm/decoder.thread_options), on both sides of a pair alike.
 """
 
 from __future__ import annotations
