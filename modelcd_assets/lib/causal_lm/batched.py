@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG, cores, thread_options
+from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG, SPIN_OPTIONS, cores
 from modelcd_assets.lib.causal_lm.variants import lora_matmuls
 from modelcd_assets.lib.errors import BadCandidate
 
@@ -181,11 +181,9 @@ class BatchedSession:
         last_position_head(model.graph, self._logits)
         options = ort.SessionOptions()
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
-        for key, value in thread_options(threads or cores()).items():
-            if key == "intra_op_num_threads":
-                options.intra_op_num_threads = value
-            else:
-                options.add_session_config_entry(key, value)
+        options.intra_op_num_threads = int(threads or cores())
+        for key, value in SPIN_OPTIONS.items():
+            options.add_session_config_entry(key, value)
         options.log_severity_level = 3
         self._ort = ort
         self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

@@ -141,20 +141,15 @@ def cores() -> int:
 # spinning 10.51 / 24.13, 10 us 9.36 / 23.00, the default 13.49 / 31.47. So 10 us, faster both idle and beside a busy
 # core, and no thread spins once a step is done (force_spinning_stop), while the server's own threads stream its tokens.
 SPIN_US = 10
-
-
-def thread_options(threads: int) -> dict[str, int | str]:
-    """The session options every causal-LM session runs with (ONNX Runtime GenAI's decoder and the batched session), so
-    that the two run their threads alike: threads intra-op threads, spinning SPIN_US before they sleep. Spinning changes
-    when a thread looks for work, not what it computes, and the thread count changes no logit either
-    (tests/lib/causal_lm/test_decoder.py)."""
-    return {
-        "intra_op_num_threads": int(threads),
-        "session.intra_op.allow_spinning": "1",
-        "session.intra_op.spin_duration_us": str(SPIN_US),
-        "session.force_spinning_stop": "1",
-        "session.inter_op.allow_spinning": "0",
-    }
+# The session config entries every causal-LM session runs with (ONNX Runtime GenAI's decoder and the batched session), so
+# that the two run their threads alike: spinning SPIN_US before they sleep. Spinning changes when a thread looks for
+# work, not what it computes, and the thread count changes no logit either (tests/lib/causal_lm/test_decoder.py).
+SPIN_OPTIONS = {
+    "session.intra_op.allow_spinning": "1",
+    "session.intra_op.spin_duration_us": str(SPIN_US),
+    "session.force_spinning_stop": "1",
+    "session.inter_op.allow_spinning": "0",
+}
 
 
 def chat_template(*folders: Path | None) -> str:
@@ -172,7 +167,7 @@ def chat_template(*folders: Path | None) -> str:
 class Decoder:
     """threads: ONNX Runtime's intra-op threads; None is every core this process may run on. Set here, because ONNX Runtime
     GenAI 0.18 left to itself ran one thread on this 2-core machine (measured: 1.00 CPU seconds per second). Idle threads
-    spin only briefly (thread_options): beside a busy core, ONNX Runtime's default spinning made 2 threads 1.3x slower
+    spin only briefly (SPIN_OPTIONS): beside a busy core, ONNX Runtime's default spinning made 2 threads 1.3x slower
     than 1, where without it 2 threads are 1.3x faster idle and as fast beside a busy core (24 greedy answers of the
     causal-LM demo, Intel Xeon, 2 cores). The logits are the same bits at any thread count (tests/test_decoder)."""
 
@@ -186,7 +181,7 @@ class Decoder:
         self.threads = int(threads or cores())
         config = og.Config(str(folder))
         # Keys that are not GenAI's own pass through to ONNX Runtime as session config entries.
-        config.overlay(json.dumps({"model": {"decoder": {"session_options": thread_options(self.threads)}}}))
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": self.threads, **SPIN_OPTIONS}}}}))
         self.model = og.Model(config)
         self.tokenizer = og.Tokenizer(self.model)
         self._genai = genai = json.loads((folder / GENAI_CONFIG).read_text())["model"]

@@ -7,7 +7,7 @@ trial to the next, but not the CPU time the trial's own work takes, so beside a 
 graphs apart while the wall ratio measures mostly the other process. What the CPU ratio cannot see is a graph that does
 the same work on fewer threads; the p99 latency at batch 1, on the wall clock, is judged for that. A thread that waits
 is hardly counted as work: a classifier's sessions do not spin (runtime.session), and a causal LM's spin at most 10 us
-at a time before they sleep (lib/causal_lm/decoder.thread_options), on both sides of a pair alike.
+at a time before they sleep (lib/causal_lm/decoder.SPIN_OPTIONS), on both sides of a pair alike.
 """
 
 from __future__ import annotations

@@ -111,13 +111,13 @@ def test_the_logits_and_greedy_tokens_are_the_same_bits_on_one_thread_and_on_eve
 
 
 def test_the_batched_session_runs_its_threads_as_the_genai_decoder_does(tiny_lm):
-    """Both causal-LM sessions take their threads and spin from thread_options: a short spin, stopped after each step."""
+    """Both causal-LM sessions take their spin from SPIN_OPTIONS: a short spin, stopped after each step."""
     from modelcd_assets.lib.causal_lm.batched import BatchedSession
-    from modelcd_assets.lib.causal_lm.decoder import SPIN_US, thread_options
+    from modelcd_assets.lib.causal_lm.decoder import SPIN_OPTIONS, SPIN_US
 
     options = BatchedSession(tiny_lm.build.int8, threads=2).session.get_session_options()
     assert options.intra_op_num_threads == 2
-    entries = {k: options.get_session_config_entry(k) for k in thread_options(2) if k != "intra_op_num_threads"}
+    entries = {k: options.get_session_config_entry(k) for k in SPIN_OPTIONS}
     assert entries == {
         "session.intra_op.allow_spinning": "1",
         "session.intra_op.spin_duration_us": str(SPIN_US),
