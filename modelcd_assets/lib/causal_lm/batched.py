@@ -284,12 +284,12 @@ class Batch:
         n = len(self.rows)
         self._values = [ort.OrtValue.ortvalue_from_numpy(b[:n]) for b in self.kv] if n else None
 
-    def _reserve(self, slots: int, positions: int, like: list[np.ndarray]) -> None:
+    def _reserve(self, slots: int, positions: int, like: list[np.ndarray]) -> bool:
         """Buffers of at least slots slots and positions positions, the rows' keys and values in them (like: a row's arrays,
-        for their shape, when there are no buffers yet)."""
+        for their shape, when there are no buffers yet); whether they were made anew."""
         have = self.kv[0].shape if self.kv else (0, 0, 0, 0)
         if have[0] >= slots and have[2] >= positions:
-            return
+            return False
         slots = max(slots, have[0] if have[0] >= slots else 2 * have[0])
         capacity = have[2] if have[2] >= positions else max(positions + self.GROW, have[2] + have[2] // 2)
         n, grown = len(self.rows), []
@@ -300,12 +300,11 @@ class Batch:
                 b[:n, :, :width] = a[:n, :, :width]
             grown.append(b)
         self.kv = grown
+        return True
 
     def room(self, positions: int) -> list:
         """The rows' buffers as OrtValues, with room for positions in every row (grown, and copied, when they have less)."""
-        have = self.kv[0].shape[2]
-        self._reserve(len(self.rows), positions, self.kv)
-        if self.kv[0].shape[2] != have:
+        if self._reserve(len(self.rows), positions, self.kv):
             self._wrap()
         return self._values
 
