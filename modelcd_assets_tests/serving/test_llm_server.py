@@ -567,6 +567,57 @@ def test_a_stream_dropped_unread_gives_its_admission_and_cache_back(tiny_lm, tmp
         gen.close()
 
 
+def test_a_bases_two_sessions_take_turns_so_a_probe_never_runs_beside_a_serving_step(tiny_lm):
+    """The GenAI decoder (a load probe's or a sampled generation's runs) and the batched session (the serving batch's) on one
+    base run on the same cores: every run of either waits for the run before it to end."""
+    import threading
+
+    from modelcd_assets.lib.causal_lm.batched import batched_greedy
+    from modelcd_assets.serving.lm.pool import Base
+
+    base = Base.open(tiny_lm.build.int8, "b" * 64, threads=2, batched=True)
+    runs: list[tuple[float, float, str]] = []
+
+    def timed(call, what: str):
+        def run(*a, **kw):
+            began = time.perf_counter()
+            try:
+                return call(*a, **kw)
+            finally:
+                runs.append((began, time.perf_counter(), what))
+
+        return run
+
+    class Generator:  # GenAI's generator, its two model runs timed
+        def __init__(self, inner):
+            self._inner = inner
+            self.append_tokens = timed(inner.append_tokens, "decoder")
+            self.generate_next_token = timed(inner.generate_next_token, "decoder")
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+    make = base.decoder._generator
+    base.decoder._generator = lambda *a, **kw: Generator(make(*a, **kw))
+    session = base.batched.session
+    session.run_with_ort_values = timed(session.run_with_ort_values, "batched")
+    session.run_with_iobinding = timed(session.run_with_iobinding, "batched")
+    prompts = [base.decoder.encode_chat([{"role": "user", "content": t}]) for t in ("refund please", "the app crashes", "hello")]
+    workers = [
+        threading.Thread(target=lambda: [base.decoder.generate(p, 12) for p in prompts * 2]),
+        threading.Thread(target=lambda: [batched_greedy(base.batched, prompts, 12, [None] * 3, base.decoder.eos_ids) for _ in range(2)]),
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert not any(w.is_alive() for w in workers)
+    assert {what for _, _, what in runs} == {"decoder", "batched"}
+    runs.sort()
+    overlaps = [(a, b) for a, b in zip(runs, runs[1:]) if b[0] < a[1]]
+    assert not overlaps, f"{len(overlaps)} of {len(runs)} runs began before the run before them ended: {overlaps[:3]}"
+
+
 def test_live_drift_judges_a_causal_lm_production_on_its_sampled_prompts(env, instance, versions):
     """live_traffic on the user messages the server samples: like the evaluation chats' passes, digits drift."""
     import shutil

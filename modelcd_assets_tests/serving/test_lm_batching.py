@@ -13,6 +13,7 @@ import pytest
 
 from modelcd_assets.lib.causal_lm.batched import Row
 from modelcd_assets.lib.causal_lm.decoder import NonFinite
+from modelcd_assets.lib.causal_lm.turns import Turns
 from modelcd_assets.serving.lm.batching import BatchedGeneration, Batcher
 
 EOS, VOCAB = 0, 8
@@ -38,6 +39,7 @@ class Script:
     def __init__(self, fail_at_step: int | None = None, nan_at: int | None = None, delay_s: float = 0.0):
         self.steps, self.widest, self.fail_at, self.nan_at, self.delay_s = 0, 0, fail_at_step, nan_at, delay_s
         self.most_adapters = 0  # the most distinct adapters one step decoded with
+        self.turns = Turns()
 
     def _logits(self, row: Row) -> np.ndarray:
         made = row.length - row.prompt_length
@@ -48,12 +50,14 @@ class Script:
         return out
 
     def prefill(self, prompt, adapter) -> Row:
+        assert self.turns.mine, "a prefill ran outside the batching thread's turn"
         row = Row(len(prompt), np.zeros(VOCAB, np.float32), [np.zeros((1, 1, len(prompt), 1), np.float32)], adapter)
         row.prompt_length, row.start, row.stop_after = len(prompt), prompt[0], prompt[1]
         row.logits = self._logits(row)
         return row
 
     def step(self, batch, tokens) -> None:
+        assert self.turns.mine, "a step ran outside the batching thread's turn"
         time.sleep(self.delay_s)  # a step's work, so that rows overlap in time as they do in a server
         self.steps += 1
         self.widest = max(self.widest, len(batch.rows))
@@ -221,3 +225,45 @@ def test_versions_of_one_base_share_the_batch_each_row_with_its_own_adapter_in_a
         assert [c.token for c, _ in pipe.items[:-1]] == [1 + (prompt[0] + k) % 7 for k in range(20)] and pipe.items[-1] == "END"
     assert script.widest == 3 and script.most_adapters == 2  # one batch of both versions, never more than max_batch rows
     assert first.holders == second.holders == 0
+
+
+def test_a_generation_that_arrives_during_a_step_is_prefilled_before_another_sessions_run_that_waits():
+    """A pass of the thread is one turn of the base's sessions: the prefill of a generation that arrived while the batch
+    stepped comes before a load probe's run that asked for its turn meanwhile, and no probe run lands inside a pass."""
+    events: list[str] = []
+    served = Served()
+
+    class Probed(Script):
+        def prefill(self, prompt, adapter) -> Row:
+            events.append(f"prefill {prompt[0]}")
+            return super().prefill(prompt, adapter)
+
+        def step(self, batch, tokens) -> None:
+            super().step(batch, tokens)
+            events.append("step")
+            if self.steps == 3:  # a probe asks for its turn, then a generation arrives, both while this step runs
+                probe.start()
+                deadline = time.monotonic() + 30
+                while self.turns.waiting < 1:
+                    assert time.monotonic() < deadline, "the probe never asked for its turn"
+                    time.sleep(0.001)
+                batcher.submit(BatchedGeneration(served, [5, 3], 100, late, lambda made: None))
+
+    def probe_run() -> None:
+        with script.turns:
+            events.append("probe")
+
+    script, first, late = Probed(), Pipe(), Pipe()
+    probe = threading.Thread(target=probe_run)
+    batcher = Batcher(script, max_batch=8, eos_ids=(EOS,))
+    try:
+        batcher.submit(BatchedGeneration(served, [1, 6], 100, first, lambda made: None))
+        deadline = time.monotonic() + 30
+        while not (first.done.is_set() and late.done.is_set()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        probe.join(30)
+    finally:
+        batcher.stop()
+    assert first.done.is_set() and late.done.is_set() and not probe.is_alive()
+    third = [i for i, e in enumerate(events) if e == "step"][2]
+    assert events[third + 1 : third + 3] == ["prefill 5", "probe"], events

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from modelcd_assets.lib.causal_lm.decoder import GENAI_CONFIG, SPIN_OPTIONS, cores
+from modelcd_assets.lib.causal_lm.turns import Turns
 from modelcd_assets.lib.causal_lm.variants import lora_matmuls
 from modelcd_assets.lib.errors import BadCandidate
 
@@ -155,7 +156,8 @@ class BatchedSession:
     """One session on a decoder folder (a weight variant of a base build), shared by every batch on it: its LoRA slots are
     inputs with a rows axis (per_row_lora), so the rows of one batch may each decode with another version's adapter."""
 
-    def __init__(self, folder: Path, threads: int | None = None):
+    def __init__(self, folder: Path, threads: int | None = None, turns: Turns | None = None):
+        """turns: shared with the other sessions on this base build's cores (lib/causal_lm/turns.py); by default its own."""
         import onnx
         import onnxruntime as ort
 
@@ -186,6 +188,7 @@ class BatchedSession:
             options.add_session_config_entry(key, value)
         options.log_severity_level = 3
         self._ort = ort
+        self.turns = turns or Turns()
         self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         del model
         self._stacked: tuple[tuple, dict] = ((), {})  # the LoRA inputs of the last batch's rows, while its rows stay
@@ -205,7 +208,7 @@ class BatchedSession:
 
     def _lora(self, adapters: list[Adapter | None]) -> dict:
         """_lora_inputs for a batch's rows, kept while its rows do not change (a prefill's are made for it alone). Read and
-        replaced whole, once: the server's probe steps its own batch on this session beside the serving thread."""
+        replaced whole, once: the server's probe steps its own batch on this session from another thread."""
         key, cached = tuple(adapters), self._stacked
         if len(key) != len(cached[0]) or any(a is not b for a, b in zip(key, cached[0])):
             cached = self._stacked = (key, self._lora_inputs(adapters))
@@ -219,7 +222,8 @@ class BatchedSession:
             **dict(zip(self._past, past)),
             **self._lora_inputs(adapters),
         }
-        out = self.session.run_with_ort_values([self._logits, *self._present], feed)
+        with self.turns:
+            out = self.session.run_with_ort_values([self._logits, *self._present], feed)
         return out[0].numpy(), out[1:]
 
     def prefill(self, prompt: list[int], adapter: Adapter | None) -> Row:
@@ -251,7 +255,8 @@ class BatchedSession:
             binding.bind_ortvalue_input(past, buffer)
             binding.bind_ortvalue_output(present, buffer)
         binding.bind_output(self._logits)
-        self.session.run_with_iobinding(binding)
+        with self.turns:
+            self.session.run_with_iobinding(binding)
         logits = binding.get_outputs()[-1].numpy()
         for i, row in enumerate(batch.rows):
             row.length += 1

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from modelcd_assets.lib.causal_lm.tool_calls import tool_form
+from modelcd_assets.lib.causal_lm.turns import Turns
 from modelcd_assets.lib.errors import BadCandidate
 
 GENAI_CONFIG = "genai_config.json"  # what makes a folder an ONNX Runtime GenAI model (lib/causal_lm/build.py writes it)
@@ -171,13 +172,15 @@ class Decoder:
     than 1, where without it 2 threads are 1.3x faster idle and as fast beside a busy core (24 greedy answers of the
     causal-LM demo, Intel Xeon, 2 cores). The logits are the same bits at any thread count (tests/test_decoder)."""
 
-    def __init__(self, folder: Path, threads: int | None = None):
+    def __init__(self, folder: Path, threads: int | None = None, turns: Turns | None = None):
+        """turns: shared with the other sessions on this base build's cores (lib/causal_lm/turns.py); by default its own."""
         import onnxruntime_genai as og
 
         folder = Path(folder)
         if not (folder / GENAI_CONFIG).is_file():
             raise BadCandidate(f"{folder} is not an ONNX Runtime GenAI model folder (no {GENAI_CONFIG}); build the base first")
         self._og = og
+        self.turns = turns or Turns()
         self.threads = int(threads or cores())
         config = og.Config(str(folder))
         # Keys that are not GenAI's own pass through to ONNX Runtime as session config entries.
@@ -242,7 +245,8 @@ class Decoder:
         if not 0 < len(ids) <= self.context_length:
             raise ValueError(f"{len(ids)} tokens: a sequence needs 1 to {self.context_length} tokens (the context)")
         generator = self._generator(len(ids), adapter)
-        generator.append_tokens(np.asarray(ids, np.int32))
+        with self.turns:
+            generator.append_tokens(np.asarray(ids, np.int32))
         out = np.array(generator.get_output("logits"), dtype=np.float32, copy=True)
         return out.reshape(len(ids), -1) if out.shape[-2] == len(ids) else out[0]
 
@@ -265,9 +269,11 @@ class Decoder:
         shared = next((i for i in range(shared) if any(ids[i] != first[i] for ids, _ in sequences)), shared)
         generator = self._generator(max(len(ids) for ids, _ in sequences), adapter)
         if shared:
-            generator.append_tokens(np.asarray(first[:shared], np.int32))
+            with self.turns:
+                generator.append_tokens(np.asarray(first[:shared], np.int32))
         for ids, start in sequences:
-            generator.append_tokens(np.asarray(ids[shared:], np.int32))
+            with self.turns:
+                generator.append_tokens(np.asarray(ids[shared:], np.int32))
             out = np.array(generator.get_output("logits"), dtype=np.float32, copy=True).reshape(len(ids) - shared, -1)
             yield out[start - 1 - shared : len(ids) - 1 - shared]
             generator.rewind_to(shared)
@@ -286,7 +292,8 @@ class Decoder:
             logits = generator.get_logits()
             if sampling.moves_logits:
                 generator.set_logits(sampling.moved(logits, counts))
-            generator.generate_next_token()
+            with self.turns:
+                generator.generate_next_token()
             token = int(generator.get_next_tokens()[0])
             yield token, logits
             if token in self.eos_ids:
@@ -297,7 +304,8 @@ class Decoder:
         """Greedy tokens after prompt, up to EOS or max_new_tokens; the caller has checked the length (lib/inference/tokens)."""
         generator = self._generator(len(prompt) + max_new_tokens, adapter)
         start = time.perf_counter()
-        generator.append_tokens(np.asarray(prompt, np.int32))
+        with self.turns:
+            generator.append_tokens(np.asarray(prompt, np.int32))
         tokens: list[int] = []
         finite, stopped, first, first_logits = True, False, 0.0, None
         for token, logits in self._steps(generator, max_new_tokens):
@@ -321,7 +329,8 @@ class Decoder:
         log-probabilities come from are the model's, read before either."""
         least = len(prompt) + min(sampling.min_new_tokens, max_new_tokens) if sampling.min_new_tokens else 0
         generator = self._generator(len(prompt) + max_new_tokens, adapter, sampling, least)
-        generator.append_tokens(np.asarray(prompt, np.int32))
+        with self.turns:
+            generator.append_tokens(np.asarray(prompt, np.int32))
         for made, (token, logits) in enumerate(self._steps(generator, max_new_tokens, sampling), 1):
             if not np.isfinite(logits).all():
                 raise NonFinite(f"the model's logits held NaN or Inf at generated token {made}")

@@ -8,6 +8,11 @@ whichever version they are for, so one version's traffic cannot starve another's
 (EOS, its max_tokens, non-finite logits, or its client going away); one whose client has not read AHEAD tokens steps out
 with its keys and values and joins again when the client has read, as a generation alone waits for its client
 (lm/generation.py).
+
+Each pass of the thread (the arrivals' prefills, the step, and the prefills of those that arrived during the step) is one
+turn of the base's sessions (lib/causal_lm/turns.py): a version's load probe or a sampled generation runs its next model
+run between two passes, never beside one. Under 4 streaming clients with a version swapped in every second, TTFT p99
+while swapping went from 307-360 ms to 221-258 ms (3 interleaved runs each, AMD EPYC, 2 cores).
 """
 
 from __future__ import annotations
@@ -81,10 +86,15 @@ class Batcher:
                     break
                 arrived = self._take_arrivals()
             try:
-                for g in arrived:
-                    self._start(g)
-                self._unpark()
-                ran = self._step()
+                with self.session.turns:  # the arrivals' prefills and the step in one turn: another run waits for all of them
+                    for g in arrived:
+                        self._start(g)
+                    self._unpark()
+                    ran = self._step()
+                    with self._lock:  # and those that arrived during the step, before another run's turn
+                        late = self._take_arrivals()
+                    for g in late:
+                        self._start(g)
             except Exception as e:  # a fault of this thread's own: every generation in it ends with it, none hangs
                 log.exception("the batched decoding thread failed; its generations end with the error")
                 self._abandon(e)

@@ -25,6 +25,7 @@ import numpy as np
 from modelcd_assets.lib.causal_lm.batched import Adapter, BatchedSession, probe_in_batch
 from modelcd_assets.lib.causal_lm.chats import Chat
 from modelcd_assets.lib.causal_lm.decoder import PROBE_LOGITS_OF, Decoder
+from modelcd_assets.lib.causal_lm.turns import Turns
 from modelcd_assets.lib.errors import ModelcdError
 from modelcd_assets.lib.hashing import bytes_sha256, folder_hash
 from modelcd_assets.lib.release import attestation, servable
@@ -45,6 +46,14 @@ class Base:
     decoder: Decoder
     sha256: str
     batched: BatchedSession | None = None
+
+    @classmethod
+    def open(cls, folder: Path, sha256: str, threads: int | None, batched: bool) -> Base:
+        """Both sessions on folder's weights, taking turns (lib/causal_lm/turns.py): they run on the same cores, so a
+        version's load probe or a sampled generation runs between the batch's steps instead of beside them."""
+        turns = Turns()
+        decoder = Decoder(folder, threads=threads, turns=turns)
+        return cls(folder, decoder, sha256, BatchedSession(folder, threads=threads, turns=turns) if batched else None)
 
 
 @dataclass(eq=False)
@@ -117,11 +126,9 @@ class LmPool(VersionPool):
         if base is None:
             sha = folder_hash(folder)  # once per process: every version on this base is checked against it
             try:
-                decoder = Decoder(folder, threads=self.threads)
-                batched = BatchedSession(folder, threads=self.threads) if self.policy.max_batch > 1 else None
+                base = self._bases[folder] = Base.open(folder, sha, self.threads, batched=self.policy.max_batch > 1)
             except ModelcdError as e:
                 raise SwapRefused(f"the base build's weights at {folder} cannot be opened: {e}") from e
-            base = self._bases[folder] = Base(folder, decoder, sha, batched)
         return base
 
     def _open(self, ref: CandidateRef, record: CandidateRecord, gated: dict, step: Steps) -> tuple[LmServed, Consistency]:
