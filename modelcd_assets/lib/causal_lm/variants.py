@@ -15,11 +15,14 @@ MatMulNBitsQuantizer with the LoRA MatMuls left float, so that every adapter of 
 Every MatMulNBits computes at the build's accuracy_level (4: activations quantized to INT8 inside each MatMul), whatever
 the quantizer wrote. Which variant a base is served as is the fidelity gate's to choose; this module only makes them.
 
-In every variant each LoRA MatMul computes in float64 and casts its product back to float32 (lora_in_float64). A float32
-GEMM sums in an order that depends on how many rows it is given, and MatMulNBits' INT8 activations amplify the
-difference: a batched decode step of SmolLM2's INT8 build with an adapter differed from the batch-1 step by up to 1.02 in
-the logits, and by 0 with the product in float64, at 1.08x a batch-1 step's time (bench/batch_dependence.py). So a row
-decoded in a batch is the row the gates judged at batch 1 (lib/causal_lm/batched.py).
+Every LoRA MatMul stays float32. A float32 GEMM sums in an order that depends on how many rows it is given, and
+MatMulNBits' INT8 activations amplify the difference: decoding rows together through one LoRA weight (ONNX Runtime
+GenAI's batching, one adapter per generator) differed from the batch-1 step by up to 1.02 in the logits
+(bench/batch_dependence.py). The server never batches that way: its batched session takes the LoRA weights per row, so
+each row's product is a GEMM of its own rows, the one the row alone computes (lib/causal_lm/batched.py). Build recipe 3
+computed every LoRA product in float64 as well; per row in float32 a batch of 4 rows on two adapters was the rows alone
+and GenAI's batch-1 logits bit for bit, and a decode step took 6.56 ms instead of 6.99 at batch 1 and 10.5 instead of
+12.25 at batch 4 (the demo's INT8 build, AMD EPYC, 2 cores).
 """
 
 from __future__ import annotations
@@ -81,28 +84,6 @@ def variant_named(name: str) -> Variant:
 def lora_matmuls(graph) -> list[str]:
     """The adapter slots' MatMuls, which stay float in every variant."""
     return [n.name for n in graph.node if n.op_type == "MatMul" and ("/lora_A/" in n.name or "/lora_B/" in n.name)]
-
-
-def lora_in_float64(graph) -> int:
-    """Each LoRA MatMul x @ W rewritten as Cast(Cast(x, float64) @ Cast(W, float64), float32), in place; how many."""
-    from onnx import TensorProto, helper
-
-    nodes, rewritten, lora = [], 0, set(lora_matmuls(graph))
-    for node in graph.node:
-        if node.name not in lora:
-            nodes.append(node)
-            continue
-        (x, w), n = node.input, node.name
-        nodes += [
-            helper.make_node("Cast", [x], [f"{n}/x64"], name=f"{n}/CastX64", to=TensorProto.DOUBLE),
-            helper.make_node("Cast", [w], [f"{n}/w64"], name=f"{n}/CastW64", to=TensorProto.DOUBLE),
-            helper.make_node("MatMul", [f"{n}/x64", f"{n}/w64"], [f"{n}/y64"], name=f"{n}/MatMul64"),
-            helper.make_node("Cast", [f"{n}/y64"], list(node.output), name=f"{n}/CastY32", to=TensorProto.FLOAT),
-        ]
-        rewritten += 1
-    graph.ClearField("node")
-    graph.node.extend(nodes)
-    return rewritten
 
 
 def weight_matmuls(graph) -> list[str]:
@@ -208,7 +189,6 @@ def quantize_variant(fp32_model: Path, out_model: Path, variant: Variant, accura
             attrs["accuracy_level"].i = accuracy_level
         elif accuracy_level:
             node.attribute.append(onnx.helper.make_attribute("accuracy_level", accuracy_level))
-    lora_float64 = lora_in_float64(model.graph)
     quantizable = set(weights)
     if left := [n.name for n in model.graph.node if n.op_type == "MatMul" and n.name in quantizable]:
         raise ModelcdError(
@@ -222,5 +202,4 @@ def quantize_variant(fp32_model: Path, out_model: Path, variant: Variant, accura
         "variant": variant.to_dict(),
         "matmuls_by_bits": {str(k): v for k, v in sorted(widths.items())},
         "lora_float": len(lora),
-        "lora_float64": lora_float64,
     }

@@ -7,7 +7,7 @@ import pytest
 
 from modelcd_assets.faults.llm_builders import scaled_lora_b
 from modelcd_assets.lib.causal_lm.adapter_file import adapter_parameters, write_adapter_file
-from modelcd_assets.lib.causal_lm.batched import Batch, BatchedSession, Row, batched_greedy
+from modelcd_assets.lib.causal_lm.batched import Batch, BatchedSession, Row, batched_greedy, per_row_lora
 from modelcd_assets.lib.causal_lm.build import MODEL_FILE
 from modelcd_assets.lib.causal_lm.decoder import Decoder
 from modelcd_assets.lib.causal_lm.variants import lora_matmuls
@@ -149,15 +149,27 @@ def test_greedy_answers_decoded_in_one_batch_are_the_answers_alone(served):
         assert float(np.max(np.abs(first - alone_run.first_logits))) <= LIMIT
 
 
-def test_every_lora_product_of_the_served_weights_is_computed_in_float64(tiny_lm):
-    """What makes a batch invariant: in float32 a batched LoRA step of SmolLM2's INT8 build differed by up to 1.02 in the
-    logits (bench/batch_dependence.py)."""
+def test_every_lora_product_of_the_served_weights_is_a_float32_matmul_of_a_slot_the_session_takes_per_row(tiny_lm):
     graph = onnx.load(str(tiny_lm.build.int8 / MODEL_FILE), load_external_data=False).graph
-    lora = {n.name: n for n in graph.node if n.name in set(lora_matmuls(graph))}
-    casts = {n.output[0]: n for n in graph.node if n.op_type == "Cast"}
-    assert len(lora) == 2 * 2 * 2  # 2 layers x (q, v) x (A, B), each a float64 MatMul between casts
-    assert all(name.endswith("/MatMul64") for name in lora), sorted(lora)
-    assert all(casts[i].attribute[0].i == onnx.TensorProto.DOUBLE for n in lora.values() for i in n.input)
+    lora = [n for n in graph.node if n.name in set(lora_matmuls(graph))]
+    inits = {i.name: i for i in graph.initializer}
+    assert len(lora) == 2 * 2 * 2  # 2 layers x (q, v) x (A, B)
+    assert all(inits[n.input[1]].data_type == onnx.TensorProto.FLOAT for n in lora)
+    slots = per_row_lora(onnx.load(str(tiny_lm.build.int8 / MODEL_FILE), load_external_data=False), tiny_lm.build.int8)
+    assert set(slots) == {n.input[1] for n in lora} and all(a.dtype == np.float32 for a in slots.values())
+
+
+def test_a_build_whose_lora_products_go_through_casts_is_refused_by_name(tiny_lm):
+    """Build recipe 3 computed the products in float64, each weight read through a Cast: the session cannot take those
+    weights per row, and says which and what to do."""
+    model = onnx.load(str(tiny_lm.build.int8 / MODEL_FILE), load_external_data=False)
+    first = next(n for n in model.graph.node if n.name in set(lora_matmuls(model.graph)))
+    weight = first.input[1]
+    cast = onnx.helper.make_node("Cast", [weight], [f"{weight}/f64"], name=f"{first.name}/CastW64", to=onnx.TensorProto.DOUBLE)
+    first.input[1] = cast.output[0]
+    model.graph.node.insert(0, cast)
+    with pytest.raises(BadCandidate, match=r"LoRA MatMuls read .*/f64, which is not one of its weights .*rebuild the base"):
+        per_row_lora(model, tiny_lm.build.int8)
 
 
 def test_rows_of_different_adapters_in_one_batch_are_each_the_row_decoded_alone_with_its_own(served, tiny_lm, tmp_path):
