@@ -578,8 +578,12 @@ def test_a_bases_two_sessions_take_turns_so_a_probe_never_runs_beside_a_serving_
     base = Base.open(tiny_lm.build.int8, "b" * 64, threads=2, batched=True)
     runs: list[tuple[float, float, str]] = []
 
+    outside: list[str] = []  # model runs made without the turn
+
     def timed(call, what: str):
         def run(*a, **kw):
+            if not base.decoder.turns.mine:
+                outside.append(f"{what} {call.__name__}")
             began = time.perf_counter()
             try:
                 return call(*a, **kw)
@@ -588,11 +592,11 @@ def test_a_bases_two_sessions_take_turns_so_a_probe_never_runs_beside_a_serving_
 
         return run
 
-    class Generator:  # GenAI's generator, its two model runs timed
+    class Generator:  # GenAI's generator, the calls that run its model timed (get_logits runs a decode step's)
         def __init__(self, inner):
             self._inner = inner
             self.append_tokens = timed(inner.append_tokens, "decoder")
-            self.generate_next_token = timed(inner.generate_next_token, "decoder")
+            self.get_logits = timed(inner.get_logits, "decoder")
 
         def __getattr__(self, name):
             return getattr(self._inner, name)
@@ -603,16 +607,29 @@ def test_a_bases_two_sessions_take_turns_so_a_probe_never_runs_beside_a_serving_
     session.run_with_ort_values = timed(session.run_with_ort_values, "batched")
     session.run_with_iobinding = timed(session.run_with_iobinding, "batched")
     prompts = [base.decoder.encode_chat([{"role": "user", "content": t}]) for t in ("refund please", "the app crashes", "hello")]
-    workers = [
-        threading.Thread(target=lambda: [base.decoder.generate(p, 12) for p in prompts * 2]),
-        threading.Thread(target=lambda: [batched_greedy(base.batched, prompts, 12, [None] * 3, base.decoder.eos_ids) for _ in range(2)]),
-    ]
+    decoding = threading.Event()
+
+    def decode() -> None:
+        try:
+            for p in prompts * 4:
+                base.decoder.generate(p, 16)
+        finally:
+            decoding.set()
+
+    def batch() -> None:  # batches for as long as the decoder decodes, so that the two always ask at once
+        for _ in range(200):
+            batched_greedy(base.batched, prompts, 16, [None] * 3, base.decoder.eos_ids)
+            if decoding.is_set():
+                return
+
+    workers = [threading.Thread(target=decode), threading.Thread(target=batch)]
     for w in workers:
         w.start()
     for w in workers:
         w.join(120)
     assert not any(w.is_alive() for w in workers)
     assert {what for _, _, what in runs} == {"decoder", "batched"}
+    assert not outside, f"{len(outside)} model runs went without their turn, the first {outside[0]}"
     runs.sort()
     overlaps = [(a, b) for a, b in zip(runs, runs[1:]) if b[0] < a[1]]
     assert not overlaps, f"{len(overlaps)} of {len(runs)} runs began before the run before them ended: {overlaps[:3]}"

@@ -6,6 +6,7 @@ with the adapters loaded into it by name; a generator runs one sequence on one a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -173,14 +174,15 @@ class Decoder:
     causal-LM demo, Intel Xeon, 2 cores). The logits are the same bits at any thread count (tests/test_decoder)."""
 
     def __init__(self, folder: Path, threads: int | None = None, turns: Turns | None = None):
-        """turns: shared with the other sessions on this base build's cores (lib/causal_lm/turns.py); by default its own."""
+        """turns: shared with the other session on this base build's cores (lib/causal_lm/turns.py), whose runs this
+        decoder's then take turns with; without it, runs go as they are asked, concurrent ones side by side."""
         import onnxruntime_genai as og
 
         folder = Path(folder)
         if not (folder / GENAI_CONFIG).is_file():
             raise BadCandidate(f"{folder} is not an ONNX Runtime GenAI model folder (no {GENAI_CONFIG}); build the base first")
         self._og = og
-        self.turns = turns or Turns()
+        self.turns = turns or contextlib.nullcontext()
         self.threads = int(threads or cores())
         config = og.Config(str(folder))
         # Keys that are not GenAI's own pass through to ONNX Runtime as session config entries.
@@ -282,17 +284,18 @@ class Decoder:
         """(token, the model's logits it was chosen from) for each generated token, the EOS token included, up to
         max_new_tokens; with sampling's bias and penalties written over the logits (set_logits) before GenAI chooses.
 
-        The logits are read before generate_next_token(): it chooses the token and already runs the model on it, so
-        get_logits() after it holds the next token's logits (measured on SmolLM2: their argmax was not the token chosen).
-        get_logits() returns an array of its own (the next step leaves it unchanged), so it is not copied again."""
+        The logits are read before generate_next_token(), which chooses from them: GenAI runs the model on the last token
+        when its logits are first asked for (get_logits() of a decode step took 24 ms and generate_next_token() 0.04 on
+        SmolLM2's INT8 build), so get_logits() after it would hold the next token's logits. get_logits() returns an array
+        of its own (the next step leaves it unchanged), so it is not copied again."""
         counts: dict[int, int] = {}
         for _ in range(max_new_tokens):
             if generator.is_done():
                 return
-            logits = generator.get_logits()
-            if sampling.moves_logits:
-                generator.set_logits(sampling.moved(logits, counts))
-            with self.turns:
+            with self.turns:  # the model run, and the choice from its logits
+                logits = generator.get_logits()
+                if sampling.moves_logits:
+                    generator.set_logits(sampling.moved(logits, counts))
                 generator.generate_next_token()
             token = int(generator.get_next_tokens()[0])
             yield token, logits

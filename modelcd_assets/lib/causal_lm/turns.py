@@ -46,6 +46,8 @@ class Turns:
 
     def __exit__(self, *exc) -> None:
         with self._lock:
+            if self._owner != threading.get_ident():
+                raise RuntimeError("a turn was given back by a thread that does not hold it")
             self._depth -= 1
             if self._depth:
                 return

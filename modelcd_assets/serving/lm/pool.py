@@ -49,11 +49,13 @@ class Base:
 
     @classmethod
     def open(cls, folder: Path, sha256: str, threads: int | None, batched: bool) -> Base:
-        """Both sessions on folder's weights, taking turns (lib/causal_lm/turns.py): they run on the same cores, so a
-        version's load probe or a sampled generation runs between the batch's steps instead of beside them."""
+        """The sessions on folder's weights. With a batched session, the two take turns (lib/causal_lm/turns.py): they
+        run on the same cores, so a version's load probe or a sampled generation runs between the batch's passes instead
+        of beside them."""
+        if not batched:
+            return cls(folder, Decoder(folder, threads=threads), sha256)
         turns = Turns()
-        decoder = Decoder(folder, threads=threads, turns=turns)
-        return cls(folder, decoder, sha256, BatchedSession(folder, threads=threads, turns=turns) if batched else None)
+        return cls(folder, Decoder(folder, threads=threads, turns=turns), sha256, BatchedSession(folder, threads=threads, turns=turns))
 
 
 @dataclass(eq=False)
