@@ -27,6 +27,9 @@ POLICY = TINY_LM_POLICY
 # Fidelity limits no weight variant can meet (a KL of 0); pinned to one variant; pinned to a classifier's.
 STRICT, PINNED, MISPINNED = "tiny-reply-strict", "tiny-reply-pinned", "tiny-reply-mispinned"
 BATCHED = "tiny-reply-batched"  # the server's batches would not decode it as batch 1 does
+# Pinned to INT8: with `auto` the tiny model's weight variant is whichever times fastest, and on HQQ's an overdriven
+# adapter fails the fidelity gate before the perplexity gate is reached (seen once in CI).
+OVERDRIVEN = "tiny-reply-overdriven"
 NO_KL = "token_fidelity:\n  max_mean_kl: 0.0\n"
 env, instance = module_state_fixtures(
     "causal-lm",
@@ -36,6 +39,7 @@ env, instance = module_state_fixtures(
         PINNED: POLICY + NO_KL + "quantization:\n  variant: int4-rtn\n",
         MISPINNED: POLICY + "quantization:\n  variant: static\n",
         BATCHED: POLICY + "quantization:\n  variant: int8\n",
+        OVERDRIVEN: POLICY + "quantization:\n  variant: int8\n",
     },
 )
 
@@ -107,13 +111,15 @@ def test_byte_identical_reregistration_passes_against_production(env, instance, 
 
 def test_an_overdriven_adapter_is_blocked_by_perplexity_and_production_stays(env, instance, base, tiny_lm, tmp_path):
     """LoRA B x 4: within the weight-scale gate's 10x, but what it answers is worse on every reply."""
-    before = env.registry.production(MODEL)
-    run = run_gate(env.registry.register(scaled_lora_b(tiny_lm.adapter, tmp_path / "x4", 4.0), MODEL), instance=instance)
+    first = run_gate(env.registry.register(tiny_lm.adapter, OVERDRIVEN), instance=instance)
+    assert first.outcome == PROMOTED, first.error
+    before = env.registry.production(OVERDRIVEN)
+    run = run_gate(env.registry.register(scaled_lora_b(tiny_lm.adapter, tmp_path / "x4", 4.0), OVERDRIVEN), instance=instance)
     got = statuses(run)
     quality = next(r for r in run.rows if r.gate == "perplexity_within_tolerance")
     assert run.outcome == BLOCKED and got["perplexity_within_tolerance"] == "fail", (quality.measured, quality.reason, got)
     assert "sign test" in quality.reason
-    assert env.registry.production(MODEL) == before
+    assert env.registry.production(OVERDRIVEN) == before
 
 
 def test_a_noise_level_change_passes(env, instance, base, tiny_lm, tmp_path):
