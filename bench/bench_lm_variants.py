@@ -31,13 +31,17 @@ PROMPTS, NEW_TOKENS, ROUNDS = 8, 64, 3
 
 
 def _widths(folder: Path) -> dict[str, int]:
+    """How many of the decoder's weight projections are stored at each width: a MatMulNBits that packs several
+    (lib/causal_lm/packed_matmuls.py) counts as the projections its Split hands out."""
     import onnx
 
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    splits = {n.input[0]: len(n.output) for n in graph.node if n.op_type == "Split"}
     out: dict[str, int] = {}
-    for node in onnx.load(str(folder / "model.onnx"), load_external_data=False).graph.node:
+    for node in graph.node:
         if node.op_type == "MatMulNBits":
             bits = str(next(a.i for a in node.attribute if a.name == "bits"))
-            out[bits] = out.get(bits, 0) + 1
+            out[bits] = out.get(bits, 0) + splits.get(node.output[0], 1)
     return dict(sorted(out.items()))
 
 

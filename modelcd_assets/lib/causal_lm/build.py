@@ -3,7 +3,8 @@
 The ONNX Runtime GenAI builder makes the FP32 decoder (GroupQueryAttention with a KV cache) with LoRA MatMuls for the
 targets; their weights then become graph inputs whose default initializers are zeros, so with no adapter the graph is
 the true base. The INT8 decoder quantizes every other MatMul to 8-bit weight-only MatMulNBits: quantizing the LoRA
-MatMuls would bake one adapter in (lib/causal_lm/variants.py makes it, as it makes the 4-bit variants). A candidate's
+MatMuls would bake one adapter in (lib/causal_lm/variants.py makes it, as it makes the 4-bit variants, and packs the
+query, key and value projections, and the gate and up projections, into one MatMulNBits each). A candidate's
 own build is then an adapter file (lib/causal_lm/adapter_file.py).
 """
 
@@ -27,7 +28,9 @@ from modelcd_assets.lib.inference.builds import folder_lock, read_json, write_js
 # Bump when the way base builds are made changes, so stale cached builds are not reused. 2: build.json records the INT8
 # files' sha256, which the throughput gate checks the served graph against. 3: the LoRA products computed in float64. 4:
 # in float32 again, the batched session taking them per row (lib/causal_lm/variants.py says why that is the batch-1 step).
-BASE_BUILD_RECIPE = "modelcd-llm-base-4"
+# 5: the projections that read one input packed into one MatMulNBits (lib/causal_lm/packed_matmuls.py): the same
+# logits, other bytes.
+BASE_BUILD_RECIPE = "modelcd-llm-base-5"
 MODEL_FILE = "model.onnx"
 
 

@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelcd_assets.lib.causal_lm.packed_matmuls import pack_shared_inputs
 from modelcd_assets.lib.errors import ModelcdError
 
 MODEL_FILE = "model.onnx"
@@ -162,7 +163,8 @@ def _variant_pass(model, variant: Variant, accuracy_level: int, exclude: list[st
 
 def quantize_variant(fp32_model: Path, out_model: Path, variant: Variant, accuracy_level: int) -> dict:
     """out_model (with its weights beside it as out_model.data): fp32_model's weight MatMuls quantized as variant says,
-    the LoRA slots float. Returns what was made: how many MatMuls at each width."""
+    the LoRA slots float, and those that read one input at one width packed into one (lib/causal_lm/packed_matmuls.py).
+    Returns what was made: how many MatMuls at each width (before packing), and which were packed together."""
     import onnx
     from onnxruntime.quantization.onnx_model import ONNXModel
 
@@ -195,6 +197,7 @@ def quantize_variant(fp32_model: Path, out_model: Path, variant: Variant, accura
             f"variant {variant.name} left {len(left)} weight MatMuls unquantized (first: {left[0]}): ONNX Runtime's "
             f"{variant.algorithm} quantizer takes only a 2-D weight as a MatMul's second input; use the int8 variant for this base"
         )
+    packed = pack_shared_inputs(model)
     out_model.parent.mkdir(parents=True, exist_ok=True)
     # As the quantizer itself saves: sorted, with every tensor in out_model.data (the base build's INT8 bytes as before).
     ONNXModel(model).save_model_to_file(str(out_model), use_external_data_format=True)
@@ -202,4 +205,5 @@ def quantize_variant(fp32_model: Path, out_model: Path, variant: Variant, accura
         "variant": variant.to_dict(),
         "matmuls_by_bits": {str(k): v for k, v in sorted(widths.items())},
         "lora_float": len(lora),
+        "packed": packed,
     }
