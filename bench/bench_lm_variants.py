@@ -78,6 +78,7 @@ def main() -> int:
             t = time.perf_counter()
             folders[name] = make_variant(build, name)  # as the fidelity gate makes the variants it chooses from
             made[name] = json.loads((build.dir / f"{name}.json").read_text()) | {"seconds": round(time.perf_counter() - t, 1)}
+            made[name]["packed"] = len(made[name]["packed"])  # how many MatMulNBits pack several projections; the record names them
             print(f"{name}: made in {made[name]['seconds']} s, MatMuls by bits {made[name]['matmuls_by_bits']}", flush=True)
         decoders = {}
         for name, folder in (*folders.items(), ("fp32", build.fp32)):
