@@ -37,17 +37,17 @@ def _packable(node, inits: dict) -> bool:
     return all(name in inits for k, name in enumerate(inputs) if k and name)
 
 
-def _groups(graph, inits: dict) -> list[list]:
-    """The MatMulNBits nodes that read one input with the same attributes but N and the same optional inputs, in graph
-    order; groups of two or more."""
-    by_key: dict[tuple, list] = defaultdict(list)
-    for node in graph.node:
+def _groups(nodes: list, inits: dict) -> list[list[int]]:
+    """The positions of the MatMulNBits among nodes that read one input with the same attributes but N and the same
+    optional inputs, in graph order; groups of two or more."""
+    by_key: dict[tuple, list[int]] = defaultdict(list)
+    for k, node in enumerate(nodes):
         if node.op_type != "MatMulNBits" or not _packable(node, inits):
             continue
-        attrs = {k: v for k, v in _attributes(node).items() if k != "N"}
+        attrs = {a: v for a, v in _attributes(node).items() if a != "N"}
         present = tuple(bool(name) for name in node.input)
-        by_key[(node.input[0], tuple(sorted(attrs.items())), present)].append(node)
-    return [nodes for nodes in by_key.values() if len(nodes) > 1]
+        by_key[(node.input[0], tuple(sorted(attrs.items())), present)].append(k)
+    return [group for group in by_key.values() if len(group) > 1]
 
 
 def _packed_name(nodes) -> str:
@@ -66,10 +66,14 @@ def pack_shared_inputs(model) -> list[list[str]]:
 
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
-    groups = _groups(graph, inits)
-    replaced: dict[str, list] = {}
-    gone: set[str] = set()
-    for nodes in groups:
+    every = list(graph.node)
+    positions = _groups(every, inits)
+    groups = [[every[k] for k in group] for group in positions]
+    if not groups:
+        return []
+    replaced: dict[int, list] = {}  # by position: a node's name need not be unique, or given
+    gone: set[int] = set()
+    for group, nodes in zip(positions, groups):
         name = _packed_name(nodes)
         sizes = [int(_attributes(n)["N"]) for n in nodes]
         inputs = [nodes[0].input[0]]
@@ -85,20 +89,18 @@ def pack_shared_inputs(model) -> list[list[str]]:
         attrs = _attributes(nodes[0]) | {"N": sum(sizes)}
         matmul = helper.make_node("MatMulNBits", inputs, [f"{name}/output_0"], name=name, domain=nodes[0].domain, **attrs)
         split = helper.make_node("Split", [matmul.output[0], f"{name}.split"], [n.output[0] for n in nodes], name=f"{name}/Split", axis=-1)
-        replaced[nodes[0].name] = [matmul, split]
-        gone.update(n.name for n in nodes)
-    if not groups:
-        return []
+        replaced[group[0]] = [matmul, split]
+        gone.update(group)
     kept = []
-    for node in graph.node:
-        if node.name in replaced:
-            kept += replaced[node.name]
-        elif node.name not in gone:
+    for k, node in enumerate(every):
+        if k in replaced:
+            kept += replaced[k]
+        elif k not in gone:
             kept.append(node)
     del graph.node[:]
     graph.node.extend(kept)
     used = {i for node in graph.node for i in node.input}
-    packed = {name for nodes in groups for n in nodes for name in n.input[1:]}
-    for init in [i for i in graph.initializer if i.name in packed and i.name not in used]:
+    unpacked = {name for nodes in groups for n in nodes for name in n.input[1:]}
+    for init in [i for i in graph.initializer if i.name in unpacked and i.name not in used]:
         graph.initializer.remove(init)
     return [[n.name for n in nodes] for nodes in groups]
