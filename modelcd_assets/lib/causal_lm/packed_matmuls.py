@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-# MatMulNBits' inputs after A: B, scales, zero_points, g_idx, bias. Those laid out along N are packed by concatenation;
-# g_idx maps K (every column's the same), so a node that has one is left alone.
-_ALONG_N = {1, 2, 3, 5}
+# MatMulNBits' inputs after A: B, scales, zero_points, g_idx, bias. All but g_idx are laid out along N and are packed by
+# concatenation; g_idx maps K (every column's the same), so a node that has one is left alone.
 _G_IDX = 4
 
 
@@ -81,8 +80,7 @@ def pack_shared_inputs(model) -> list[list[str]]:
             if not nodes[0].input[k]:
                 inputs.append("")
                 continue
-            arrays = [numpy_helper.to_array(inits[n.input[k]]) for n in nodes]
-            packed = np.concatenate(arrays, axis=0) if k in _ALONG_N else arrays[0]
+            packed = np.concatenate([numpy_helper.to_array(inits[n.input[k]]) for n in nodes], axis=0)
             inputs.append(f"{name}.input{k}")
             graph.initializer.append(numpy_helper.from_array(packed, inputs[-1]))
         graph.initializer.append(numpy_helper.from_array(np.asarray(sizes, np.int64), f"{name}.split"))
